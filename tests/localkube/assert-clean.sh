@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Fails when the local cluster left anything on the machine: a process (the control plane, the
+# process kubelet, a pod), a mount under .localkube, an lk-* network namespace or the lkbr0 bridge.
+# Run after "make localkube-down"; it changes nothing.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LK=${LOCALKUBE_DIR:-$ROOT/.localkube}
+LK=$(realpath -m "$LK")
+BRIDGE=lkbr0
+POD_MARKER=KUBERNETES_SERVICE_HOST=10.213.0.1
+
+problems=()
+
+# Network namespaces the kubelet names lk-*, by inode, to find the processes inside them.
+declare -A pod_ns=()
+if [[ -d /run/netns ]]; then
+	for ns in /run/netns/lk-*; do
+		[[ -e $ns ]] || continue
+		problems+=("network namespace $(basename "$ns")")
+		pod_ns[$(stat -L -c %i "$ns" 2>/dev/null)]=1
+	done
+fi
+
+# Our own network namespace is the host one (pid 1 may be outside this sandbox).
+host_ns=$(stat -L -c %i /proc/self/ns/net)
+# This script, its parents and its own pipelines are never leftovers.
+declare -A skip=()
+pid=$$
+while [[ $pid -gt 1 ]]; do
+	skip[$pid]=1
+	pid=$(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null || echo 1)
+done
+
+for dir in /proc/[0-9]*; do
+	pid=${dir#/proc/}
+	[[ -n ${skip[$pid]:-} || $pid == "$BASHPID" ]] && continue
+	state=$(awk '{print $3}' "$dir/stat" 2>/dev/null) || continue
+	[[ $state == Z || -z $state ]] && continue
+	exe=$(readlink "$dir/exe" 2>/dev/null) || exe=""
+	exe=${exe% (deleted)}
+	ns=$(stat -L -c %i "$dir/ns/net" 2>/dev/null) || ns=""
+	why=""
+	if [[ -n $exe && $exe == "$LK"/* ]]; then
+		why="runs a program under $LK"
+	elif [[ $(basename "$exe") == localkube-kubelet ]]; then
+		why="is the process kubelet"
+	elif [[ -n $ns && -n ${pod_ns[$ns]:-} ]]; then
+		why="is in a pod network namespace"
+	elif [[ -n $ns && $ns != "$host_ns" ]] && tr '\0' '\n' 2>/dev/null <"$dir/environ" | grep -qx "$POD_MARKER"; then
+		why="has a pod's environment"
+	fi
+	if [[ -n $why ]]; then
+		cmd=$(tr '\0' ' ' 2>/dev/null <"$dir/cmdline" | cut -c1-160)
+		problems+=("process $pid $why: $cmd")
+	fi
+done
+
+while read -r mp; do
+	problems+=("mount $mp")
+done < <(awk -v lk="$LK" '$5 == lk || index($5, lk "/") == 1 {print $5}' /proc/self/mountinfo)
+
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+	problems+=("bridge $BRIDGE")
+fi
+
+if ((${#problems[@]})); then
+	echo "assert-clean: FAIL: the local cluster left ${#problems[@]} thing(s) behind:" >&2
+	printf '  %s\n' "${problems[@]}" >&2
+	exit 1
+fi
+echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace or $BRIDGE bridge remains"

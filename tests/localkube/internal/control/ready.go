@@ -1,0 +1,63 @@
+package control
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"valkey-operator.local/localkube/internal/layout"
+)
+
+// readiness is one observation of the cluster as a test would need it.
+type readiness struct {
+	readyz     error
+	readyNodes int
+	saErr      error
+}
+
+// stage names the first condition not yet met, and the log that explains it.
+func (r readiness) stage(wantNodes int) (what, component string, ok bool) {
+	switch {
+	case r.readyz != nil:
+		return fmt.Sprintf("API server /readyz: %v", r.readyz), "apiserver", false
+	case r.readyNodes < wantNodes:
+		return fmt.Sprintf("%d of %d nodes Ready", r.readyNodes, wantNodes), "kubelet", false
+	case r.saErr != nil:
+		return fmt.Sprintf("ServiceAccount default/default: %v", r.saErr), "controller-manager", false
+	}
+	return "ready", "", true
+}
+
+func newClient(l layout.Layout) (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 0 // each call carries its own context deadline
+	return kubernetes.NewForConfig(cfg)
+}
+
+func observe(ctx context.Context, c *kubernetes.Clientset) readiness {
+	var r readiness
+	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		r.readyz = fmt.Errorf("%v %s", err, body)
+		return r
+	}
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					r.readyNodes++
+				}
+			}
+		}
+	}
+	_, r.saErr = c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	return r
+}

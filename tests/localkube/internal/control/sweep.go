@@ -1,0 +1,147 @@
+// Package control implements "localkube start", "stop" and "status": the commands that manage a
+// supervisor running in the background.
+package control
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"valkey-operator.local/localkube/internal/bridge"
+	"valkey-operator.local/localkube/internal/layout"
+	"valkey-operator.local/localkube/internal/proc"
+)
+
+// podMarker is set by the process kubelet in every pod's environment.
+var podMarker = "KUBERNETES_SERVICE_HOST=" + layout.APIServerIP
+
+// Leftovers is what a cluster left on the machine.
+type Leftovers struct {
+	Processes []proc.Process
+	Mounts    []string
+	NetNS     []proc.NetNS
+	Bridge    bool
+}
+
+// Empty reports whether nothing is left.
+func (r Leftovers) Empty() bool {
+	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge
+}
+
+func (r Leftovers) String() string {
+	if r.Empty() {
+		return "nothing"
+	}
+	var parts []string
+	for _, p := range r.Processes {
+		parts = append(parts, fmt.Sprintf("process %d (%s)", p.PID, strings.Join(p.Cmdline, " ")))
+	}
+	for _, m := range r.Mounts {
+		parts = append(parts, "mount "+m)
+	}
+	for _, n := range r.NetNS {
+		parts = append(parts, "netns "+n.Name)
+	}
+	if r.Bridge {
+		parts = append(parts, "bridge "+layout.Bridge)
+	}
+	return strings.Join(parts, "\n  ")
+}
+
+// Find lists what belongs to the cluster under l: processes whose executable is under .localkube,
+// the process kubelet, processes in a pod network namespace or with the pod environment, mounts
+// under .localkube, lk-* network namespaces and the bridge. The caller and its ancestors are never
+// listed (a shell that runs "localkube stop" may mention .localkube in its own command line).
+func Find(l layout.Layout) (Leftovers, error) {
+	var r Leftovers
+	r.NetNS = proc.NamedNetNS(layout.NetnsPrefix)
+	podNS := map[uint64]bool{}
+	for _, n := range r.NetNS {
+		podNS[n.Inode] = true
+	}
+	host := proc.HostNetNS()
+	procs, err := proc.List()
+	if err != nil {
+		return r, err
+	}
+	ancestors := ancestorsOfSelf(procs)
+	prefix := l.Dir + string(filepath.Separator)
+	for _, p := range procs {
+		if ancestors[p.PID] {
+			continue
+		}
+		exe := strings.TrimSuffix(p.Exe, " (deleted)")
+		switch {
+		case strings.HasPrefix(exe, prefix),
+			filepath.Base(exe) == "localkube-kubelet",
+			podNS[p.NetNS],
+			p.NetNS != host && p.NetNS != 0 && hasEnv(p.Env, podMarker):
+			r.Processes = append(r.Processes, p)
+		}
+	}
+	if r.Mounts, err = proc.MountsUnder(l.Dir); err != nil {
+		return r, err
+	}
+	r.Bridge = bridge.Exists(layout.Bridge)
+	return r, nil
+}
+
+func ancestorsOfSelf(procs []proc.Process) map[int]bool {
+	parent := map[int]int{}
+	for _, p := range procs {
+		parent[p.PID] = p.PPID
+	}
+	out := map[int]bool{}
+	for pid := os.Getppid(); pid > 1 && !out[pid]; pid = parent[pid] {
+		out[pid] = true
+	}
+	return out
+}
+
+func hasEnv(env []string, kv string) bool {
+	for _, e := range env {
+		if e == kv {
+			return true
+		}
+	}
+	return false
+}
+
+// Sweep removes leftovers: kills the processes, deletes the network namespaces, unmounts, and
+// deletes the bridge. It returns what it found and what is still there afterwards.
+func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
+	found, err = Find(l)
+	if err != nil {
+		return found, found, err
+	}
+	for _, p := range found.Processes {
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range found.Processes {
+		for proc.Alive(p.PID) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, n := range found.NetNS {
+		if out, err := exec.Command("ip", "netns", "delete", n.Name).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "localkube: ip netns delete %s: %v: %s\n", n.Name, err, out)
+		}
+	}
+	// Mounts may have appeared under others (a netns bind mount) or gone with their process.
+	mounts, _ := proc.MountsUnder(l.Dir)
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			fmt.Fprintf(os.Stderr, "localkube: umount %s: %v\n", m, err)
+		}
+	}
+	if err := bridge.Down(layout.Bridge); err != nil {
+		fmt.Fprintf(os.Stderr, "localkube: %v\n", err)
+	}
+	remaining, err = Find(l)
+	return found, remaining, err
+}

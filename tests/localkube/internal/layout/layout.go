@@ -1,0 +1,85 @@
+// Package layout names every file and directory of the local cluster under .localkube/.
+package layout
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Fixed network and port choices shared with the process kubelet (see tests/localkube/README.md).
+const (
+	Bridge         = "lkbr0"
+	BridgeCIDR     = "10.213.0.1/16"
+	APIServerIP    = "10.213.0.1"
+	APIServerPort  = 6443
+	ServiceCIDR    = "10.0.0.0/24"
+	ServiceIP      = "10.0.0.1"
+	EtcdClientURL  = "http://127.0.0.1:23790"
+	EtcdPeerURL    = "http://127.0.0.1:23800"
+	KCMSecurePort  = 20257
+	SchedSecure    = 20259
+	NetnsPrefix    = "lk-"
+	KubeletNodes   = 3
+	ClusterName    = "localkube"
+	AdminUser      = "admin"
+	ServiceAccount = "https://kubernetes.default.svc.cluster.local"
+)
+
+// APIServerURL is where every client reaches the API server.
+var APIServerURL = fmt.Sprintf("https://%s:%d", APIServerIP, APIServerPort)
+
+// Layout holds the absolute paths of one .localkube directory.
+type Layout struct {
+	Root string // the repository root (parent of Dir)
+	Dir  string // .localkube
+}
+
+// New returns the layout for the given .localkube directory.
+func New(dir string) (Layout, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Layout{}, err
+	}
+	return Layout{Root: filepath.Dir(abs), Dir: abs}, nil
+}
+
+// Default finds .localkube from $LOCALKUBE_DIR, else from the binary's own place
+// (.localkube/bin/localkube), else from the working directory.
+func Default() (Layout, error) {
+	if d := os.Getenv("LOCALKUBE_DIR"); d != "" {
+		return New(d)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			bin := filepath.Dir(real)
+			if filepath.Base(bin) == "bin" && filepath.Base(filepath.Dir(bin)) == ".localkube" {
+				return New(filepath.Dir(bin))
+			}
+		}
+	}
+	return New(".localkube")
+}
+
+func (l Layout) path(p ...string) string { return filepath.Join(append([]string{l.Dir}, p...)...) }
+
+func (l Layout) Kubeconfig() string          { return l.path("kubeconfig") }
+func (l Layout) Bin() string                 { return l.path("bin") }
+func (l Layout) PKI() string                 { return l.path("pki") }
+func (l Layout) PKIFile(name string) string  { return l.path("pki", name) }
+func (l Layout) Etcd() string                { return l.path("etcd") }
+func (l Layout) Logs() string                { return l.path("logs") }
+func (l Layout) Log(component string) string { return l.path("logs", component+".log") }
+func (l Layout) PIDFile() string             { return l.path("localkube.pid") }
+func (l Layout) KubeletDir() string          { return l.path("kubelet") }
+func (l Layout) Images() string              { return l.path("images") }
+
+// DefaultKubelet is the process kubelet as cargo builds it.
+func (l Layout) DefaultKubelet() string {
+	return filepath.Join(l.Root, "target", "debug", "localkube-kubelet")
+}
+
+// StateDirs are wiped by a reset; bin/ and images/ are tools and survive it.
+func (l Layout) StateDirs() []string {
+	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile()}
+}

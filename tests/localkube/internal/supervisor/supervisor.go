@@ -1,0 +1,216 @@
+// Package supervisor is "localkube up": it prepares PKI and network, starts etcd, the API server,
+// the controller manager, the scheduler and the process kubelet as child processes, and stops them
+// in reverse order on SIGTERM/SIGINT or when any of them dies.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"valkey-operator.local/localkube/internal/bridge"
+	"valkey-operator.local/localkube/internal/layout"
+	"valkey-operator.local/localkube/internal/pki"
+	"valkey-operator.local/localkube/internal/proc"
+)
+
+// Options of one supervisor run.
+type Options struct {
+	Layout    layout.Layout
+	Kubelet   string // path of the process kubelet binary
+	NoKubelet bool   // control plane only
+}
+
+// ErrChildDied is returned when a component exits on its own.
+var ErrChildDied = errors.New("a component exited")
+
+// Up runs the cluster until a signal arrives or a component dies.
+func Up(opts Options) error {
+	l := opts.Layout
+	logger := log.New(os.Stderr, "localkube: ", log.LstdFlags)
+	logf := logger.Printf
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer cancel()
+
+	if err := claimPIDFile(l.PIDFile()); err != nil {
+		return err
+	}
+	defer os.Remove(l.PIDFile())
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if !opts.NoKubelet {
+		if _, err := os.Stat(opts.Kubelet); err != nil {
+			return fmt.Errorf("process kubelet: %w (build it with cargo build -p localkube-kubelet, or pass --no-kubelet)", err)
+		}
+	}
+	for _, d := range []string{l.Logs(), l.Etcd(), l.KubeletDir(), l.Images()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// etcd refuses a data directory others can read.
+	if err := os.Chmod(l.Etcd(), 0o700); err != nil {
+		return err
+	}
+	if err := pki.Ensure(l.PKI(), servingSANs()); err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := pki.WriteKubeconfig(l.Kubeconfig(), l.PKI(), layout.APIServerURL, layout.ClusterName, layout.AdminUser); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	if err := bridge.Up(layout.Bridge, layout.BridgeCIDR); err != nil {
+		return fmt.Errorf("bridge %s: %w", layout.Bridge, err)
+	}
+	logf("bridge %s %s up", layout.Bridge, layout.BridgeCIDR)
+
+	comp := func(name string, args []string, stop time.Duration) *child {
+		return &child{name: name, path: self, args: args, logPath: l.Log(name), stopTimeout: stop}
+	}
+	etcd := comp("etcd", etcdArgs(l), 15*time.Second)
+	apiserver := comp("apiserver", apiserverArgs(l), 30*time.Second)
+	kcm := comp("controller-manager", controllerManagerArgs(l), 15*time.Second)
+	sched := comp("scheduler", schedulerArgs(l), 15*time.Second)
+	var kubelet *child
+	if !opts.NoKubelet {
+		kubelet = &child{name: "kubelet", path: opts.Kubelet, args: kubeletArgs(l), logPath: l.Log("kubelet"), stopTimeout: 30 * time.Second}
+	}
+	// Stop order: the kubelet first (it stops the pods), etcd last.
+	stopOrder := []*child{kubelet, sched, kcm, apiserver, etcd}
+
+	// Every child that exits reports here; buffered so a late exit never blocks.
+	exits := make(chan exit, len(stopOrder))
+	shutdown := func() {
+		for _, c := range stopOrder {
+			if c != nil {
+				c.stop(logf)
+			}
+		}
+		if err := bridge.Down(layout.Bridge); err != nil {
+			logf("deleting bridge: %v", err)
+		} else {
+			logf("bridge %s deleted", layout.Bridge)
+		}
+	}
+
+	startErr := startAll(ctx, l, logf, exits, etcd, apiserver, kcm, sched, kubelet)
+	if startErr != nil {
+		logf("start failed: %v", startErr)
+		shutdown()
+		if ctx.Err() != nil {
+			return nil // a signal during start-up is an ordinary stop
+		}
+		return startErr
+	}
+	logf("cluster up: %s (kubeconfig %s)", layout.APIServerURL, l.Kubeconfig())
+
+	select {
+	case <-ctx.Done():
+		logf("signal received: stopping")
+		shutdown()
+		logf("stopped")
+		return nil
+	case e := <-exits:
+		logf("%s exited on its own (%v): see %s; stopping everything", e.name, e.err, l.Log(e.name))
+		shutdown()
+		return fmt.Errorf("%w: %s (%v)", ErrChildDied, e.name, e.err)
+	}
+}
+
+func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, etcd, apiserver, kcm, sched, kubelet *child) error {
+	t0 := time.Now()
+	if err := etcd.start(exits); err != nil {
+		return err
+	}
+	plain := selfSignedClient()
+	if err := waitFor(ctx, "etcd", 60*time.Second, etcd, func(c context.Context) error {
+		return probe(c, plain, layout.EtcdClientURL+"/health", `"health":"true"`)
+	}); err != nil {
+		return err
+	}
+	logf("etcd ready after %s", time.Since(t0).Round(time.Millisecond))
+
+	if err := apiserver.start(exits); err != nil {
+		return err
+	}
+	admin, err := AdminHTTPClient(l)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "kube-apiserver /readyz", 120*time.Second, apiserver, func(c context.Context) error {
+		return probe(c, admin, layout.APIServerURL+"/readyz", "ok")
+	}); err != nil {
+		return err
+	}
+	logf("apiserver ready after %s", time.Since(t0).Round(time.Millisecond))
+
+	if err := kcm.start(exits); err != nil {
+		return err
+	}
+	if err := sched.start(exits); err != nil {
+		return err
+	}
+	for _, hc := range []struct {
+		c    *child
+		port int
+	}{{kcm, layout.KCMSecurePort}, {sched, layout.SchedSecure}} {
+		url := "https://127.0.0.1:" + strconv.Itoa(hc.port) + "/healthz"
+		if err := waitFor(ctx, hc.c.name+" /healthz", 60*time.Second, hc.c, func(c context.Context) error {
+			return probe(c, plain, url, "ok")
+		}); err != nil {
+			return err
+		}
+	}
+	logf("controller-manager and scheduler healthy after %s", time.Since(t0).Round(time.Millisecond))
+
+	if kubelet == nil {
+		logf("kubelet not started (--no-kubelet)")
+		return nil
+	}
+	if err := kubelet.start(exits); err != nil {
+		return err
+	}
+	logf("kubelet started (pid %d)", kubelet.cmd.Process.Pid)
+	return nil
+}
+
+func servingSANs() pki.ServingSANs {
+	return pki.ServingSANs{
+		Owner: "kube-apiserver",
+		IPs:   []net.IP{net.ParseIP(layout.APIServerIP), net.ParseIP("127.0.0.1"), net.ParseIP(layout.ServiceIP)},
+		DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+			"kubernetes.default.svc.cluster.local"},
+	}
+}
+
+// claimPIDFile writes our pid unless another live supervisor holds the file.
+func claimPIDFile(path string) error {
+	if pid, err := ReadPID(path); err == nil && proc.Alive(pid) && pid != os.Getpid() {
+		return fmt.Errorf("already running (pid %d, %s)", pid, path)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadPID reads a pid file.
+func ReadPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
