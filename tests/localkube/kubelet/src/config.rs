@@ -1,0 +1,170 @@
+//! Flags and the node table derived from them.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "localkube-kubelet",
+    about = "Runs the pods bound to the local nodes as processes"
+)]
+pub struct Args {
+    /// Kubeconfig with the kubelet's credentials.
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// Pod directories, provisioned volumes and logs.
+    #[arg(long, default_value = ".localkube/kubelet")]
+    pub state_dir: PathBuf,
+    /// The image table: `<name>-<tag>/bin`, `<name>/bin`.
+    #[arg(long, default_value = ".localkube/images")]
+    pub images_dir: PathBuf,
+    /// The bridge pods' veths join; it carries 10.213.0.1/16.
+    #[arg(long, default_value = "lkbr0")]
+    pub bridge: String,
+    /// The API server's address as pods reach it (KUBERNETES_SERVICE_HOST/PORT).
+    #[arg(long, default_value = "https://10.213.0.1:6443")]
+    pub api_server: String,
+    /// How many nodes (localkube-a, -b, ...); at most 26.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u8,
+    /// Cap of the restart back-off in seconds (a kubelet uses 300).
+    #[arg(long, default_value_t = 300)]
+    pub backoff_cap_seconds: u64,
+    /// Seconds between node status heartbeats.
+    #[arg(long, default_value_t = 60)]
+    pub node_status_seconds: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--nodes must be between 1 and 26, got {0}")]
+    NodeCount(u8),
+    #[error("--api-server {0:?} is not https://HOST:PORT")]
+    ApiServer(String),
+    #[error("state directory {path}: {source}")]
+    StateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// 1 for localkube-a.
+    pub index: u8,
+    pub ip: Ipv4Addr,
+    pub zone: String,
+}
+
+pub fn nodes(count: u8) -> Result<Vec<NodeInfo>, ConfigError> {
+    if !(1..=26).contains(&count) {
+        return Err(ConfigError::NodeCount(count));
+    }
+    Ok((1..=count)
+        .map(|index| {
+            let letter = char::from(b'a' + index - 1);
+            NodeInfo {
+                name: format!("localkube-{letter}"),
+                index,
+                ip: Ipv4Addr::new(10, 213, index, 1),
+                zone: format!("zone-{letter}"),
+            }
+        })
+        .collect())
+}
+
+/// Host and port of an `https://host:port` URL.
+pub fn host_port(url: &str) -> Result<(String, String), ConfigError> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| ConfigError::ApiServer(url.to_string()))?;
+    let rest = rest.trim_end_matches('/');
+    match rest.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {
+            Ok((h.to_string(), p.to_string()))
+        }
+        _ if !rest.is_empty() && !rest.contains('/') => Ok((rest.to_string(), "443".into())),
+        _ => Err(ConfigError::ApiServer(url.to_string())),
+    }
+}
+
+/// Settings every part of the kubelet reads.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub images_dir: PathBuf,
+    pub bridge: String,
+    pub api_host: String,
+    pub api_port: String,
+    pub nodes: Vec<NodeInfo>,
+    pub backoff_cap: Duration,
+    pub node_status_period: Duration,
+}
+
+impl Settings {
+    pub fn from_args(args: &Args) -> Result<Self, ConfigError> {
+        let (api_host, api_port) = host_port(&args.api_server)?;
+        let state_err = |source| ConfigError::StateDir {
+            path: args.state_dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&args.state_dir).map_err(state_err)?;
+        let state_dir = std::fs::canonicalize(&args.state_dir).map_err(state_err)?;
+        let images_dir = std::fs::canonicalize(&args.images_dir).unwrap_or(args.images_dir.clone());
+        Ok(Self {
+            state_dir,
+            images_dir,
+            bridge: args.bridge.clone(),
+            api_host,
+            api_port,
+            nodes: nodes(args.nodes)?,
+            backoff_cap: Duration::from_secs(args.backoff_cap_seconds),
+            node_status_period: Duration::from_secs(args.node_status_seconds.max(5)),
+        })
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    pub fn pods_dir(&self) -> PathBuf {
+        self.state_dir.join("pods")
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.state_dir.join("logs")
+    }
+
+    pub fn volumes_dir(&self) -> PathBuf {
+        self.state_dir.join("volumes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_table() -> Result<(), ConfigError> {
+        let n = nodes(3)?;
+        assert_eq!(n[1].name, "localkube-b");
+        assert_eq!(n[1].ip, Ipv4Addr::new(10, 213, 2, 1));
+        assert_eq!(n[2].zone, "zone-c");
+        assert!(nodes(0).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn api_server_url() {
+        assert_eq!(
+            host_port("https://10.213.0.1:6443").ok(),
+            Some(("10.213.0.1".into(), "6443".into()))
+        );
+        assert!(host_port("10.213.0.1:6443").is_err());
+    }
+}

@@ -1,0 +1,127 @@
+//! Starting a container's process inside its pod's namespaces, and running commands in a
+//! running container (exec probes).
+
+pub mod enter;
+pub mod plan;
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use plan::{Identity, RootfsPlan};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("opening network namespace {path}: {source}")]
+    Netns {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("preparing the root filesystem: {0}")]
+    Prepare(std::io::Error),
+    #[error("starting {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("joining the container's namespaces: {0}")]
+    Join(std::io::Error),
+    #[error("no command to run")]
+    NoCommand,
+}
+
+/// Starts `argv` as a container: its own session, the pod's network, a private root.
+/// stdout and stderr go to `log`.
+pub fn spawn_container(
+    plan: &RootfsPlan,
+    netns_path: &Path,
+    argv: &[String],
+    env: &[(String, String)],
+    log: &File,
+) -> Result<Child, SandboxError> {
+    let (program, args) = argv.split_first().ok_or(SandboxError::NoCommand)?;
+    let netns = File::open(netns_path).map_err(|source| SandboxError::Netns {
+        path: netns_path.display().to_string(),
+        source,
+    })?;
+    std::fs::create_dir_all(&plan.root).map_err(SandboxError::Prepare)?;
+    let prepared = enter::Prepared::new(plan, netns).map_err(SandboxError::Prepare)?;
+    let stdout = log.try_clone().map_err(SandboxError::Prepare)?;
+    let stderr = log.try_clone().map_err(SandboxError::Prepare)?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(false);
+    // SAFETY: `enter` only makes system calls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || prepared.enter());
+    }
+    cmd.spawn().map_err(|source| SandboxError::Spawn {
+        program: program.clone(),
+        source,
+    })
+}
+
+/// The outcome of a command run in a container.
+#[derive(Debug)]
+pub enum ExecOutcome {
+    Exited(ExitStatus, String),
+    TimedOut,
+}
+
+/// Runs `argv` inside the running container whose main process is `pid`.
+pub async fn exec_in(
+    pid: u32,
+    identity: &Option<Identity>,
+    argv: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Result<ExecOutcome, SandboxError> {
+    let (program, args) = argv.split_first().ok_or(SandboxError::NoCommand)?;
+    let join = enter::Join::of(pid, identity).map_err(SandboxError::Join)?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: `enter` only makes system calls on files opened before the fork.
+    unsafe {
+        cmd.pre_exec(move || join.enter());
+    }
+    let child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let pgid = child.id();
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            Ok(ExecOutcome::Exited(out.status, text))
+        }
+        Ok(Err(source)) => Err(SandboxError::Spawn {
+            program: program.clone(),
+            source,
+        }),
+        Err(_) => {
+            // The child is killed on drop; its own children share its process group.
+            if let Some(pid) = pgid.and_then(|p| i32::try_from(p).ok()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            Ok(ExecOutcome::TimedOut)
+        }
+    }
+}
