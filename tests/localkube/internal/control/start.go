@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -83,7 +84,7 @@ func Start(opts StartOptions) error {
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("supervisor exited during start-up (%v)\n%s", err, tails(l, "localkube", ""))
+			return fmt.Errorf("supervisor exited during start-up (%v)\n%s", err, tails(l, "localkube", diedComponent(l)))
 		case <-ctx.Done():
 			what, component, _ := last.stage(wantNodes)
 			if client == nil {
@@ -134,6 +135,19 @@ func spawn(opts StartOptions) (int, <-chan error, error) {
 	return cmd.Process.Pid, exited, nil
 }
 
+// diedComponent finds, in the supervisor's log, the component whose exit stopped it.
+func diedComponent(l layout.Layout) string {
+	lines := strings.Split(tail(l.Log("localkube"), 10), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if m := diedRE.FindStringSubmatch(lines[i]); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+var diedRE = regexp.MustCompile(`localkube: \S+ \S+ (\S+) exited on its own`)
+
 // tails returns the last lines of the supervisor's log and of one component's.
 func tails(l layout.Layout, names ...string) string {
 	var b strings.Builder
@@ -156,6 +170,10 @@ func tail(path string, n int) string {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 	for sc.Scan() {
+		// Indented lines are stack-trace detail; the message above them is what explains.
+		if t := sc.Text(); t == "" || t[0] == ' ' || t[0] == '\t' {
+			continue
+		}
 		lines = append(lines, sc.Text())
 		if len(lines) > n {
 			lines = lines[1:]
