@@ -1,0 +1,214 @@
+//! Prometheus metrics every controller exposes, in one clonable handle.
+//!
+//! | metric | type | labels |
+//! | --- | --- | --- |
+//! | `reconciles_total` | counter | `controller` |
+//! | `reconcile_errors_total` | counter | `controller`, `kind` |
+//! | `reconcile_duration_seconds` | histogram | `controller` |
+//! | `leader` | gauge (1 while this replica leads, else 0) | none |
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The content type of the text exposition format [`Metrics::encode`] produces.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: String,
+    kind: String,
+}
+
+/// The shared metrics. Cloning is cheap; all clones update the same series.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: HistogramFamily,
+    leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::with_registry(Registry::default())
+    }
+}
+
+impl Metrics {
+    /// Registers the shared metrics into `registry`, which may already hold a binary's own metrics
+    /// (register them before calling this: the registry is frozen afterwards).
+    pub fn with_registry(mut registry: Registry) -> Self {
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let durations: HistogramFamily = Family::new_with_constructor(reconcile_histogram);
+        let leader = Gauge::default();
+        registry.register("reconciles", "Reconcile passes started", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconcile passes that ended in an error, by error kind",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconcile passes in seconds",
+            durations.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (or runs without leader election), else 0",
+            leader.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            reconciles,
+            errors,
+            durations,
+            leader,
+        }
+    }
+
+    /// Counts a reconcile pass and returns a guard that records its duration when dropped.
+    #[must_use = "the duration is recorded when the guard is dropped"]
+    pub fn reconcile_started(&self, controller: &str) -> ReconcileTimer {
+        let labels = ControllerLabels {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        ReconcileTimer {
+            histogram: self.durations.get_or_create(&labels).clone(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts a failed reconcile. `kind` is a short, bounded label chosen by the caller (for
+    /// example an error enum's variant name); never put object names or messages in it.
+    pub fn reconcile_failed(&self, controller: &str, kind: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+// The constructor is a plain fn pointer so the family type can be named in the struct.
+type HistogramFamily = Family<ControllerLabels, Histogram, fn() -> Histogram>;
+
+/// 5 ms .. ~41 s: a reconcile is an API round trip or two; a slow one waits on Valkey.
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+/// Records the time since its creation into `reconcile_duration_seconds` when dropped, so early
+/// returns and `?` are measured too.
+pub struct ReconcileTimer {
+    histogram: Histogram,
+    started: Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_value(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn counts_reconciles_errors_and_durations() -> Result<(), std::fmt::Error> {
+        let metrics = Metrics::default();
+        for _ in 0..3 {
+            let _timer = metrics.reconcile_started("valkeynode");
+        }
+        metrics.reconcile_failed("valkeynode", "Kube");
+        metrics.reconcile_failed("valkeynode", "Kube");
+        metrics.reconcile_failed("valkeynode", "InvalidSpec");
+        let text = metrics.encode()?;
+        assert_eq!(
+            line_value(&text, "reconciles_total{controller=\"valkeynode\"}"),
+            Some(3.0)
+        );
+        assert_eq!(
+            line_value(
+                &text,
+                "reconcile_errors_total{controller=\"valkeynode\",kind=\"Kube\"}"
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            line_value(
+                &text,
+                "reconcile_errors_total{controller=\"valkeynode\",kind=\"InvalidSpec\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            line_value(
+                &text,
+                "reconcile_duration_seconds_count{controller=\"valkeynode\"}"
+            ),
+            Some(3.0)
+        );
+        assert!(text.ends_with("# EOF\n"));
+        Ok(())
+    }
+
+    #[test]
+    fn leader_gauge_follows_state() -> Result<(), std::fmt::Error> {
+        let metrics = Metrics::default();
+        assert_eq!(line_value(&metrics.encode()?, "leader "), Some(0.0));
+        metrics.set_leader(true);
+        assert_eq!(line_value(&metrics.encode()?, "leader "), Some(1.0));
+        metrics.clone().set_leader(false);
+        assert_eq!(line_value(&metrics.encode()?, "leader "), Some(0.0));
+        Ok(())
+    }
+
+    #[test]
+    fn keeps_a_binarys_own_metrics() -> Result<(), std::fmt::Error> {
+        let mut registry = Registry::default();
+        let own = Counter::<u64>::default();
+        registry.register("valkey_commands", "Valkey commands sent", own.clone());
+        let metrics = Metrics::with_registry(registry);
+        own.inc();
+        assert_eq!(
+            line_value(&metrics.encode()?, "valkey_commands_total "),
+            Some(1.0)
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,253 @@
+//! One call that sets up everything a controller binary needs around its reconcilers.
+//!
+//! ```no_run
+//! # use clap::Parser;
+//! # #[derive(Parser)] struct Cli { #[command(flatten)] common: plumbing::cli::CommonArgs }
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use plumbing::{Exit, Metrics, Names, Runtime};
+//! let cli = Cli::parse();
+//! let names = Names { controller: "valkey-node-controller", default_lease: "valkey-node-controller" };
+//! let runtime = Runtime::start(&cli.common, names, Metrics::default()).await?;
+//! if runtime.wait_for_leadership().await? {
+//!     // Build the kube Controller with `.graceful_shutdown_on(runtime.stop_signal())`,
+//!     // call `runtime.readiness.mark_synced()` once its stores are ready, and run it.
+//! }
+//! if runtime.finish().await? == Exit::LeadershipLost {
+//!     std::process::exit(1); // restart as a standby
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+
+use tokio::task::JoinHandle;
+
+use crate::cli::CommonArgs;
+use crate::events::EventPublisher;
+use crate::health::{HealthError, HealthServer, Readiness};
+use crate::leader::{
+    LeaderElector, LeaderError, LeaderState, Leadership, POD_NAME_ENV, default_identity,
+};
+use crate::metrics::Metrics;
+use crate::shutdown::{Shutdown, ShutdownError};
+use crate::telemetry::{self, TelemetryError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
+    #[error(transparent)]
+    Shutdown(#[from] ShutdownError),
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error(transparent)]
+    Health(#[from] HealthError),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("health server task failed: {0}")]
+    HealthTask(#[source] tokio::task::JoinError),
+}
+
+/// The names a binary runs under.
+#[derive(Clone, Copy, Debug)]
+pub struct Names<'a> {
+    /// Event reporter (and log context), e.g. `valkey-node-controller`.
+    pub controller: &'a str,
+    /// Lease name unless `--leader-election-id` overrides it.
+    pub default_lease: &'a str,
+}
+
+/// How the process should end, from [`Runtime::finish`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Shut down on request: exit 0.
+    Graceful,
+    /// Leadership was lost: exit non-zero so the pod restarts as a standby.
+    LeadershipLost,
+}
+
+/// Handles a controller binary works with. Fields are public so reconcilers can clone what they
+/// need into their context.
+pub struct Runtime {
+    pub client: kube::Client,
+    pub metrics: Metrics,
+    pub readiness: Readiness,
+    pub shutdown: Shutdown,
+    pub leadership: Leadership,
+    pub events: EventPublisher,
+    watch_namespace: Option<String>,
+    health: JoinHandle<Result<(), HealthError>>,
+    bridge: JoinHandle<()>,
+}
+
+impl Runtime {
+    /// Initialises, in order: logs, the SIGTERM/SIGINT handler, the Kubernetes client (in-cluster
+    /// or `KUBECONFIG`), the health server on `--metrics-addr`, and leader election when
+    /// `--leader-elect` is set. `metrics` may carry a binary's own registered metrics.
+    pub async fn start(
+        args: &CommonArgs,
+        names: Names<'_>,
+        metrics: Metrics,
+    ) -> Result<Self, RuntimeError> {
+        telemetry::init(args.log_format, &args.log_level)?;
+        let shutdown = Shutdown::on_signals()?;
+        let client = kube::Client::try_default()
+            .await
+            .map_err(RuntimeError::Client)?;
+
+        let readiness = Readiness::new(args.leader_elect);
+        let server = HealthServer::bind(args.metrics_addr).await?;
+        tracing::info!(addr = %server.local_addr()?, "serving /metrics, /live and /ready");
+        let health =
+            tokio::spawn(server.serve(metrics.clone(), readiness.clone(), shutdown.clone()));
+
+        let leadership = if args.leader_elect {
+            let namespace = args.lease_namespace();
+            let name = args.lease_name(names.default_lease);
+            LeaderElector::new(client.clone(), &namespace, name, &default_identity()).spawn()
+        } else {
+            Leadership::always()
+        };
+        let bridge = tokio::spawn(mirror_leadership(
+            leadership.subscribe(),
+            metrics.clone(),
+            readiness.clone(),
+        ));
+
+        let instance = std::env::var(POD_NAME_ENV).ok().filter(|n| !n.is_empty());
+        let events = EventPublisher::new(client.clone(), names.controller, instance);
+        Ok(Self {
+            client,
+            metrics,
+            readiness,
+            shutdown,
+            leadership,
+            events,
+            watch_namespace: args.watch_namespace().map(str::to_owned),
+            health,
+            bridge,
+        })
+    }
+
+    /// The namespace to watch; `None` for all.
+    pub fn watch_namespace(&self) -> Option<&str> {
+        self.watch_namespace.as_deref()
+    }
+
+    /// Waits until this replica leads (`true`) or shutdown is requested first (`false`).
+    pub async fn wait_for_leadership(&self) -> Result<bool, LeaderError> {
+        tokio::select! {
+            acquired = self.leadership.acquired() => acquired.map(|()| true),
+            () = self.shutdown.wait() => Ok(false),
+        }
+    }
+
+    /// Resolves on shutdown or on lost leadership: pass it to `Controller::graceful_shutdown_on`.
+    pub fn stop_signal(&self) -> impl Future<Output = ()> + Send + Sync + 'static {
+        stop_signal(self.shutdown.wait_owned(), self.leadership.lost_owned())
+    }
+
+    /// Call after the controllers have stopped: releases the Lease, stops the health server, and
+    /// says how the process should exit.
+    pub async fn finish(self) -> Result<Exit, RuntimeError> {
+        let exit = if self.leadership.state() == LeaderState::Lost {
+            Exit::LeadershipLost
+        } else {
+            Exit::Graceful
+        };
+        self.leadership.release().await;
+        self.shutdown.trigger();
+        self.bridge.abort();
+        self.health.await.map_err(RuntimeError::HealthTask)??;
+        tracing::info!(?exit, "stopped");
+        Ok(exit)
+    }
+}
+
+async fn stop_signal(
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    lost: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    tokio::select! {
+        () = shutdown => {}
+        () = lost => tracing::warn!("leadership lost; stopping the controllers"),
+    }
+}
+
+/// Keeps the `leader` gauge and readiness in step with the election.
+async fn mirror_leadership(
+    mut state: tokio::sync::watch::Receiver<LeaderState>,
+    metrics: Metrics,
+    readiness: Readiness,
+) {
+    loop {
+        let leading = *state.borrow_and_update() == LeaderState::Leading;
+        metrics.set_leader(leading);
+        readiness.set_leading(leading);
+        if state.changed().await.is_err() {
+            metrics.set_leader(false);
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn assert_send_sync_static<T: Send + Sync + 'static>(_: &T) {}
+
+    #[tokio::test]
+    async fn stop_signal_fires_on_shutdown_and_is_sync() -> Result<(), tokio::time::error::Elapsed>
+    {
+        let shutdown = Shutdown::new();
+        let leadership = Leadership::always();
+        let signal = stop_signal(shutdown.wait_owned(), leadership.lost_owned());
+        assert_send_sync_static(&signal);
+        shutdown.trigger();
+        tokio::time::timeout(Duration::from_secs(5), signal).await
+    }
+
+    #[tokio::test]
+    async fn stop_signal_waits_while_leading() {
+        let shutdown = Shutdown::new();
+        let leadership = Leadership::always();
+        let signal = stop_signal(shutdown.wait_owned(), leadership.lost_owned());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), signal)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn leader_gauge_and_readiness_follow_state() -> Result<(), Box<dyn std::error::Error>> {
+        let (sender, receiver) = tokio::sync::watch::channel(LeaderState::Standby);
+        let metrics = Metrics::default();
+        let readiness = Readiness::new(true);
+        let bridge = tokio::spawn(mirror_leadership(
+            receiver,
+            metrics.clone(),
+            readiness.clone(),
+        ));
+        let leader_line = |m: &Metrics| -> Result<bool, std::fmt::Error> {
+            Ok(m.encode()?.lines().any(|l| l == "leader 1"))
+        };
+        assert!(readiness.is_ready(), "a standby is ready");
+        sender.send_replace(LeaderState::Leading);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !leader_line(&metrics)? {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "leader gauge never became 1"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert!(!readiness.is_ready(), "a new leader waits for its watches");
+        drop(sender);
+        tokio::time::timeout(Duration::from_secs(5), bridge).await??;
+        assert!(!leader_line(&metrics)?);
+        Ok(())
+    }
+}
