@@ -1,0 +1,15 @@
+//! Parsers for Valkey's replies. No I/O: the text or `redis::Value` a client received goes in,
+//! typed data comes out, and malformed input is a [`ParseError`], never a panic.
+
+pub mod cluster_info;
+pub mod cluster_nodes;
+pub mod cluster_shards;
+mod error;
+pub mod info;
+mod kv;
+pub mod slot_migrations;
+pub mod value;
+pub mod version;
+
+pub use error::ParseError;
+pub use version::{Version, supports_atomic_slot_migration};
