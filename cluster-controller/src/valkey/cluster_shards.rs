@@ -41,7 +41,7 @@ pub struct ShardNode {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shard {
-    /// The shard id (Valkey 8+); `None` on servers that do not send it.
+    /// The shard id; `None` on servers that do not send it (9.1 does, 8.0 does not).
     pub id: Option<String>,
     pub slots: SlotSet,
     pub nodes: Vec<ShardNode>,
