@@ -41,8 +41,13 @@ for dir in /proc/[0-9]*; do
 	exe=${exe% (deleted)}
 	ns=$(stat -L -c %i "$dir/ns/net" 2>/dev/null) || ns=""
 	why=""
-	if [[ -n $exe && $exe == "$LK"/* ]]; then
-		why="runs a program under $LK"
+	args=$(tr '\0' '\n' 2>/dev/null <"$dir/cmdline" | tail -n +2)
+	# The same binary run for another purpose (a test's own etcd, a kubectl command) names no
+	# path of this cluster and is not a leftover.
+	if [[ -n $exe && $exe == "$LK"/images/* ]]; then
+		why="runs a program from the image table"
+	elif [[ -n $exe && $exe == "$LK"/* && $args == *"$LK"* ]]; then
+		why="runs a program under $LK for this cluster"
 	elif [[ $(basename "$exe") == localkube-kubelet ]]; then
 		why="is the process kubelet"
 	elif [[ -n $ns && -n ${pod_ns[$ns]:-} ]]; then

@@ -52,8 +52,9 @@ func (r Leftovers) String() string {
 	return strings.Join(parts, "\n  ")
 }
 
-// Find lists what belongs to the cluster under l: processes whose executable is under .localkube,
-// the process kubelet, processes in a pod network namespace or with the pod environment, mounts
+// Find lists what belongs to the cluster under l: processes running a program under .localkube
+// with an argument naming .localkube (the control plane) or a program from the image table, the
+// process kubelet, processes in a pod network namespace or with the pod environment, mounts
 // under .localkube, lk-* network namespaces and the bridge. The caller and its ancestors are never
 // listed (a shell that runs "localkube stop" may mention .localkube in its own command line).
 func Find(l layout.Layout) (Leftovers, error) {
@@ -76,7 +77,8 @@ func Find(l layout.Layout) (Leftovers, error) {
 		}
 		exe := strings.TrimSuffix(p.Exe, " (deleted)")
 		switch {
-		case strings.HasPrefix(exe, prefix),
+		case strings.HasPrefix(exe, prefix) && mentions(p.Cmdline[min(1, len(p.Cmdline)):], l.Dir),
+			strings.HasPrefix(exe, l.Images()+string(filepath.Separator)),
 			filepath.Base(exe) == "localkube-kubelet",
 			podNS[p.NetNS],
 			p.NetNS != host && p.NetNS != 0 && hasEnv(p.Env, podMarker):
@@ -100,6 +102,18 @@ func ancestorsOfSelf(procs []proc.Process) map[int]bool {
 		out[pid] = true
 	}
 	return out
+}
+
+// mentions reports whether an argument names dir or a path below it: the components of this
+// cluster always do, while the same binary run for another purpose (a test's own etcd, a kubectl
+// command) does not and is left alone.
+func mentions(args []string, dir string) bool {
+	for _, a := range args {
+		if strings.Contains(a, dir+string(filepath.Separator)) || strings.HasSuffix(a, dir) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasEnv(env []string, kv string) bool {
