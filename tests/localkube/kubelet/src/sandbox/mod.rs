@@ -125,3 +125,91 @@ pub async fn exec_in(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::{self, PodNetNames};
+    use std::path::PathBuf;
+
+    /// Root and iproute2 are needed; elsewhere the test says so and passes.
+    fn privileged() -> bool {
+        nix::unistd::geteuid().is_root() && std::path::Path::new("/usr/sbin/ip").exists()
+    }
+
+    #[tokio::test]
+    async fn a_container_sees_its_root_identity_and_network()
+    -> Result<(), Box<dyn std::error::Error>> {
+        if !privileged() {
+            eprintln!("skipped: needs root and iproute2");
+            return Ok(());
+        }
+        let base = std::env::temp_dir().join(format!("lk-sandbox-{}", std::process::id()));
+        let image_bin = base.join("image/bin");
+        let etc = base.join("etc");
+        let data = base.join("data");
+        for d in [&image_bin, &etc, &data] {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(etc.join("hosts"), "127.0.0.1 localhost\n")?;
+        std::fs::write(etc.join("hostname"), "pod-x\n")?;
+        std::fs::write(etc.join("resolv.conf"), "")?;
+        std::fs::write(data.join("in.txt"), "volume-content")?;
+        let names = PodNetNames::for_uid(&format!("t{}", std::process::id()));
+        network::ip(&["netns", "add", &names.netns]).await?;
+        network::ip(&[
+            "-n",
+            &names.netns,
+            "addr",
+            "add",
+            "10.254.0.2/24",
+            "dev",
+            "lo",
+        ])
+        .await?;
+        network::ip(&["-n", &names.netns, "link", "set", "lo", "up"]).await?;
+        let volumes = vec![plan::VolumeMount {
+            source: data.clone(),
+            target: PathBuf::from("/data"),
+            readonly: false,
+        }];
+        let rootfs = plan::build(plan::PlanInput {
+            root: base.join("root"),
+            image_bin,
+            image_lib: None,
+            pod_etc: etc,
+            volumes: &volumes,
+            readonly_root: true,
+            workdir: Some("/data".into()),
+            hostname: "pod-x".into(),
+            identity: Some(Identity {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![1000, 2000],
+            }),
+        });
+        let log_path = base.join("log");
+        let log = std::fs::File::create(&log_path)?;
+        let script = "echo host=$(hostname) id=$(id -u):$(id -G | tr ' ' ,) pwd=$(pwd); cat in.txt; echo; \
+                      touch /probe-root 2>/dev/null || echo root-readonly; ip -4 -o addr show lo | grep -c 10.254.0.2";
+        let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
+        let env = vec![(
+            "PATH".to_string(),
+            "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_string(),
+        )];
+        let mut child = spawn_container(&rootfs, &names.netns_path(), &argv, &env, &log)?;
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
+        let out = std::fs::read_to_string(&log_path)?;
+        network::teardown(&names).await;
+        std::fs::remove_dir_all(&base)?;
+        assert!(status.success(), "exit {status}: {out}");
+        assert!(
+            out.contains("host=pod-x id=1000:1000,2000 pwd=/data"),
+            "{out}"
+        );
+        assert!(out.contains("volume-content"), "{out}");
+        assert!(out.contains("root-readonly"), "{out}");
+        assert!(out.trim_end().ends_with('1'), "{out}");
+        Ok(())
+    }
+}
