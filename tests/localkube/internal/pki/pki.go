@@ -31,6 +31,14 @@ const (
 	AdminKey   = "admin.key"
 	SAKey      = "sa.key"
 	SAPub      = "sa.pub"
+	// The front proxy (requestheader) CA and the API server's client certificate for it: the
+	// API server's aggregation layer uses them, and the controller manager and scheduler read
+	// the CA from kube-system/extension-apiserver-authentication (they log errors without it).
+	FrontProxyCACert = "front-proxy-ca.crt"
+	FrontProxyCAKey  = "front-proxy-ca.key"
+	FrontProxyCert   = "front-proxy-client.crt"
+	FrontProxyKey    = "front-proxy-client.key"
+	FrontProxyClient = "front-proxy-client"
 )
 
 // A local test cluster lives for years at most; renewing leaf certificates a month before they
@@ -54,7 +62,7 @@ func Ensure(dir string, sans ServingSANs) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	ca, caKey, err := ensureCA(dir)
+	ca, caKey, err := ensureCA(dir, CACert, CAKey, "localkube-ca")
 	if err != nil {
 		return fmt.Errorf("CA: %w", err)
 	}
@@ -76,14 +84,26 @@ func Ensure(dir string, sans ServingSANs) error {
 	if err := ensureLeaf(dir, AdminCert, AdminKey, admin, ca, caKey); err != nil {
 		return fmt.Errorf("admin certificate: %w", err)
 	}
+	fpCA, fpKey, err := ensureCA(dir, FrontProxyCACert, FrontProxyCAKey, "localkube-front-proxy-ca")
+	if err != nil {
+		return fmt.Errorf("front proxy CA: %w", err)
+	}
+	proxyClient := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: FrontProxyClient},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := ensureLeaf(dir, FrontProxyCert, FrontProxyKey, proxyClient, fpCA, fpKey); err != nil {
+		return fmt.Errorf("front proxy client certificate: %w", err)
+	}
 	if err := ensureSAKeys(dir); err != nil {
 		return fmt.Errorf("service-account keys: %w", err)
 	}
 	return nil
 }
 
-func ensureCA(dir string) (*x509.Certificate, crypto.Signer, error) {
-	certPath, keyPath := filepath.Join(dir, CACert), filepath.Join(dir, CAKey)
+func ensureCA(dir, certName, keyName, commonName string) (*x509.Certificate, crypto.Signer, error) {
+	certPath, keyPath := filepath.Join(dir, certName), filepath.Join(dir, keyName)
 	if cert, key, err := load(certPath, keyPath); err == nil {
 		return cert, key, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -94,7 +114,7 @@ func ensureCA(dir string) (*x509.Certificate, crypto.Signer, error) {
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "localkube-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,

@@ -34,6 +34,15 @@ func apiserverArgs(l layout.Layout) []string {
 		// The default admission chain stays on, ServiceAccount included, so pods get their
 		// projected token volume as on a real cluster.
 		"--profiling=false",
+		// The front proxy settings of kubeadm clusters: aggregated API servers work, and the
+		// controller manager and scheduler find the requestheader CA they look for.
+		"--requestheader-client-ca-file=" + p(pki.FrontProxyCACert),
+		"--requestheader-allowed-names=" + pki.FrontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p(pki.FrontProxyCert),
+		"--proxy-client-key-file=" + p(pki.FrontProxyKey),
 	}
 }
 
