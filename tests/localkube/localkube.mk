@@ -26,11 +26,15 @@ LOCALKUBE_GO_SOURCES := $(LOCALKUBE_SRC)/go.mod $(LOCALKUBE_SRC)/go.sum \
 # Static, reproducible builds; Go's default caches (GOCACHE, GOMODCACHE) persist between runs.
 LOCALKUBE_GO_ENV := CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-.PHONY: localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status
+.PHONY: localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status
 
 ## Tools: the localkube binary with its kubectl link, helm, the valkey images. Each step is
 ## skipped when it is up to date.
-localkube-tools: $(LOCALKUBE_BIN) $(KUBECTL) $(HELM) localkube-valkey-images
+localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(HELM) localkube-valkey-images
+
+## Machine tools (iproute2, patchelf, pip from Debian's packages when missing; Go 1.26 checked).
+localkube-prereqs:
+	@bash $(LOCALKUBE_SRC)/prereqs.sh
 
 $(LOCALKUBE_BIN): $(LOCALKUBE_GO_SOURCES)
 	@mkdir -p $(dir $@)
