@@ -1,5 +1,7 @@
 //! Process-wide `tracing` subscriber: JSON or text lines on stderr, filtered by an EnvFilter.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::cli::LogFormat;
@@ -38,7 +40,12 @@ pub fn init(format: LogFormat, log_level: &str) -> Result<(), TelemetryError> {
             )
             .try_init()?,
         LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            // Colour codes only for a person at a terminal, never into log files.
+            .with(
+                fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
             .try_init()?,
     }
     Ok(())

@@ -174,8 +174,10 @@ impl LeaderElector {
         state.send_replace(end);
     }
 
-    /// Steps until this replica leads; `None` when asked to stop first. A step in flight is
-    /// never cancelled, so a write that won the Lease is always known (and released on stop).
+    /// Steps until this replica leads; `None` when asked to stop first. A stop request never
+    /// interrupts a step, so a write that won the Lease is known and released. (A step cut by
+    /// the request timeout may have won unseen; the next step then finds its own identity and
+    /// renews.)
     async fn campaign(&mut self, stop: &mut oneshot::Receiver<()>) -> Option<Instant> {
         loop {
             let sent = Instant::now();
