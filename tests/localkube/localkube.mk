@@ -26,7 +26,7 @@ LOCALKUBE_GO_SOURCES := $(LOCALKUBE_SRC)/go.mod $(LOCALKUBE_SRC)/go.sum \
 # Static, reproducible builds; Go's default caches (GOCACHE, GOMODCACHE) persist between runs.
 LOCALKUBE_GO_ENV := CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-.PHONY: localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status
+.PHONY: localkube-check localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status
 
 ## Tools: the localkube binary with its kubectl link, helm, the valkey images. Each step is
 ## skipped when it is up to date.
@@ -80,3 +80,10 @@ localkube-status:
 localkube-reset: localkube-down
 	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs \
 		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid
+
+## The Go side's own checks: formatting, vet and unit tests (same build flags as the binary, so the
+## compiled dependencies come from the cache).
+localkube-check:
+	@out=$$(cd $(LOCALKUBE_SRC) && gofmt -l cmd internal); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd $(LOCALKUBE_SRC) && $(LOCALKUBE_GO_ENV) $(GO) vet -trimpath ./...
+	cd $(LOCALKUBE_SRC) && $(LOCALKUBE_GO_ENV) $(GO) test -vet=off -trimpath ./internal/...
