@@ -380,6 +380,26 @@ fn condition_order(type_: &str) -> usize {
     .unwrap_or(usize::MAX)
 }
 
+/// The status as a strategic-merge patch body. Conditions merge by `type`, so a field that went
+/// away (a reason once the condition is True) must be sent as null or the old value stays; the
+/// same holds for the pod-level message.
+pub fn patch_body(status: &PodStatus) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
+    if let Some(conditions) = value.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+        for c in conditions.iter_mut().filter_map(|c| c.as_object_mut()) {
+            for field in ["reason", "message"] {
+                c.entry(field).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    if let Some(obj) = value.as_object_mut() {
+        for field in ["message", "reason"] {
+            obj.entry(field).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": value })
+}
+
 /// The part of a status this kubelet owns, as JSON, to decide whether a write is needed.
 pub fn owned_json(status: &PodStatus) -> serde_json::Value {
     let mut copy = status.clone();
@@ -534,6 +554,20 @@ mod tests {
             ready.and_then(|c| c.message),
             Some("containers with unready status: [c0]".into())
         );
+    }
+
+    #[test]
+    fn the_patch_clears_reasons_that_no_longer_apply() {
+        let p = pod("Always");
+        let status = build(&p, &view(vec![(running(true), None)]), ts(100));
+        let body = patch_body(&status);
+        let ready = body["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+            .unwrap_or_default();
+        assert_eq!(ready["status"], "True");
+        assert!(ready["reason"].is_null() && ready.get("reason").is_some());
+        assert!(body["status"].get("message").is_some());
     }
 
     #[test]

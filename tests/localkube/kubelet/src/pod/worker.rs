@@ -279,6 +279,10 @@ impl Worker {
         let Some(tracker) = process.probes.iter_mut().find(|p| p.kind == kind) else {
             return;
         };
+        if !ok && message != tracker.last_message {
+            // Logged when the failure changes, not at every period.
+            tracing::info!(pod = %key, container = %name, ?kind, message = ?message, "probe failed");
+        }
         let transition = tracker.record(ok, message.clone(), Instant::now());
         if transition == probe::Transition::BecameFailing
             && matches!(kind, Kind::Liveness | Kind::Startup)
@@ -730,7 +734,7 @@ impl Worker {
             self.pod.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let name = self.pod.metadata.name.clone().unwrap_or_default();
-        let patch = serde_json::json!({ "status": desired });
+        let patch = status::patch_body(&desired);
         match api
             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
