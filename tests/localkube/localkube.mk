@@ -79,7 +79,7 @@ localkube-status:
 ## Wipe the cluster's state (etcd, PKI, kubelet state, logs); tools and images stay.
 localkube-reset: localkube-down
 	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs \
-		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid
+		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid $(LOCALKUBE_DIR)/localkube.lock
 
 ## The Go side's own checks: formatting, vet and unit tests (same build flags as the binary, so the
 ## compiled dependencies come from the cache).

@@ -84,6 +84,12 @@ func Start(opts StartOptions) error {
 		}
 		select {
 		case err := <-exited:
+			// Lost a race with another "start": wait for the winner instead.
+			if other, perr := supervisor.ReadPID(l.PIDFile()); perr == nil && other != pid && proc.Alive(other) {
+				fmt.Printf("another supervisor (pid %d) is starting the cluster; waiting for it\n", other)
+				pid, exited = other, nil
+				continue
+			}
 			return fmt.Errorf("supervisor exited during start-up (%v)\n%s", err, tails(l, "localkube", diedComponent(l)))
 		case <-ctx.Done():
 			what, component, _ := last.stage(wantNodes)

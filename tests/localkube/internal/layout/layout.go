@@ -71,6 +71,7 @@ func (l Layout) Etcd() string                { return l.path("etcd") }
 func (l Layout) Logs() string                { return l.path("logs") }
 func (l Layout) Log(component string) string { return l.path("logs", component+".log") }
 func (l Layout) PIDFile() string             { return l.path("localkube.pid") }
+func (l Layout) LockFile() string            { return l.path("localkube.lock") }
 func (l Layout) KubeletDir() string          { return l.path("kubelet") }
 func (l Layout) Images() string              { return l.path("images") }
 
@@ -81,5 +82,5 @@ func (l Layout) DefaultKubelet() string {
 
 // StateDirs are wiped by a reset; bin/ and images/ are tools and survive it.
 func (l Layout) StateDirs() []string {
-	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile()}
+	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile()}
 }

@@ -19,7 +19,6 @@ import (
 	"valkey-operator.local/localkube/internal/bridge"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/pki"
-	"valkey-operator.local/localkube/internal/proc"
 )
 
 // Options of one supervisor run.
@@ -41,7 +40,17 @@ func Up(opts Options) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer cancel()
 
-	if err := claimPIDFile(l.PIDFile()); err != nil {
+	// The lock comes before any side effect: a second supervisor (two "make localkube" at once)
+	// must leave without touching the bridge or the processes of the first.
+	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lock(l.LockFile())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := writePIDFile(l.PIDFile()); err != nil {
 		return err
 	}
 	defer os.Remove(l.PIDFile())
@@ -194,11 +203,28 @@ func servingSANs() pki.ServingSANs {
 	}
 }
 
-// claimPIDFile writes our pid unless another live supervisor holds the file.
-func claimPIDFile(path string) error {
-	if pid, err := ReadPID(path); err == nil && proc.Alive(pid) && pid != os.Getpid() {
-		return fmt.Errorf("already running (pid %d, %s)", pid, path)
+// ErrAlreadyRunning is returned when another supervisor holds the lock.
+var ErrAlreadyRunning = errors.New("another supervisor is running")
+
+// lock takes the supervisor lock for the life of this process; the kernel drops it when the
+// process ends, however it ends.
+func lock(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
 	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid, _ := ReadPID(strings.TrimSuffix(path, ".lock") + ".pid")
+			return nil, fmt.Errorf("%w (pid %d)", ErrAlreadyRunning, pid)
+		}
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+func writePIDFile(path string) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
