@@ -1,1 +1,3 @@
+mod names;
+mod render;
 fn main() {}

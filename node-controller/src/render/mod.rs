@@ -1,0 +1,244 @@
+//! The build stage: a ValkeyNode becomes its children (ConfigMap, PVC, StatefulSet or Deployment).
+//!
+//! Pure and deterministic: no client, no clock, no randomness, so the same spec always yields
+//! byte-identical objects and a reconcile that finds nothing to change changes nothing. The
+//! objects come from the askama templates in `templates/node/` and are parsed into typed
+//! k8s-openapi objects before anything is applied. Every user-written value enters a template
+//! through the `json` filter, which YAML reads as a quoted scalar or a flow collection, so no value
+//! can add YAML structure; valkey.conf values are checked to hold no line break or control
+//! character, so no value can add a line.
+
+mod config;
+mod pod;
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use valkey_api::v1alpha1::{ValkeyNode, WorkloadType};
+
+use crate::names::{ChildNames, REVISION_ANNOTATION, labels, selector};
+pub use config::render_valkey_conf;
+use pod::PodTemplate;
+
+/// Everything a ValkeyNode should own, plus the revision its pod template carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    pub config_map: ConfigMap,
+    /// Only with persistence enabled.
+    pub pvc: Option<PersistentVolumeClaim>,
+    pub workload: Workload,
+    /// Hash of everything that shapes the pod: the template and valkey.conf.
+    pub revision: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    StatefulSet(Box<StatefulSet>),
+    Deployment(Box<Deployment>),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RenderError {
+    #[error("the ValkeyNode has no {0}")]
+    MissingMetadata(&'static str),
+    #[error("spec.config: {0}")]
+    InvalidConfig(String),
+    #[error("rendering {template}: {message}")]
+    Template {
+        template: &'static str,
+        message: String,
+    },
+    #[error("the rendered {template} is not a valid object: {message}")]
+    Parse {
+        template: &'static str,
+        message: String,
+    },
+}
+
+impl RenderError {
+    /// A CamelCase reason for conditions and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RenderError::InvalidConfig(_) => "InvalidConfig",
+            RenderError::MissingMetadata(_) => "InvalidObject",
+            RenderError::Template { .. } | RenderError::Parse { .. } => "RenderFailed",
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "node/configmap.yaml", escape = "none")]
+struct ConfigMapYaml<'a> {
+    names: &'a ChildNames,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    owner: &'a OwnerReference,
+    valkey_conf: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "node/pvc.yaml", escape = "none")]
+struct PvcYaml<'a> {
+    names: &'a ChildNames,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    size: &'a str,
+    storage_class: Option<&'a str>,
+}
+
+#[derive(Template)]
+#[template(path = "node/statefulset.yaml", escape = "none")]
+struct StatefulSetYaml<'a> {
+    names: &'a ChildNames,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    selector: &'a BTreeMap<String, String>,
+    owner: &'a OwnerReference,
+    pod: &'a PodTemplate,
+}
+
+#[derive(Template)]
+#[template(path = "node/deployment.yaml", escape = "none")]
+struct DeploymentYaml<'a> {
+    names: &'a ChildNames,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    selector: &'a BTreeMap<String, String>,
+    owner: &'a OwnerReference,
+    pod: &'a PodTemplate,
+    paused: bool,
+    recreate: bool,
+}
+
+/// Builds every child of `node`.
+pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
+    let name = node
+        .meta()
+        .name
+        .as_deref()
+        .ok_or(RenderError::MissingMetadata("name"))?;
+    let namespace = node
+        .meta()
+        .namespace
+        .as_deref()
+        .ok_or(RenderError::MissingMetadata("namespace"))?;
+    let owner = node
+        .controller_owner_ref(&())
+        .ok_or(RenderError::MissingMetadata("uid"))?;
+    let spec = &node.spec;
+    let names = ChildNames::of(name);
+    let labels = labels(name);
+    let selector = selector(name);
+
+    let valkey_conf = render_valkey_conf(name, namespace, spec.config.as_ref())?;
+    let config_map: ConfigMap = parse(
+        "node/configmap.yaml",
+        ConfigMapYaml {
+            names: &names,
+            namespace,
+            labels: &labels,
+            owner: &owner,
+            valkey_conf: &valkey_conf,
+        }
+        .render(),
+    )?;
+
+    let persistence = spec.persistence.as_ref().filter(|p| p.enabled);
+    let pvc = match persistence {
+        Some(p) => Some(parse(
+            "node/pvc.yaml",
+            PvcYaml {
+                names: &names,
+                namespace,
+                labels: &labels,
+                size: &p.size.0,
+                storage_class: p.storage_class_name.as_deref(),
+            }
+            .render(),
+        )?),
+        None => None,
+    };
+
+    // The revision is computed over the template without its own annotation, plus valkey.conf:
+    // a config change must restart the pod even though the template only names the ConfigMap.
+    let mut pod = PodTemplate::new(name, &names, spec, persistence.is_some());
+    let revision = revision(&pod.fingerprint(), &valkey_conf);
+    pod.annotations
+        .insert(REVISION_ANNOTATION.to_owned(), revision.clone());
+
+    let workload = match spec.workload_type {
+        WorkloadType::StatefulSet => Workload::StatefulSet(Box::new(parse(
+            "node/statefulset.yaml",
+            StatefulSetYaml {
+                names: &names,
+                namespace,
+                labels: &labels,
+                selector: &selector,
+                owner: &owner,
+                pod: &pod,
+            }
+            .render(),
+        )?)),
+        WorkloadType::Deployment => Workload::Deployment(Box::new(parse(
+            "node/deployment.yaml",
+            DeploymentYaml {
+                names: &names,
+                namespace,
+                labels: &labels,
+                selector: &selector,
+                owner: &owner,
+                pod: &pod,
+                paused: !restart_allowed(spec.allowed_revision.as_deref(), &revision),
+                recreate: persistence.is_some(),
+            }
+            .render(),
+        )?)),
+    };
+
+    Ok(Children {
+        config_map,
+        pvc,
+        workload,
+        revision,
+    })
+}
+
+/// Whether the parent lets the pod run `desired`: always when it set no revision, else only that
+/// one.
+pub fn restart_allowed(allowed: Option<&str>, desired: &str) -> bool {
+    match allowed {
+        None | Some("") => true,
+        Some(allowed) => allowed == desired,
+    }
+}
+
+fn revision(pod_fingerprint: &Value, valkey_conf: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(pod_fingerprint.to_string().as_bytes());
+    hasher.update([0]);
+    hasher.update(valkey_conf.as_bytes());
+    hex::encode(&hasher.finalize()[..5])
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    template: &'static str,
+    rendered: askama::Result<String>,
+) -> Result<T, RenderError> {
+    let text = rendered.map_err(|e| RenderError::Template {
+        template,
+        message: e.to_string(),
+    })?;
+    serde_yaml::from_str(&text).map_err(|e| RenderError::Parse {
+        template,
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,103 @@
+//! The pod template shared by both workload types, as the values `templates/node/pod-template.yaml`
+//! inserts.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use serde::Serialize;
+use serde_json::{Value, json};
+use valkey_api::v1alpha1::ValkeyNodeSpec;
+
+use crate::names::{ChildNames, NODE_LABEL, labels};
+
+/// Where the pod sees its volumes.
+pub const CONFIG_DIR: &str = "/etc/valkey/config";
+pub const CREDENTIALS_DIR: &str = "/etc/valkey/credentials";
+pub const DATA_DIR: &str = "/data";
+
+/// Every value of the pod template that depends on the spec.
+#[derive(Debug, Clone, Serialize)]
+pub struct PodTemplate {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub tolerations: Option<Vec<Toleration>>,
+    pub affinity: Option<Affinity>,
+    pub image: String,
+    pub pull_policy: String,
+    pub env: Vec<Value>,
+    pub resources: Option<ResourceRequirements>,
+    /// The probe command: Valkey's own `PING`, authenticated when the node has credentials.
+    pub ping: Vec<String>,
+    pub mounts: Vec<Value>,
+    pub volumes: Vec<Value>,
+}
+
+impl PodTemplate {
+    pub fn new(name: &str, names: &ChildNames, spec: &ValkeyNodeSpec, persistent: bool) -> Self {
+        // The parent's labels first, so the node-controller's own (the selector among them) win.
+        let mut pod_labels = spec.pod_labels.clone().unwrap_or_default();
+        pod_labels.extend(labels(name));
+        debug_assert!(pod_labels.contains_key(NODE_LABEL));
+
+        let mut env = Vec::new();
+        let mut ping: Vec<String> = ["valkey-cli", "-h", "127.0.0.1", "-p", "6379"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let mut mounts = vec![
+            json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),
+            json!({"name": "data", "mountPath": DATA_DIR}),
+            json!({"name": "tmp", "mountPath": "/tmp"}),
+        ];
+        let data = if persistent {
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": names.pvc}})
+        } else {
+            json!({"name": "data", "emptyDir": {}})
+        };
+        let mut volumes = vec![
+            json!({"name": "config", "configMap": {"name": names.config_map, "defaultMode": 0o444}}),
+            data,
+            json!({"name": "tmp", "emptyDir": {}}),
+        ];
+        if let Some(credentials) = &spec.credentials {
+            // valkey-cli reads the password from REDISCLI_AUTH, so it never shows in a process list.
+            env.push(
+                json!({"name": "REDISCLI_AUTH", "valueFrom": {"secretKeyRef": {
+                "name": credentials.secret_name, "key": credentials.password_key}}}),
+            );
+            ping.extend([
+                "--no-auth-warning".to_owned(),
+                "--user".to_owned(),
+                credentials.username.clone(),
+            ]);
+            mounts.push(
+                json!({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}),
+            );
+            volumes.push(json!({"name": "credentials", "secret": {
+                "secretName": credentials.secret_name, "defaultMode": 0o440}}));
+        }
+        ping.push("ping".to_owned());
+
+        Self {
+            labels: pod_labels,
+            annotations: spec.pod_annotations.clone().unwrap_or_default(),
+            node_selector: spec.node_selector.clone(),
+            tolerations: spec.tolerations.clone(),
+            affinity: spec.affinity.clone(),
+            image: spec.image.clone(),
+            pull_policy: spec.image_pull_policy.to_string(),
+            env,
+            resources: spec.resources.clone(),
+            ping,
+            mounts,
+            volumes,
+        }
+    }
+
+    /// Everything that shapes the pod, for the revision hash. (Serialising these types cannot
+    /// fail: every map has string keys.)
+    pub fn fingerprint(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}

@@ -1,0 +1,350 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use valkey_api::v1alpha1::ValkeyNode;
+
+use super::*;
+
+fn node(yaml: &str) -> ValkeyNode {
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("fixture: {e}"))
+}
+
+const STATEFUL: &str = r#"
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyNode
+metadata: {name: cache-0-0, namespace: prod, uid: 7f9d2c1e-0000-4000-8000-000000000001}
+spec:
+  image: valkey/valkey:9.1
+  persistence: {enabled: true, size: 2Gi, storageClassName: fast}
+  config: {cluster-enabled: "yes", maxmemory: 100mb, save: "3600 1 300 100"}
+  credentials: {secretName: cache-acl, username: healthcheck}
+  podLabels: {valkey.io/cluster: cache, valkey.io/node: not-this}
+  podAnnotations: {note: hello}
+  nodeSelector: {topology.kubernetes.io/zone: zone-b}
+  tolerations: [{key: dedicated, operator: Equal, value: valkey, effect: NoSchedule}]
+  resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 256Mi}}
+  allowedRevision: ""
+"#;
+
+const CACHE: &str = r#"
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyNode
+metadata: {name: scratch, namespace: dev, uid: 7f9d2c1e-0000-4000-8000-000000000002}
+spec:
+  workloadType: Deployment
+  image: valkey/valkey:8.0
+  config: {protected-mode: "no"}
+"#;
+
+fn pod_template(children: &Children) -> &PodTemplateSpec {
+    match &children.workload {
+        Workload::StatefulSet(s) => s.spec.as_ref().map(|s| &s.template),
+        Workload::Deployment(d) => d.spec.as_ref().map(|s| &s.template),
+    }
+    .unwrap_or_else(|| panic!("workload without spec"))
+}
+
+fn valkey_conf(children: &Children) -> String {
+    children
+        .config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get("valkey.conf"))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Rendered objects are compared with files under `tests/golden/`; `UPDATE_GOLDEN=1` rewrites them.
+fn assert_golden(file: &str, children: &Children) {
+    let mut text = String::new();
+    let workload = match &children.workload {
+        Workload::StatefulSet(s) => serde_yaml::to_string(s),
+        Workload::Deployment(d) => serde_yaml::to_string(d),
+    };
+    for doc in [
+        serde_yaml::to_string(&children.config_map),
+        serde_yaml::to_string(&children.pvc),
+        workload,
+    ] {
+        text.push_str("---\n");
+        text.push_str(&doc.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(file);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let golden = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        golden == text,
+        "{} differs from the rendering (UPDATE_GOLDEN=1 to accept):\n{text}",
+        path.display()
+    );
+}
+
+#[test]
+fn statefulset_with_persistence_and_credentials_matches_golden() {
+    let children = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    assert_golden("statefulset.yaml", &children);
+}
+
+#[test]
+fn deployment_without_persistence_matches_golden() {
+    let children = build(&node(CACHE)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(children.pvc.is_none());
+    assert_golden("deployment.yaml", &children);
+}
+
+#[test]
+fn the_contract_names_and_ownership() {
+    let children = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    let Workload::StatefulSet(sts) = &children.workload else {
+        panic!("not a StatefulSet")
+    };
+    assert_eq!(sts.metadata.name.as_deref(), Some("valkey-cache-0-0"));
+    assert_eq!(sts.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    let pvc = children.pvc.as_ref().unwrap_or_else(|| panic!("no PVC"));
+    assert_eq!(pvc.metadata.name.as_deref(), Some("valkey-cache-0-0-data"));
+    assert!(
+        pvc.metadata.owner_references.is_none(),
+        "the PVC must outlive the ValkeyNode"
+    );
+    for owners in [
+        &sts.metadata.owner_references,
+        &children.config_map.metadata.owner_references,
+    ] {
+        let owner = owners
+            .as_ref()
+            .and_then(|o| o.first())
+            .unwrap_or_else(|| panic!("no owner"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("ValkeyNode", "cache-0-0")
+        );
+        assert_eq!(owner.controller, Some(true));
+    }
+    // The node-controller's selector label wins over a parent's attempt to set it.
+    let labels = pod_template(&children)
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone());
+    assert_eq!(
+        labels
+            .as_ref()
+            .and_then(|l| l.get("valkey.io/node"))
+            .map(String::as_str),
+        Some("cache-0-0")
+    );
+    assert_eq!(
+        labels
+            .as_ref()
+            .and_then(|l| l.get("valkey.io/cluster"))
+            .map(String::as_str),
+        Some("cache")
+    );
+}
+
+#[test]
+fn pod_runs_restricted() {
+    let children = build(&node(CACHE)).unwrap_or_else(|e| panic!("{e}"));
+    let spec = pod_template(&children)
+        .spec
+        .as_ref()
+        .unwrap_or_else(|| panic!("no pod spec"));
+    let pod_sc = spec
+        .security_context
+        .as_ref()
+        .unwrap_or_else(|| panic!("no pod securityContext"));
+    assert_eq!(pod_sc.run_as_non_root, Some(true));
+    assert_eq!(
+        pod_sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    let container = &spec.containers[0];
+    let sc = container
+        .security_context
+        .as_ref()
+        .unwrap_or_else(|| panic!("no container securityContext"));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_owned()])
+    );
+    assert!(container.readiness_probe.is_some() && container.liveness_probe.is_some());
+}
+
+#[test]
+fn credentials_are_referenced_never_copied() {
+    let children = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    let spec = pod_template(&children)
+        .spec
+        .as_ref()
+        .unwrap_or_else(|| panic!("no pod spec"));
+    let env = spec.containers[0].env.clone().unwrap_or_default();
+    let auth = env
+        .iter()
+        .find(|e| e.name == "REDISCLI_AUTH")
+        .unwrap_or_else(|| panic!("no REDISCLI_AUTH"));
+    assert!(
+        auth.value.is_none(),
+        "the password must come from the Secret"
+    );
+    let key = auth
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref());
+    assert_eq!(
+        key.map(|k| (k.name.as_str(), k.key.as_str())),
+        Some(("cache-acl", "password"))
+    );
+    let probe = spec.containers[0]
+        .readiness_probe
+        .as_ref()
+        .and_then(|p| p.exec.as_ref());
+    let command = probe.and_then(|e| e.command.clone()).unwrap_or_default();
+    assert!(
+        command.windows(2).any(|w| w == ["--user", "healthcheck"]),
+        "{command:?}"
+    );
+}
+
+#[test]
+fn valkey_conf_holds_the_config_as_given_then_what_the_pod_needs() {
+    let children = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    let conf = valkey_conf(&children);
+    let lines: Vec<&str> = conf.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        lines,
+        [
+            "cluster-enabled yes",
+            "maxmemory 100mb",
+            "save 3600 1 300 100",
+            "dir /data",
+            "port 6379"
+        ]
+    );
+}
+
+/// Values that would break a naive template: none may add a line to valkey.conf or a key to YAML.
+const HOSTILE: &[&str] = &[
+    "a\" b",
+    "it's",
+    "# not a comment",
+    "{{ template }}",
+    "{% if x %}",
+    "---",
+    "...",
+    "key: value",
+    "[1, 2]",
+    "&anchor *alias !tag",
+    "ünïcödé ✓ 日本語",
+    "tab\tinside",
+];
+
+#[test]
+fn hostile_values_stay_one_value() {
+    for value in HOSTILE {
+        let mut n = node(CACHE);
+        let config = BTreeMap::from([("maxmemory-policy".to_owned(), (*value).to_owned())]);
+        n.spec.config = Some(config);
+        n.spec.pod_annotations = Some(BTreeMap::from([("note".to_owned(), (*value).to_owned())]));
+        n.spec.image = format!("valkey/valkey:{value}");
+        let result = build(&n);
+        if value.chars().any(char::is_control) {
+            assert!(
+                matches!(result, Err(RenderError::InvalidConfig(_))),
+                "{value:?}: {result:?}"
+            );
+            continue;
+        }
+        let children = result.unwrap_or_else(|e| panic!("{value:?}: {e}"));
+        let conf = valkey_conf(&children);
+        let expected = format!("maxmemory-policy {value}");
+        assert_eq!(
+            conf.lines().filter(|l| !l.starts_with('#')).count(),
+            3,
+            "{value:?}:\n{conf}"
+        );
+        assert!(conf.lines().any(|l| l == expected), "{value:?}:\n{conf}");
+        let template = pod_template(&children);
+        let annotations = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.clone())
+            .unwrap_or_default();
+        assert_eq!(annotations.get("note").map(String::as_str), Some(*value));
+        let image = template
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[0].image.clone());
+        assert_eq!(
+            image.as_deref(),
+            Some(format!("valkey/valkey:{value}").as_str())
+        );
+    }
+}
+
+#[test]
+fn line_breaks_and_control_characters_are_refused() {
+    for value in ["a\nb", "a\rb", "x\n---\nkind: Secret", "bell\u{7}", "nul\0"] {
+        let mut n = node(CACHE);
+        n.spec.config = Some(BTreeMap::from([("save".to_owned(), value.to_owned())]));
+        assert!(
+            matches!(build(&n), Err(RenderError::InvalidConfig(_))),
+            "{value:?}"
+        );
+    }
+    let mut n = node(CACHE);
+    n.spec.config = Some(BTreeMap::from([(
+        "bad key\nport".to_owned(),
+        "1".to_owned(),
+    )]));
+    assert!(matches!(build(&n), Err(RenderError::InvalidConfig(_))));
+}
+
+#[test]
+fn the_revision_follows_what_shapes_the_pod() {
+    let base = node(STATEFUL);
+    let rev = |n: &ValkeyNode| build(n).unwrap_or_else(|e| panic!("{e}")).revision;
+    let original = rev(&base);
+    assert_eq!(original, rev(&base), "deterministic");
+
+    let mut n = base.clone();
+    n.spec.allowed_revision = Some("abc".into());
+    assert_eq!(rev(&n), original, "allowedRevision does not shape the pod");
+
+    let mut n = base.clone();
+    n.spec.image = "valkey/valkey:9.2".into();
+    assert_ne!(rev(&n), original, "image");
+
+    let mut n = base.clone();
+    n.spec
+        .config
+        .get_or_insert_default()
+        .insert("maxmemory".into(), "200mb".into());
+    assert_ne!(rev(&n), original, "config");
+
+    let mut n = base;
+    n.spec.resources = None;
+    assert_ne!(rev(&n), original, "resources");
+}
+
+#[test]
+fn a_deployment_waits_paused_for_its_revision() {
+    let paused = |allowed: Option<&str>| {
+        let mut n = node(CACHE);
+        n.spec.allowed_revision = allowed.map(str::to_owned);
+        let children = build(&n).unwrap_or_else(|e| panic!("{e}"));
+        let revision = children.revision.clone();
+        let Workload::Deployment(d) = children.workload else {
+            panic!("not a Deployment")
+        };
+        (d.spec.and_then(|s| s.paused), revision)
+    };
+    let (open, revision) = paused(None);
+    assert_eq!(open, Some(false));
+    assert_eq!(paused(Some("0000000000")).0, Some(true));
+    assert_eq!(paused(Some(&revision)).0, Some(false));
+}
