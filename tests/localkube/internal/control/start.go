@@ -44,8 +44,12 @@ func Start(opts StartOptions) error {
 
 	// The end of the supervisor we start; nil when one was already running.
 	var exited <-chan error
-	pid, err := supervisor.ReadPID(l.PIDFile())
-	if err == nil && proc.Alive(pid) {
+	running, err := supervisor.Running(l)
+	if err != nil {
+		return err
+	}
+	pid, _ := supervisor.ReadPID(l.PIDFile())
+	if running {
 		if c, err := newClient(l); err == nil {
 			qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
 			r := observe(qctx, c)
@@ -57,6 +61,18 @@ func Start(opts StartOptions) error {
 		}
 		fmt.Printf("supervisor already running (pid %d), waiting for it to be ready\n", pid)
 	} else {
+		// A supervisor that was killed (or a machine whose processes were ended) leaves its
+		// children, pod namespaces, mounts and the bridge: clear them, or they hold the ports.
+		found, remaining, err := Sweep(l)
+		if err != nil {
+			return err
+		}
+		if !found.Empty() {
+			fmt.Printf("no supervisor running; swept what an earlier run left:\n  %s\n", found)
+		}
+		if !remaining.Empty() {
+			return fmt.Errorf("%w:\n  %s", ErrNotClean, remaining)
+		}
 		if pid, exited, err = spawn(opts); err != nil {
 			return err
 		}

@@ -224,6 +224,22 @@ func lock(path string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// Running reports whether a supervisor holds the lock of l.
+func Running(l layout.Layout) (bool, error) {
+	if _, err := os.Stat(l.LockFile()); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	unlock, err := lock(l.LockFile())
+	if errors.Is(err, ErrAlreadyRunning) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	unlock()
+	return false, nil
+}
+
 func writePIDFile(path string) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
