@@ -75,6 +75,8 @@ pub struct Runtime {
     pub backoff: Backoff,
     /// Not before this instant may it (re)start.
     pub next_start: Option<Instant>,
+    /// The back-off before `next_start`, for the CrashLoopBackOff message.
+    pub delay: Duration,
     pub image: Option<ImageDir>,
     pub image_attempts: u32,
     /// Whether it has ever been started in this pod (a start after that is a restart).
@@ -92,6 +94,7 @@ impl Runtime {
             waiting: ("ContainerCreating".into(), None),
             backoff: Backoff::new(backoff_cap),
             next_start: None,
+            delay: Duration::ZERO,
             image: None,
             image_attempts: 0,
             ever_started: false,
@@ -127,8 +130,8 @@ impl Runtime {
         };
         let ran_for = process.started_instant.elapsed();
         self.terminated = Some(t.clone());
-        let delay = self.backoff.next_delay(ran_for);
-        self.next_start = Some(Instant::now() + delay);
+        self.delay = self.backoff.next_delay(ran_for);
+        self.next_start = Some(Instant::now() + self.delay);
         Some(t)
     }
 
@@ -143,8 +146,8 @@ impl Runtime {
             finished_at: now,
             container_id,
         });
-        let delay = self.backoff.next_delay(Duration::ZERO);
-        self.next_start = Some(Instant::now() + delay);
+        self.delay = self.backoff.next_delay(Duration::ZERO);
+        self.next_start = Some(Instant::now() + self.delay);
         self.ever_started = true;
     }
 
@@ -158,7 +161,14 @@ impl Runtime {
         }
     }
 
-    pub fn view(&self, image_id: &str, now: Instant, restart_policy: &str) -> ContainerView {
+    /// `pod` names the pod as a kubelet does in messages: `name_namespace(uid)`.
+    pub fn view(
+        &self,
+        image_id: &str,
+        now: Instant,
+        restart_policy: &str,
+        pod: &str,
+    ) -> ContainerView {
         let restarting = self.wants_restart(restart_policy);
         let (state, last) = match (&self.process, &self.terminated) {
             (Some(p), _) => (
@@ -172,11 +182,10 @@ impl Runtime {
             (None, Some(t)) if restarting && self.next_start.is_some_and(|at| at > now) => (
                 State::Waiting {
                     reason: "CrashLoopBackOff".into(),
+                    // Constant while waiting, so the status is written once per back-off.
                     message: Some(format!(
-                        "back-off {}s restarting failed container={} pod",
-                        self.next_start
-                            .map(|at| at.saturating_duration_since(now).as_secs().max(1))
-                            .unwrap_or_default(),
+                        "back-off {}s restarting failed container={} pod={pod}",
+                        self.delay.as_secs(),
                         self.spec.name
                     )),
                 },

@@ -152,13 +152,13 @@ impl Manager {
         for h in self.workers.values() {
             let _ = h.tx.send(Msg::Shutdown);
         }
-        for (_, h) in self.workers {
-            if tokio::time::timeout(Duration::from_secs(20), h.task)
-                .await
-                .is_err()
-            {
-                tracing::warn!("a pod worker did not stop in time");
-            }
+        // Workers stop in parallel; the whole kubelet must be gone within 30 s.
+        let tasks = self.workers.into_values().map(|h| h.task);
+        if tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(tasks))
+            .await
+            .is_err()
+        {
+            tracing::warn!("some pod workers did not stop in time");
         }
     }
 }

@@ -688,6 +688,12 @@ impl Worker {
         let now = Instant::now();
         let policy = self.restart_policy();
         let image_id = |rt: &Runtime| rt.image.as_ref().map(|i| i.image_id()).unwrap_or_default();
+        let pod = format!(
+            "{}_{}({})",
+            self.pod.metadata.name.as_deref().unwrap_or_default(),
+            self.pod.metadata.namespace.as_deref().unwrap_or_default(),
+            self.uid
+        );
         PodView {
             sandbox_ready: self.net.is_some(),
             pod_ip: self.net.as_ref().map(|n| n.ip.to_string()),
@@ -696,12 +702,12 @@ impl Worker {
             init_containers: self
                 .init
                 .iter()
-                .map(|rt| rt.view(&image_id(rt), now, &policy))
+                .map(|rt| rt.view(&image_id(rt), now, &policy, &pod))
                 .collect(),
             containers: self
                 .main
                 .iter()
-                .map(|rt| rt.view(&image_id(rt), now, &policy))
+                .map(|rt| rt.view(&image_id(rt), now, &policy, &pod))
                 .collect(),
             message: self.net_error.clone().or(self.volume_error.clone()),
         }
