@@ -1,3 +1,66 @@
+//! node-controller: turns each ValkeyNode into one running Valkey pod (a 1-replica StatefulSet or
+//! Deployment, its ConfigMap and its PVC) and reports what it observes. It makes no topology
+//! decision; parents such as the cluster-controller do.
+
+mod controller;
 mod names;
+mod probe;
 mod render;
-fn main() {}
+mod status;
+
+use clap::Parser;
+use plumbing::{CommonArgs, Exit, Metrics, Names, Runtime};
+
+#[derive(Parser)]
+#[command(
+    name = "node-controller",
+    version,
+    about = "Reconciles ValkeyNodes into Valkey pods"
+)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let names = Names {
+        controller: controller::CONTROLLER,
+        default_lease: controller::CONTROLLER,
+    };
+    let runtime = match Runtime::start(&cli.common, names, Metrics::default()).await {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("node-controller: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.wait_for_leadership().await {
+        Ok(true) => {
+            tracing::info!(
+                namespace = runtime.watch_namespace().unwrap_or("(all)"),
+                "reconciling ValkeyNodes"
+            );
+            controller::run(
+                runtime.client.clone(),
+                runtime.watch_namespace(),
+                runtime.metrics.clone(),
+                runtime.events.clone(),
+                runtime.readiness.clone(),
+                runtime.stop_signal(),
+            )
+            .await;
+        }
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, "leader election failed"),
+    }
+    match runtime.finish().await {
+        Ok(Exit::Graceful) => std::process::ExitCode::SUCCESS,
+        Ok(Exit::LeadershipLost) => std::process::ExitCode::from(1),
+        Err(e) => {
+            tracing::error!(error = %e, "shutdown failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

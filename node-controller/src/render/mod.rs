@@ -101,6 +101,8 @@ struct StatefulSetYaml<'a> {
     selector: &'a BTreeMap<String, String>,
     owner: &'a OwnerReference,
     pod: &'a PodTemplate,
+    /// 1 holds the pod on its current revision; 0 lets the new one roll.
+    partition: i32,
 }
 
 #[derive(Template)]
@@ -171,6 +173,7 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
     let revision = revision(&pod.fingerprint(), &valkey_conf);
     pod.annotations
         .insert(REVISION_ANNOTATION.to_owned(), revision.clone());
+    let allowed = restart_allowed(spec.allowed_revision.as_deref(), &revision);
 
     let workload = match spec.workload_type {
         WorkloadType::StatefulSet => Workload::StatefulSet(Box::new(parse(
@@ -182,6 +185,7 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
                 selector: &selector,
                 owner: &owner,
                 pod: &pod,
+                partition: if allowed { 0 } else { 1 },
             }
             .render(),
         )?)),
@@ -194,7 +198,7 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
                 selector: &selector,
                 owner: &owner,
                 pod: &pod,
-                paused: !restart_allowed(spec.allowed_revision.as_deref(), &revision),
+                paused: !allowed,
                 recreate: persistence.is_some(),
             }
             .render(),

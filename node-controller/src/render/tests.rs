@@ -348,3 +348,27 @@ fn a_deployment_waits_paused_for_its_revision() {
     assert_eq!(paused(Some("0000000000")).0, Some(true));
     assert_eq!(paused(Some(&revision)).0, Some(false));
 }
+
+#[test]
+fn a_statefulset_holds_its_pod_by_partition() {
+    let partition = |allowed: Option<&str>| {
+        let mut n = node(STATEFUL);
+        n.spec.allowed_revision = allowed.map(str::to_owned);
+        let children = build(&n).unwrap_or_else(|e| panic!("{e}"));
+        let revision = children.revision.clone();
+        let Workload::StatefulSet(s) = children.workload else {
+            panic!("not a StatefulSet")
+        };
+        let strategy = s.spec.and_then(|s| s.update_strategy);
+        (
+            strategy
+                .and_then(|u| u.rolling_update)
+                .and_then(|r| r.partition),
+            revision,
+        )
+    };
+    let (open, revision) = partition(None);
+    assert_eq!(open, Some(0));
+    assert_eq!(partition(Some("0000000000")).0, Some(1));
+    assert_eq!(partition(Some(&revision)).0, Some(0));
+}

@@ -1,0 +1,338 @@
+//! The report stage: what was observed becomes the ValkeyNode's status. Pure; the conditions keep
+//! their lastTransitionTime unless their status flips, so an unchanged world yields an identical
+//! status and no write.
+
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use plumbing::conditions::{ConditionStatus, set_condition};
+use valkey_api::v1alpha1::{Role, ValkeyNodeStatus};
+
+use crate::names::REVISION_ANNOTATION;
+use crate::probe::Answer;
+
+pub const READY: &str = "Ready";
+pub const WORKLOAD_READY: &str = "WorkloadReady";
+pub const PVC_READY: &str = "PersistentVolumeClaimReady";
+pub const CREDENTIALS: &str = "Credentials";
+pub const POD_UP_TO_DATE: &str = "PodUpToDate";
+
+/// Everything one reconcile pass saw.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    pub generation: Option<i64>,
+    pub workload_name: &'a str,
+    pub workload: WorkloadState,
+    /// `None` when the node has no persistence.
+    pub pvc: Option<PvcState>,
+    /// `None` when the node has no credentials.
+    pub credentials: Option<CredentialsState>,
+    pub pod: Option<&'a Pod>,
+    /// `None` when Valkey was not asked (no running pod).
+    pub valkey: Option<Answer>,
+    pub desired_revision: &'a str,
+    /// Whether the parent allows the desired revision to run now.
+    pub restart_allowed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadState {
+    Missing,
+    Present {
+        ready_replicas: i32,
+    },
+    /// Applying it failed; the message says why.
+    Rejected(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PvcState {
+    Missing,
+    Phase { name: String, phase: String },
+    Rejected(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CredentialsState {
+    Found,
+    SecretMissing { secret: String },
+    KeyMissing { secret: String, key: String },
+}
+
+/// The new status, starting from the previous one so unchanged conditions keep their times.
+pub fn compute(
+    previous: Option<&ValkeyNodeStatus>,
+    o: &Observed<'_>,
+    now: &Time,
+) -> ValkeyNodeStatus {
+    let mut conditions = Conditions {
+        list: previous
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default(),
+        generation: o.generation,
+        now,
+    };
+
+    let pod = o.pod.filter(|p| p.metadata.deletion_timestamp.is_none());
+    let pod_ready = pod.is_some_and(pod_is_ready);
+    let role = match &o.valkey {
+        Some(Answer::Pong { role }) if pod.is_some() => *role,
+        _ => None,
+    };
+    let answered = matches!(o.valkey, Some(Answer::Pong { .. })) && pod.is_some();
+    let ready = pod_ready && answered;
+
+    let (reason, message) = ready_reason(o, pod, pod_ready, role);
+    conditions.set(READY, ready, &reason, &message);
+
+    match &o.workload {
+        WorkloadState::Present { ready_replicas } if *ready_replicas >= 1 => conditions.set(
+            WORKLOAD_READY,
+            true,
+            "WorkloadReady",
+            &format!("{} has its pod ready.", o.workload_name),
+        ),
+        WorkloadState::Present { .. } => conditions.set(
+            WORKLOAD_READY,
+            false,
+            "WorkloadNotReady",
+            &format!("{} has no ready pod yet.", o.workload_name),
+        ),
+        WorkloadState::Missing => conditions.set(
+            WORKLOAD_READY,
+            false,
+            "WorkloadMissing",
+            &format!("{} does not exist yet.", o.workload_name),
+        ),
+        WorkloadState::Rejected(why) => {
+            conditions.set(WORKLOAD_READY, false, "WorkloadRejected", why)
+        }
+    }
+
+    match &o.pvc {
+        None => {
+            conditions.remove(PVC_READY);
+        }
+        Some(PvcState::Phase { name, phase }) if phase == "Bound" => {
+            conditions.set(PVC_READY, true, "Bound", &format!("{name} is bound."))
+        }
+        Some(PvcState::Phase { name, phase }) => conditions.set(
+            PVC_READY,
+            false,
+            phase,
+            &format!("{name} is {phase}; the pod starts once its volume is bound."),
+        ),
+        Some(PvcState::Missing) => conditions.set(
+            PVC_READY,
+            false,
+            "Missing",
+            "The data volume does not exist yet.",
+        ),
+        Some(PvcState::Rejected(why)) => conditions.set(PVC_READY, false, "Rejected", why),
+    }
+
+    match &o.credentials {
+        None => {
+            conditions.remove(CREDENTIALS);
+        }
+        Some(CredentialsState::Found) => {
+            conditions.set(CREDENTIALS, true, "SecretFound", "The credentials Secret exists and holds the password.")
+        }
+        Some(CredentialsState::SecretMissing { secret }) => conditions.set(
+            CREDENTIALS,
+            false,
+            "SecretNotFound",
+            &format!("Secret {secret} does not exist in this namespace; the pod cannot start until it does."),
+        ),
+        Some(CredentialsState::KeyMissing { secret, key }) => conditions.set(
+            CREDENTIALS,
+            false,
+            "SecretKeyNotFound",
+            &format!("Secret {secret} has no key {key}; the pod cannot start until it does."),
+        ),
+    }
+
+    let current_revision = pod.and_then(pod_revision);
+    match current_revision.as_deref() {
+        Some(rev) if rev == o.desired_revision => conditions.set(
+            POD_UP_TO_DATE,
+            true,
+            "UpToDate",
+            "The pod runs the desired revision.",
+        ),
+        Some(rev) if !o.restart_allowed => conditions.set(
+            POD_UP_TO_DATE,
+            false,
+            "AwaitingRestartApproval",
+            &format!(
+                "The pod runs revision {rev}; {} waits until spec.allowedRevision allows it.",
+                o.desired_revision
+            ),
+        ),
+        Some(rev) => conditions.set(
+            POD_UP_TO_DATE,
+            false,
+            "Restarting",
+            &format!(
+                "The pod runs revision {rev} and is being replaced by {}.",
+                o.desired_revision
+            ),
+        ),
+        None => conditions.set(POD_UP_TO_DATE, false, "NoPod", "No pod runs yet."),
+    }
+
+    ValkeyNodeStatus {
+        ready,
+        role,
+        pod_ip: pod.and_then(|p| p.status.as_ref()?.pod_ip.clone()),
+        pod_name: pod.and_then(|p| p.metadata.name.clone()),
+        node_name: pod.and_then(|p| p.spec.as_ref()?.node_name.clone()),
+        current_revision,
+        desired_revision: Some(o.desired_revision.to_owned()),
+        conditions: Some(conditions.list),
+        observed_generation: o.generation,
+    }
+}
+
+/// The conditions being built, with what every entry shares.
+struct Conditions<'a> {
+    list: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl Conditions<'_> {
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
+        set_condition(
+            &mut self.list,
+            type_,
+            ConditionStatus::from(ok),
+            reason,
+            message,
+            self.generation,
+            self.now,
+        );
+    }
+
+    fn remove(&mut self, type_: &str) {
+        plumbing::conditions::remove_condition(&mut self.list, type_);
+    }
+}
+
+fn ready_reason(
+    o: &Observed<'_>,
+    pod: Option<&Pod>,
+    pod_ready: bool,
+    role: Option<Role>,
+) -> (String, String) {
+    let Some(pod) = pod else {
+        return match o.pod {
+            Some(p) => (
+                "PodTerminating".into(),
+                format!(
+                    "Pod {} is terminating.",
+                    p.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            None => (
+                "PodMissing".into(),
+                format!("{} has no pod yet.", o.workload_name),
+            ),
+        };
+    };
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if let Some((reason, message)) = unschedulable(pod) {
+        return (reason, format!("Pod {name} cannot be scheduled: {message}"));
+    }
+    if let Some(waiting) = waiting_state(pod) {
+        let reason = waiting
+            .reason
+            .clone()
+            .unwrap_or_else(|| "ContainerWaiting".into());
+        let detail = waiting.message.clone().unwrap_or_default();
+        let exit = last_exit_code(pod)
+            .map(|c| format!(" (last exit code {c})"))
+            .unwrap_or_default();
+        return (
+            reason.clone(),
+            format!("Container valkey of pod {name} is waiting: {reason}{exit}. {detail}")
+                .trim()
+                .to_owned(),
+        );
+    }
+    if !pod_ready {
+        return (
+            "PodNotReady".into(),
+            format!("Pod {name} is not ready yet."),
+        );
+    }
+    match &o.valkey {
+        Some(Answer::Pong { .. }) => (
+            "ValkeyReady".into(),
+            format!(
+                "Pod {name} is ready and Valkey answers PING{}.",
+                role.map(|r| format!(" as {r}")).unwrap_or_default()
+            ),
+        ),
+        Some(Answer::Failed(why)) => (
+            "ValkeyNotResponding".into(),
+            format!("Pod {name} is ready but Valkey does not answer: {why}"),
+        ),
+        None => (
+            "ValkeyNotResponding".into(),
+            format!("Pod {name} has no IP to ask Valkey on."),
+        ),
+    }
+}
+
+pub fn pod_is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub fn pod_revision(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(REVISION_ANNOTATION)
+        .cloned()
+}
+
+fn unschedulable(pod: &Pod) -> Option<(String, String)> {
+    let c = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some((
+        c.reason.clone().unwrap_or_else(|| "Unschedulable".into()),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+fn waiting_state(pod: &Pod) -> Option<&ContainerStateWaiting> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses
+        .iter()
+        .find(|s| s.name == "valkey")?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()
+}
+
+fn last_exit_code(pod: &Pod) -> Option<i32> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let last = statuses
+        .iter()
+        .find(|s| s.name == "valkey")?
+        .last_state
+        .as_ref()?;
+    Some(last.terminated.as_ref()?.exit_code)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+
+fn pod(yaml: &str) -> Pod {
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const READY_POD: &str = r#"
+metadata: {name: valkey-n-0, annotations: {valkey.io/revision: r1}}
+spec: {nodeName: localkube-b, containers: [{name: valkey}]}
+status:
+  phase: Running
+  podIP: 10.213.2.7
+  conditions: [{type: Ready, status: "True"}]
+  containerStatuses: [{name: valkey, image: valkey/valkey:9.1, imageID: "", ready: true, restartCount: 0, state: {running: {}}}]
+"#;
+
+fn observed<'a>(pod: Option<&'a Pod>, valkey: Option<Answer>) -> Observed<'a> {
+    Observed {
+        generation: Some(3),
+        workload_name: "valkey-n",
+        workload: WorkloadState::Present { ready_replicas: 1 },
+        pvc: None,
+        credentials: None,
+        pod,
+        valkey,
+        desired_revision: "r1",
+        restart_allowed: true,
+    }
+}
+
+fn at(seconds: i64) -> Time {
+    Time(Timestamp::from_second(seconds).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn condition<'a>(
+    status: &'a ValkeyNodeStatus,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    status
+        .conditions
+        .as_deref()
+        .and_then(|c| plumbing::conditions::find_condition(c, type_))
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+#[test]
+fn a_ready_pod_whose_valkey_answers_is_ready_with_its_role() {
+    let p = pod(READY_POD);
+    let s = compute(
+        None,
+        &observed(
+            Some(&p),
+            Some(Answer::Pong {
+                role: Some(Role::Primary),
+            }),
+        ),
+        &at(1),
+    );
+    assert!(s.ready);
+    assert_eq!(s.role, Some(Role::Primary));
+    assert_eq!(s.pod_ip.as_deref(), Some("10.213.2.7"));
+    assert_eq!(s.pod_name.as_deref(), Some("valkey-n-0"));
+    assert_eq!(s.node_name.as_deref(), Some("localkube-b"));
+    assert_eq!(s.observed_generation, Some(3));
+    assert_eq!(condition(&s, READY).reason, "ValkeyReady");
+    assert_eq!(condition(&s, POD_UP_TO_DATE).status, "True");
+}
+
+#[test]
+fn a_ready_pod_whose_valkey_is_silent_is_not_ready() {
+    let p = pod(READY_POD);
+    let s = compute(
+        None,
+        &observed(Some(&p), Some(Answer::Failed("connection refused".into()))),
+        &at(1),
+    );
+    assert!(!s.ready);
+    assert_eq!(s.role, None);
+    let c = condition(&s, READY);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "ValkeyNotResponding")
+    );
+    assert!(c.message.contains("connection refused"));
+}
+
+#[test]
+fn a_terminating_pod_reports_no_stale_address_or_role() {
+    let mut p = pod(READY_POD);
+    p.metadata.deletion_timestamp = Some(at(5));
+    let s = compute(
+        None,
+        &observed(
+            Some(&p),
+            Some(Answer::Pong {
+                role: Some(Role::Primary),
+            }),
+        ),
+        &at(6),
+    );
+    assert!(!s.ready);
+    assert_eq!((s.role, s.pod_ip.as_deref()), (None, None));
+    assert_eq!(condition(&s, READY).reason, "PodTerminating");
+}
+
+#[test]
+fn a_waiting_container_gives_the_kubelets_reason() {
+    for (reason, exit) in [
+        ("ImagePullBackOff", None),
+        ("ErrImagePull", None),
+        ("CrashLoopBackOff", Some(1)),
+    ] {
+        let last = exit
+            .map(|c| format!(", lastState: {{terminated: {{exitCode: {c}}}}}"))
+            .unwrap_or_default();
+        let p = pod(&format!(
+            r#"
+metadata: {{name: valkey-n-0}}
+status:
+  phase: Pending
+  conditions: [{{type: PodScheduled, status: "True"}}, {{type: Ready, status: "False"}}]
+  containerStatuses: [{{name: valkey, image: x, imageID: "", ready: false, restartCount: 2, state: {{waiting: {{reason: {reason}, message: back-off}}}}{last}}}]
+"#
+        ));
+        let s = compute(None, &observed(Some(&p), None), &at(1));
+        let c = condition(&s, READY);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reason));
+        if let Some(code) = exit {
+            assert!(
+                c.message.contains(&format!("last exit code {code}")),
+                "{}",
+                c.message
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unschedulable_pod_gives_the_schedulers_message() {
+    let p = pod(r#"
+metadata: {name: valkey-n-0}
+status:
+  phase: Pending
+  conditions: [{type: PodScheduled, status: "False", reason: Unschedulable, message: "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}]
+"#);
+    let s = compute(None, &observed(Some(&p), None), &at(1));
+    let c = condition(&s, READY);
+    assert_eq!(c.reason, "Unschedulable");
+    assert!(c.message.contains("0/3 nodes are available"));
+}
+
+#[test]
+fn unchanged_observations_give_an_identical_status() {
+    let p = pod(READY_POD);
+    let o = observed(
+        Some(&p),
+        Some(Answer::Pong {
+            role: Some(Role::Replica),
+        }),
+    );
+    let first = compute(None, &o, &at(1));
+    let second = compute(Some(&first), &o, &at(99));
+    assert_eq!(first, second, "no write when nothing changed");
+
+    let flipped = compute(
+        Some(&first),
+        &observed(Some(&p), Some(Answer::Failed("x".into()))),
+        &at(100),
+    );
+    assert_eq!(condition(&flipped, READY).last_transition_time, at(100));
+    assert_eq!(
+        condition(&flipped, WORKLOAD_READY).last_transition_time,
+        at(1)
+    );
+}
+
+#[test]
+fn a_missing_secret_is_named() {
+    let p = pod(READY_POD);
+    let mut o = observed(Some(&p), None);
+    o.credentials = Some(CredentialsState::SecretMissing {
+        secret: "cache-acl".into(),
+    });
+    let s = compute(None, &o, &at(1));
+    let c = condition(&s, CREDENTIALS);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "SecretNotFound")
+    );
+    assert!(c.message.contains("cache-acl"));
+}
+
+#[test]
+fn a_held_pod_says_it_awaits_approval() {
+    let p = pod(READY_POD);
+    let mut o = observed(Some(&p), Some(Answer::Pong { role: None }));
+    o.desired_revision = "r2";
+    o.restart_allowed = false;
+    let s = compute(None, &o, &at(1));
+    assert_eq!(s.current_revision.as_deref(), Some("r1"));
+    assert_eq!(s.desired_revision.as_deref(), Some("r2"));
+    assert_eq!(
+        condition(&s, POD_UP_TO_DATE).reason,
+        "AwaitingRestartApproval"
+    );
+    o.restart_allowed = true;
+    assert_eq!(
+        condition(&compute(None, &o, &at(1)), POD_UP_TO_DATE).reason,
+        "Restarting"
+    );
+}
