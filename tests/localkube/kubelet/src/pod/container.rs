@@ -28,6 +28,8 @@ pub struct Process {
     pub signals: mpsc::UnboundedSender<Signal>,
     /// Set once a stop was requested (liveness, startup failure, deletion).
     pub stopping: bool,
+    /// The preStop hook and where it runs.
+    pub pre_stop: Option<(crate::probe::Action, crate::probe::run::Target)>,
 }
 
 impl Process {
@@ -47,13 +49,25 @@ impl Process {
                 .is_none_or(|p| p.passing)
     }
 
-    /// SIGTERM now, SIGKILL after `grace` unless it has exited.
+    /// The preStop hook (if any), then SIGTERM, then SIGKILL once `grace` has passed (with two
+    /// more seconds when the hook used it all up, as a kubelet allows).
     pub fn stop(&mut self, grace: Duration) {
+        if self.stopping {
+            return;
+        }
         self.stopping = true;
-        let _ = self.signals.send(Signal::SIGTERM);
         let signals = self.signals.clone();
+        let hook = self.pre_stop.take();
         tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
+            let deadline = tokio::time::Instant::now() + grace;
+            if let Some((action, target)) = hook {
+                let _ =
+                    tokio::time::timeout(grace, crate::probe::run::run(&action, &target, grace))
+                        .await;
+            }
+            let _ = signals.send(Signal::SIGTERM);
+            let extra = tokio::time::Instant::now() + Duration::from_secs(2);
+            tokio::time::sleep_until(deadline.max(extra)).await;
             let _ = signals.send(Signal::SIGKILL);
         });
     }

@@ -566,6 +566,19 @@ impl Worker {
             })
             .collect()
         };
+        let pre_stop = spec
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .map(|handler| {
+                let target = probe::run::Target {
+                    pod_ip,
+                    pid,
+                    identity: identity.clone(),
+                    env: env.clone(),
+                };
+                (probe::hook_action(handler, &spec, &env), target)
+            });
         tracing::info!(pod = %key, container = %spec.name, pid, ?argv, "container started");
         rt.process = Some(Process {
             pid,
@@ -578,6 +591,7 @@ impl Worker {
             probes,
             signals: sig_tx,
             stopping: false,
+            pre_stop,
         });
     }
 

@@ -33,6 +33,8 @@ pub enum Action {
         path: String,
         headers: Vec<(String, String)>,
     },
+    /// A lifecycle hook's `sleep`.
+    Sleep(Duration),
     /// A probe this kubelet cannot run; it always fails, with this message.
     Unsupported(String),
 }
@@ -123,6 +125,24 @@ pub fn action(probe: &Probe, container: &Container, env: &[(String, String)]) ->
         };
     }
     Action::Unsupported("only exec, tcpSocket and httpGet probes are supported".into())
+}
+
+/// The action of a lifecycle hook (`preStop`), which takes the same handlers as a probe plus `sleep`.
+pub fn hook_action(
+    handler: &k8s_openapi::api::core::v1::LifecycleHandler,
+    container: &Container,
+    env: &[(String, String)],
+) -> Action {
+    if let Some(sleep) = &handler.sleep {
+        return Action::Sleep(Duration::from_secs(sleep.seconds.max(0) as u64));
+    }
+    let as_probe = Probe {
+        exec: handler.exec.clone(),
+        http_get: handler.http_get.clone(),
+        tcp_socket: handler.tcp_socket.clone(),
+        ..Default::default()
+    };
+    action(&as_probe, container, env)
 }
 
 /// Consecutive results turned into a probe's verdict, with the next time it is due.

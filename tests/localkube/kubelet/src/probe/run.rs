@@ -30,6 +30,10 @@ fn host_of(host: &Option<String>, pod_ip: Ipv4Addr) -> String {
 pub async fn run(action: &Action, target: &Target, timeout: Duration) -> (bool, Option<String>) {
     match action {
         Action::Unsupported(why) => (false, Some(why.clone())),
+        Action::Sleep(d) => {
+            tokio::time::sleep(*d).await;
+            (true, None)
+        }
         Action::Tcp { host, port } => {
             let host = host_of(host, target.pod_ip);
             match tokio::time::timeout(
