@@ -46,6 +46,9 @@ pub struct Worker {
     net: Option<Net>,
     net_error: Option<String>,
     net_retry: Option<Instant>,
+    /// The IP the API already shows for the pod, held from the start so that a new pod cannot
+    /// take it while this one is being set up again (after a kubelet restart).
+    reserved_ip: Option<Ipv4Addr>,
     volumes: Option<BTreeMap<String, PathBuf>>,
     volume_error: Option<String>,
     volumes_refreshed: Option<Instant>,
@@ -126,6 +129,18 @@ impl Worker {
         let prev = pod.status.clone().unwrap_or_default();
         let now = status::now();
         let cap = ctx.settings.backoff_cap;
+        let reserved_ip = prev
+            .pod_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+            .and_then(|ip| match ctx.allocate_ip(&node.name, Some(ip)) {
+                Some(got) if got == ip => Some(ip),
+                Some(other) => {
+                    ctx.release_ip(&node.name, other);
+                    None
+                }
+                None => None,
+            });
         let init = spec
             .init_containers
             .unwrap_or_default()
@@ -156,6 +171,7 @@ impl Worker {
             net: None,
             net_error: None,
             net_retry: None,
+            reserved_ip,
             volumes: None,
             volume_error: None,
             volumes_refreshed: None,
@@ -313,13 +329,8 @@ impl Worker {
     }
 
     async fn setup_network(&mut self) {
-        let preferred = self
-            .pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .and_then(|ip| ip.parse().ok());
-        let Some(ip) = self.ctx.allocate_ip(&self.node.name, preferred) else {
+        let reserved = self.reserved_ip.take();
+        let Some(ip) = reserved.or_else(|| self.ctx.allocate_ip(&self.node.name, None)) else {
             self.net_error = Some(format!("no free pod IP on node {}", self.node.name));
             self.net_retry = Some(Instant::now() + RETRY);
             return;
@@ -805,6 +816,9 @@ impl Worker {
 
     /// Removes the network; with `remove_dir` also the pod's directory (its emptyDirs).
     async fn cleanup(&mut self, remove_dir: bool) {
+        if let Some(ip) = self.reserved_ip.take() {
+            self.ctx.release_ip(&self.node.name, ip);
+        }
         if let Some(net) = self.net.take() {
             network::teardown(&net.names).await;
             self.ctx.release_ip(&self.node.name, net.ip);
