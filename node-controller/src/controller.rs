@@ -399,15 +399,15 @@ impl Context {
         self.applied
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (hash, new_version.clone()));
+            .insert(key, (hash.clone(), new_version));
 
-        // Events only for what really changed: a create, or a spec change / a hand edit undone.
-        let note = match (&live, &live_version) {
+        // Events for what this controller decided: a create, or a change of what it wants. (Other
+        // writers move resourceVersions all the time, so a moved version proves nothing.)
+        let note = match (&live, &last) {
             (None, _) => Some(("Created", format!("Created {kind} {name}."))),
-            (Some(_), Some(v)) if *v != new_version && last.is_some() => Some((
-                "Updated",
-                format!("Updated {kind} {name} to match the ValkeyNode."),
-            )),
+            (Some(_), Some((last_hash, _))) if *last_hash != hash => {
+                Some(("Updated", format!("Updated {kind} {name} to match the ValkeyNode.")))
+            }
             _ => None,
         };
         if let Some((reason, note)) = note {

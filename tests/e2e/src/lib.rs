@@ -5,6 +5,8 @@
 //! never start a cluster themselves. Each test works in a namespace of its own ([`TestNamespace`]),
 //! deleted when the guard drops, so independent tests can run in parallel.
 
+pub mod operator;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
