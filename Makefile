@@ -4,6 +4,8 @@ SHELL := /bin/bash
 
 CARGO ?= cargo
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+# Parallel end-to-end tests: each runs in its own namespace with its own controller processes.
+E2E_THREADS ?= 6
 
 # The local control plane (build, start, stop) lives with its own README.
 include tests/localkube/localkube.mk
@@ -14,4 +16,43 @@ help:
 	@echo "make test             every check and test (what CI runs)"
 	@echo "make generate         regenerate CRDs and docs from schema/"
 	@echo "make check-generated  fail when generated files are stale"
+	@echo "make lint             cargo fmt --check and clippy -D warnings"
 	@echo "make localkube        start the local control plane;  make localkube-down stops it"
+
+## ---- build and generated files ----------------------------------------------------------------
+
+.PHONY: build generate check-generated lint
+build:
+	$(CARGO) build --workspace --bins
+
+generate:
+	$(CARGO) run -q -p codegen -- write
+
+check-generated:
+	$(CARGO) run -q -p codegen -- check
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## ---- tests ------------------------------------------------------------------------------------
+
+.PHONY: test unit e2e
+# Everything the issues ask to be tested. With KUBECONFIG set, the end-to-end tests run on that
+# cluster; without it they start the local control plane and stop it (checking nothing is left).
+test: check-generated lint localkube-tools build unit
+ifeq ($(strip $(KUBECONFIG)),)
+	$(MAKE) localkube localkube-images
+	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status
+else
+	$(MAKE) localkube-images
+	$(MAKE) e2e
+endif
+
+# Unit and component tests: no cluster needed (the cluster-controller's engine tests run real
+# valkey-server processes from the localkube image table).
+unit:
+	$(CARGO) test --workspace --exclude e2e
+
+e2e:
+	$(CARGO) test -p e2e -- --test-threads=$(E2E_THREADS)
