@@ -44,3 +44,7 @@ pub fn int(name: &str) -> u64 {
         other => panic!("{name}: not an integer: {other:?}"),
     }
 }
+
+pub mod lab;
+pub mod servers;
+pub mod traffic;

@@ -1,0 +1,142 @@
+//! [`ValkeyClient`] with the `redis` crate: one multiplexed connection per address, made on
+//! first use, kept while it works, and dropped after a connection error or a timeout so the
+//! next command reconnects (a pod that restarted at the same address gets a fresh link).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo,
+    RedisError, Value,
+};
+
+use super::{ClientError, Credentials, ValkeyClient, command_label};
+
+/// How connections are made.
+#[derive(Debug, Clone)]
+pub struct RedisClientConfig {
+    pub credentials: Credentials,
+    /// How long establishing a connection (TCP and AUTH) may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RedisClientConfig {
+    fn default() -> Self {
+        Self {
+            credentials: Credentials::none(),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The real client. Cheap to clone; clones share the connection cache.
+#[derive(Debug, Clone)]
+pub struct RedisClient {
+    config: Arc<RedisClientConfig>,
+    connections: Arc<Mutex<HashMap<SocketAddr, MultiplexedConnection>>>,
+}
+
+impl RedisClient {
+    pub fn new(config: RedisClientConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+            connections: Arc::default(),
+        }
+    }
+
+    /// Forgets every cached connection (they close when the last command using them ends).
+    pub fn disconnect_all(&self) {
+        self.cache().clear();
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, MultiplexedConnection>> {
+        // The map holds no invariant a panicking holder could break.
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn connection(&self, addr: SocketAddr) -> Result<MultiplexedConnection, ClientError> {
+        if let Some(conn) = self.cache().get(&addr) {
+            return Ok(conn.clone());
+        }
+        let connect_error = |e: RedisError| ClientError::Connect {
+            addr,
+            message: e.to_string(),
+        };
+        let mut redis_settings = RedisConnectionInfo::default();
+        if let Some(username) = &self.config.credentials.username {
+            redis_settings = redis_settings.set_username(username);
+        }
+        if let Some(password) = &self.config.credentials.password {
+            redis_settings = redis_settings.set_password(password.expose());
+        }
+        let info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
+            .into_connection_info()
+            .map_err(connect_error)?
+            .set_redis_settings(redis_settings);
+        let client = Client::open(info).map_err(connect_error)?;
+        // Each command carries its own timeout, so the connection itself has none.
+        let settings = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.connect_timeout))
+            .set_response_timeout(None);
+        let conn = tokio::time::timeout(
+            self.config.connect_timeout,
+            client.get_multiplexed_async_connection_with_config(&settings),
+        )
+        .await
+        .map_err(|_| ClientError::Connect {
+            addr,
+            message: format!("no connection within {:?}", self.config.connect_timeout),
+        })?
+        .map_err(connect_error)?;
+        self.cache().insert(addr, conn.clone());
+        Ok(conn)
+    }
+
+    fn drop_connection(&self, addr: SocketAddr) {
+        self.cache().remove(&addr);
+    }
+}
+
+impl ValkeyClient for RedisClient {
+    async fn command(
+        &self,
+        addr: SocketAddr,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> Result<Value, ClientError> {
+        let mut conn = self.connection(addr).await?;
+        let command = command_label(cmd);
+        match tokio::time::timeout(timeout, cmd.query_async::<Value>(&mut conn)).await {
+            Err(_) => {
+                self.drop_connection(addr);
+                Err(ClientError::Timeout {
+                    addr,
+                    command,
+                    timeout,
+                })
+            }
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.code().is_some() && !e.is_unrecoverable_error() => {
+                Err(ClientError::Server {
+                    addr,
+                    command,
+                    code: e.code().map(str::to_owned),
+                    message: e.to_string(),
+                })
+            }
+            Ok(Err(e)) => {
+                self.drop_connection(addr);
+                Err(ClientError::Io {
+                    addr,
+                    command,
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+}

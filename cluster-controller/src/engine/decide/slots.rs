@@ -1,0 +1,346 @@
+//! Slots: finishing migrations that are open, giving unowned slots an owner, and moving slots
+//! so the wanted shards hold them evenly (draining the shards that leave).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::engine::decision::{Action, Decision, LegacyMigration, NodeRef, Reason};
+use crate::engine::member::Place;
+use crate::plan::migration::atomic;
+use crate::plan::migration::legacy::Intent;
+use crate::plan::rebalance;
+use crate::plan::slots::SlotSet;
+use crate::valkey::cluster_nodes::NodeId;
+use crate::valkey::slot_migrations::{Operation, SlotMigrationJob};
+
+use super::topology::{Live, Topology};
+
+/// How many unsuccessful atomic migration jobs in a row are retried before giving up.
+pub const ATOMIC_MAX_ATTEMPTS: u32 = 3;
+
+/// Migrations already under way: atomic jobs to wait for, legacy slots left open to finish
+/// (or roll back when their target is leaving).
+pub(super) fn open_migrations(t: &Topology) -> Option<Decision> {
+    atomic_jobs(t).or_else(|| legacy_markers(t))
+}
+
+fn atomic_jobs(t: &Topology) -> Option<Decision> {
+    let running: Vec<(&Live, &SlotMigrationJob)> = t
+        .live
+        .iter()
+        .flat_map(|node| {
+            node.state
+                .migrations()
+                .iter()
+                .filter(|j| !j.state.is_finished())
+                .map(move |job| (node, job))
+        })
+        .collect();
+    for (node, job) in &running {
+        let target = job.target_node.as_ref().and_then(|id| t.by_id(id));
+        if job.operation == Operation::Export
+            && target.is_some_and(|target| target.place == Place::LeavingShard)
+        {
+            return Some(Decision::act(
+                Action::CancelMigrations {
+                    on: node.node_ref(),
+                },
+                Reason::MigratingSlots,
+                format!(
+                    "cancelling the migration of slots {} from {}: its target is leaving",
+                    job.slots,
+                    node.name()
+                ),
+            ));
+        }
+    }
+    let (_, job) = running.first()?;
+    let name = |id: Option<&NodeId>| {
+        id.and_then(|id| t.by_id(id))
+            .map_or_else(|| "?".to_owned(), |l| l.name().to_owned())
+    };
+    Some(Decision::wait(
+        Reason::MigratingSlots,
+        format!(
+            "moving slots {} from {} to {} ({:?})",
+            job.slots,
+            name(job.source_node.as_ref()),
+            name(job.target_node.as_ref()),
+            job.state
+        ),
+    ))
+}
+
+fn legacy_markers(t: &Topology) -> Option<Decision> {
+    let mut open: BTreeMap<(NodeId, NodeId), SlotSet> = BTreeMap::new();
+    for node in t.live.iter().filter(|l| l.is_primary()) {
+        let me = node.me();
+        for (slot, target) in &me.migrating {
+            open.entry((node.id().clone(), target.clone()))
+                .or_default()
+                .insert(*slot);
+        }
+        for (slot, source) in &me.importing {
+            open.entry((source.clone(), node.id().clone()))
+                .or_default()
+                .insert(*slot);
+        }
+    }
+    let ((source_id, target_id), slots) = open.into_iter().next()?;
+    match (t.by_id(&source_id), t.by_id(&target_id)) {
+        (Some(source), Some(target)) => {
+            let intent = if target.place == Place::LeavingShard {
+                Intent::Abort
+            } else {
+                Intent::Complete
+            };
+            let verb = match intent {
+                Intent::Complete => "finishing",
+                Intent::Abort => "rolling back",
+            };
+            Some(Decision::act(
+                Action::MigrateSlots(LegacyMigration {
+                    source: source.node_ref(),
+                    target: target.node_ref(),
+                    others: other_primaries(t, source, target),
+                    slots: slots.clone(),
+                    intent,
+                }),
+                Reason::MigratingSlots,
+                format!(
+                    "{verb} the migration of slots {slots} from {} to {}",
+                    source.name(),
+                    target.name()
+                ),
+            ))
+        }
+        (source, target) => {
+            // One end is no member any more: nothing can move to or from it.
+            let (on, gone) = match (source, target) {
+                (Some(source), None) => (source, target_id),
+                (None, Some(target)) => (target, source_id),
+                _ => return None,
+            };
+            let slot = slots.iter().next()?;
+            Some(Decision::act(
+                Action::ClearSlot {
+                    on: on.node_ref(),
+                    slot,
+                },
+                Reason::MigratingSlots,
+                format!(
+                    "slot {slot} on {} was open towards node {gone}, which is gone; closing it",
+                    on.name()
+                ),
+            ))
+        }
+    }
+}
+
+fn other_primaries(t: &Topology, source: &Live, target: &Live) -> Vec<NodeRef> {
+    t.live
+        .iter()
+        .filter(|l| l.is_primary() && l.id() != source.id() && l.id() != target.id())
+        .map(Live::node_ref)
+        .collect()
+}
+
+/// Every slot has exactly one owner: claims must not overlap, views must agree, and slots
+/// nobody owns are added to a shard (all of them at formation, the lost ones later).
+pub(super) fn coverage(t: &Topology) -> Option<Decision> {
+    let claimers: Vec<&Live> = t
+        .live
+        .iter()
+        .filter(|l| l.is_primary() && !l.slots().is_empty())
+        .collect();
+    for (i, a) in claimers.iter().enumerate() {
+        for b in &claimers[i + 1..] {
+            let both = a.slots().intersection(b.slots());
+            if !both.is_empty() {
+                return Some(Decision::wait(
+                    Reason::SlotsConflict,
+                    format!(
+                        "slots {both} are claimed by both {} and {}; waiting for the newer claim \
+                         to win",
+                        a.name(),
+                        b.name()
+                    ),
+                ));
+            }
+        }
+    }
+    let claimed = t.claimed();
+    let assigned = t.assigned_anywhere();
+    let unclaimed = assigned.difference(&claimed);
+    if !unclaimed.is_empty() {
+        return Some(Decision::wait(
+            Reason::Converging,
+            format!("slots {unclaimed} are assigned in some views to nodes that do not serve them"),
+        ));
+    }
+    let unassigned = assigned.complement();
+    if unassigned.is_empty() {
+        return None;
+    }
+    // Slots can only lose data once data was written; a cluster without a single key is
+    // still being formed (perhaps by an engine that was stopped half-way).
+    let forming = t.live.iter().all(|l| l.state.keys() == 0);
+    let plan = match rebalance::plan(&by_shard(t), &target_shards(t)) {
+        Ok(plan) => plan,
+        Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
+    };
+    let (shard, slots) = plan.assign.into_iter().next()?;
+    let primary = match t.shard_primary(shard) {
+        Ok(Some(primary)) => primary,
+        Ok(None) => {
+            return Some(Decision::wait(
+                Reason::WaitingForNodes,
+                format!("shard {shard} has no live primary to take slots {slots}"),
+            ));
+        }
+        Err((a, b)) => return Some(shard_conflict(shard, &a, &b)),
+    };
+    let (reason, message) = if forming {
+        (
+            Reason::Forming,
+            format!("assigning slots {slots} to {}", primary.name()),
+        )
+    } else {
+        (
+            Reason::SlotsLost,
+            format!(
+                "slots {slots} have no owner (any data they held is lost); assigning them to {}",
+                primary.name()
+            ),
+        )
+    };
+    Some(Decision::act(
+        Action::AddSlots {
+            on: primary.node_ref(),
+            slots,
+        },
+        reason,
+        message,
+    ))
+}
+
+pub(super) fn shard_conflict(shard: u32, a: &str, b: &str) -> Decision {
+    Decision::blocked(
+        Reason::ShardConflict,
+        format!("{a} and {b} of shard {shard} both serve slots; one shard must have one primary"),
+    )
+}
+
+/// The slots each shard's primary serves, by shard.
+fn by_shard(t: &Topology) -> BTreeMap<u32, SlotSet> {
+    let mut current: BTreeMap<u32, SlotSet> = BTreeMap::new();
+    for l in t
+        .live
+        .iter()
+        .filter(|l| l.is_primary() && !l.slots().is_empty())
+    {
+        let slots = current.entry(l.member.shard).or_default();
+        *slots = slots.union(l.slots());
+    }
+    current
+}
+
+fn target_shards(t: &Topology) -> BTreeSet<u32> {
+    (0..t.desired.shards).collect()
+}
+
+/// Moves slots until the wanted shards hold them evenly; leaving shards give all of theirs.
+pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
+    let plan = match rebalance::plan(&by_shard(t), &target_shards(t)) {
+        Ok(plan) => plan,
+        Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
+    };
+    let step = plan.moves.into_iter().next()?;
+    let draining = step.from >= t.desired.shards;
+    let source = match t.shard_primary(step.from) {
+        Ok(Some(source)) => source,
+        Ok(None) => return None,
+        Err((a, b)) => return Some(shard_conflict(step.from, &a, &b)),
+    };
+    let target = match t.shard_primary(step.to) {
+        Ok(Some(target)) => target,
+        Ok(None) => {
+            return Some(Decision::wait(
+                Reason::WaitingForNodes,
+                format!("shard {} has no live primary to receive slots yet", step.to),
+            ));
+        }
+        Err((a, b)) => return Some(shard_conflict(step.to, &a, &b)),
+    };
+    for (a, b) in [(source, target), (target, source)] {
+        if a.entry(b.id()).is_none_or(|e| !e.is_primary()) {
+            return Some(Decision::wait(
+                Reason::Joining,
+                format!("{} does not know {} as a primary yet", a.name(), b.name()),
+            ));
+        }
+    }
+    let reason = if draining {
+        Reason::Draining
+    } else {
+        Reason::MigratingSlots
+    };
+    let what = format!(
+        "slots {} from {} to {}",
+        step.slots,
+        source.name(),
+        target.name()
+    );
+    if !(source.state.supports_atomic_migration() && target.state.supports_atomic_migration()) {
+        return Some(Decision::act(
+            Action::MigrateSlots(LegacyMigration {
+                source: source.node_ref(),
+                target: target.node_ref(),
+                others: other_primaries(t, source, target),
+                slots: step.slots.clone(),
+                intent: Intent::Complete,
+            }),
+            reason,
+            format!("moving {what}"),
+        ));
+    }
+    let observed = atomic::Observed {
+        source: source.id().clone(),
+        target: target.id().clone(),
+        slots: step.slots.clone(),
+        source_owns: source.slots().clone(),
+        target_owns: target.slots().clone(),
+        source_jobs: source.state.migrations().to_vec(),
+        target_jobs: target.state.migrations().to_vec(),
+        max_attempts: ATOMIC_MAX_ATTEMPTS,
+    };
+    Some(match atomic::next_step(&observed) {
+        atomic::Step::Start { ranges, .. } => Decision::act(
+            Action::StartAtomicMigration {
+                source: source.node_ref(),
+                target: target.node_ref(),
+                ranges,
+            },
+            reason,
+            format!("moving {what}"),
+        ),
+        atomic::Step::Wait { job, state } => Decision::wait(
+            Reason::MigratingSlots,
+            format!("moving {what}: job {job} is {state}"),
+        ),
+        atomic::Step::Done | atomic::Step::NotOnSource { .. } => Decision::wait(
+            Reason::Converging,
+            format!("waiting for every node to agree on the owner of {what}"),
+        ),
+        atomic::Step::Failed { attempts, message } => Decision::blocked(
+            if draining {
+                Reason::DrainBlocked
+            } else {
+                Reason::MigrationFailed
+            },
+            format!(
+                "moving {what} failed {attempts} times in a row{}",
+                message.map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+        ),
+    })
+}

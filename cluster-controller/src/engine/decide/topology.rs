@@ -1,0 +1,201 @@
+//! The observation joined with the members: who is live, which Valkey node each member is, and
+//! what every live node believes. The rules of [`super`] read only this.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::engine::decision::NodeRef;
+use crate::engine::member::{Desired, Member, Place};
+use crate::engine::observe::{NodeState, Observation, Reach};
+use crate::plan::slots::SlotSet;
+use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, NodeId};
+
+/// A member that is ready and answered this pass.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Live<'a> {
+    pub member: &'a Member,
+    pub place: Place,
+    pub state: &'a NodeState,
+}
+
+impl<'a> Live<'a> {
+    pub fn id(&self) -> &'a NodeId {
+        self.state.id()
+    }
+
+    pub fn me(&self) -> &'a ClusterNode {
+        self.state.myself()
+    }
+
+    pub fn view(&self) -> &'a ClusterNodes {
+        self.state.nodes()
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.state.address()
+    }
+
+    pub fn name(&self) -> &'a str {
+        &self.member.name
+    }
+
+    pub fn is_primary(&self) -> bool {
+        self.me().is_primary()
+    }
+
+    /// The slots it claims in its own view.
+    pub fn slots(&self) -> &'a SlotSet {
+        &self.me().slots
+    }
+
+    pub fn staying(&self) -> bool {
+        self.place == Place::Staying
+    }
+
+    /// The primary it replicates, by its own view.
+    pub fn primary_id(&self) -> Option<&'a NodeId> {
+        self.me()
+            .primary_id
+            .as_ref()
+            .filter(|_| self.me().is_replica())
+    }
+
+    pub fn node_ref(&self) -> NodeRef {
+        NodeRef {
+            member: self.member.name.clone(),
+            address: self.address(),
+            id: self.id().clone(),
+        }
+    }
+
+    /// Its entry for `id`, unless that entry is only a handshake.
+    pub fn entry(&self, id: &NodeId) -> Option<&'a ClusterNode> {
+        self.view()
+            .nodes
+            .iter()
+            .find(|n| &n.id == id && !n.flags.handshake)
+    }
+
+    /// True when it is in the middle of a handshake with whatever listens at `addr`.
+    pub fn handshaking_with(&self, addr: SocketAddr) -> bool {
+        self.view()
+            .nodes
+            .iter()
+            .any(|n| n.flags.handshake && at(n, addr))
+    }
+}
+
+/// True when the view's entry points at `addr` (same IP and port, address known).
+pub(super) fn at(entry: &ClusterNode, addr: SocketAddr) -> bool {
+    !entry.flags.noaddr
+        && entry.port == addr.port()
+        && entry
+            .ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+            .is_some_and(|ip| ip == addr.ip())
+}
+
+/// A member that is not live this pass, and why.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Down<'a> {
+    pub member: &'a Member,
+    pub place: Place,
+    pub reach: Option<&'a Reach>,
+}
+
+impl Down<'_> {
+    pub fn why(&self) -> String {
+        let name = &self.member.name;
+        match self.reach {
+            _ if self.member.address.is_none() => format!("{name} has no address yet"),
+            Some(Reach::Unreachable { error, .. }) => format!("{name} does not answer: {error}"),
+            _ if !self.member.ready => format!("{name} is not ready"),
+            _ => format!("{name} was not observed"),
+        }
+    }
+}
+
+pub(super) struct Topology<'a> {
+    pub desired: Desired,
+    pub members: Vec<&'a Member>,
+    pub live: Vec<Live<'a>>,
+    pub down: Vec<Down<'a>>,
+}
+
+impl<'a> Topology<'a> {
+    pub fn new(desired: &Desired, members: &'a [Member], observed: &'a Observation) -> Self {
+        let mut sorted: Vec<&Member> = members.iter().collect();
+        sorted.sort_by(|a, b| (a.shard, a.index, &a.name).cmp(&(b.shard, b.index, &b.name)));
+        let mut live = Vec::new();
+        let mut down = Vec::new();
+        for member in &sorted {
+            let place = desired.place(member);
+            let reach = observed.get(&member.name);
+            match reach.and_then(Reach::state) {
+                Some(state) if member.ready => live.push(Live {
+                    member,
+                    place,
+                    state,
+                }),
+                _ => down.push(Down {
+                    member,
+                    place,
+                    reach,
+                }),
+            }
+        }
+        Self {
+            desired: *desired,
+            members: sorted,
+            live,
+            down,
+        }
+    }
+
+    pub fn staying(&self) -> impl Iterator<Item = &Live<'a>> {
+        self.live.iter().filter(|l| l.staying())
+    }
+
+    /// The live member whose node has `id`.
+    pub fn by_id(&self, id: &NodeId) -> Option<&Live<'a>> {
+        self.live.iter().find(|l| l.id() == id)
+    }
+
+    pub fn shard(&self, shard: u32) -> impl Iterator<Item = &Live<'a>> {
+        self.live.iter().filter(move |l| l.member.shard == shard)
+    }
+
+    /// The node of `shard` that serves (or is to serve) its slots: the live primary that
+    /// claims slots; without one, the lowest-index live primary that stays. `Err` names two
+    /// members that both claim slots.
+    pub fn shard_primary(&self, shard: u32) -> Result<Option<&Live<'a>>, (String, String)> {
+        let mut with_slots = self
+            .shard(shard)
+            .filter(|l| l.is_primary() && !l.slots().is_empty());
+        if let Some(first) = with_slots.next() {
+            if let Some(second) = with_slots.next() {
+                return Err((first.name().to_owned(), second.name().to_owned()));
+            }
+            return Ok(Some(first));
+        }
+        Ok(self
+            .shard(shard)
+            .filter(|l| l.is_primary())
+            .min_by_key(|l| (!l.staying(), l.member.index)))
+    }
+
+    /// Every slot some live node's view assigns to someone.
+    pub fn assigned_anywhere(&self) -> SlotSet {
+        self.live.iter().fold(SlotSet::new(), |acc, l| {
+            acc.union(&l.view().assigned_slots())
+        })
+    }
+
+    /// The slots the live primaries claim for themselves.
+    pub fn claimed(&self) -> SlotSet {
+        self.live
+            .iter()
+            .filter(|l| l.is_primary())
+            .fold(SlotSet::new(), |acc, l| acc.union(l.slots()))
+    }
+}

@@ -1,0 +1,266 @@
+//! What a pass decides: one action, a wait, a steady state, or a block, each with a reason a
+//! person can read in `kubectl get valkeycluster -o wide`.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use crate::plan::migration::legacy::Intent;
+use crate::plan::slots::{Slot, SlotRange, SlotSet};
+use crate::valkey::cluster_nodes::NodeId;
+
+/// A member's Valkey node, as far as an action needs it: who (for messages), where (to send
+/// the command) and which cluster identity (to check it is still the same node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRef {
+    pub member: String,
+    pub address: SocketAddr,
+    pub id: NodeId,
+}
+
+impl fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.member, self.address)
+    }
+}
+
+/// Legacy (pre-9) slot migration of a set of slots from one primary to another, run by the
+/// executor slot by slot with the stateless machine of [`crate::plan::migration::legacy`],
+/// as many slots as fit in one pass's time budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LegacyMigration {
+    pub source: NodeRef,
+    pub target: NodeRef,
+    /// Every other primary, told the new owner at the end of each slot.
+    pub others: Vec<NodeRef>,
+    pub slots: SlotSet,
+    pub intent: Intent,
+}
+
+/// The one next step. Valkey actions are executed by [`super::execute`]; the Kubernetes
+/// actions are only named, for the Kubernetes side to carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `CLUSTER MEET <peer>` sent to `on`.
+    Meet { on: NodeRef, peer: SocketAddr },
+    /// `CLUSTER ADDSLOTSRANGE` on `on`: slots nobody owns.
+    AddSlots { on: NodeRef, slots: SlotSet },
+    /// `CLUSTER REPLICATE <primary_id>` on `on`.
+    Replicate { on: NodeRef, primary_id: NodeId },
+    /// `CLUSTER FORGET <node_id>` on `on`.
+    Forget { on: NodeRef, node_id: NodeId },
+    /// Pre-9 migration of some slots (a batch per pass).
+    MigrateSlots(LegacyMigration),
+    /// `CLUSTER MIGRATESLOTS` on the source (Valkey 9+); progress is read from
+    /// `CLUSTER GETSLOTMIGRATIONS` on later passes.
+    StartAtomicMigration {
+        source: NodeRef,
+        target: NodeRef,
+        ranges: Vec<SlotRange>,
+    },
+    /// `CLUSTER CANCELSLOTMIGRATIONS ALL` on `on`.
+    CancelMigrations { on: NodeRef },
+    /// `CLUSTER SETSLOT <slot> STABLE` on `on`: a migration marker whose peer no longer exists.
+    ClearSlot { on: NodeRef, slot: Slot },
+    /// A planned `CLUSTER FAILOVER` on `on_replica`, which takes over from `primary`.
+    Failover {
+        on_replica: NodeRef,
+        primary: NodeRef,
+    },
+    /// Kubernetes: set the member's `allowedRevision` to its desired revision.
+    AllowRestart { member: String },
+    /// Kubernetes: delete the member's ValkeyNode (drained and forgotten).
+    DeleteMember { member: String },
+}
+
+impl Action {
+    /// True for the actions the Kubernetes side carries out.
+    pub fn is_kubernetes(&self) -> bool {
+        matches!(
+            self,
+            Action::AllowRestart { .. } | Action::DeleteMember { .. }
+        )
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Meet { on, peer } => write!(f, "CLUSTER MEET {peer} on {on}"),
+            Action::AddSlots { on, slots } => write!(f, "CLUSTER ADDSLOTSRANGE {slots} on {on}"),
+            Action::Replicate { on, primary_id } => {
+                write!(f, "CLUSTER REPLICATE {primary_id} on {on}")
+            }
+            Action::Forget { on, node_id } => write!(f, "CLUSTER FORGET {node_id} on {on}"),
+            Action::MigrateSlots(m) => write!(
+                f,
+                "migrate slots {} from {} to {} ({:?})",
+                m.slots, m.source, m.target, m.intent
+            ),
+            Action::StartAtomicMigration {
+                source,
+                target,
+                ranges,
+            } => write!(
+                f,
+                "CLUSTER MIGRATESLOTS {} from {source} to {target}",
+                SlotSet::from_ranges(ranges.iter().copied())
+            ),
+            Action::CancelMigrations { on } => write!(f, "CLUSTER CANCELSLOTMIGRATIONS on {on}"),
+            Action::ClearSlot { on, slot } => write!(f, "CLUSTER SETSLOT {slot} STABLE on {on}"),
+            Action::Failover {
+                on_replica,
+                primary,
+            } => write!(
+                f,
+                "CLUSTER FAILOVER on {on_replica} (taking over from {primary})"
+            ),
+            Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
+            Action::DeleteMember { member } => write!(f, "delete {member}"),
+        }
+    }
+}
+
+/// Why the cluster is in the state a decision reports. Shown as CamelCase words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    ClusterHealthy,
+    InvalidSpec,
+    WaitingForNodes,
+    NodeUnreachable,
+    Forming,
+    Joining,
+    NodeAddressChanged,
+    FailingOver,
+    SlotsLost,
+    UnknownNode,
+    RemovingNodes,
+    MigratingSlots,
+    MigrationFailed,
+    Draining,
+    DrainBlocked,
+    SlotsConflict,
+    ShardConflict,
+    NodeNotEmpty,
+    AttachingReplicas,
+    ReplicaSyncing,
+    Converging,
+    Rolling,
+}
+
+impl Reason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::ClusterHealthy => "ClusterHealthy",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::WaitingForNodes => "WaitingForNodes",
+            Reason::NodeUnreachable => "NodeUnreachable",
+            Reason::Forming => "Forming",
+            Reason::Joining => "Joining",
+            Reason::NodeAddressChanged => "NodeAddressChanged",
+            Reason::FailingOver => "FailingOver",
+            Reason::SlotsLost => "SlotsLost",
+            Reason::UnknownNode => "UnknownNode",
+            Reason::RemovingNodes => "RemovingNodes",
+            Reason::MigratingSlots => "MigratingSlots",
+            Reason::MigrationFailed => "MigrationFailed",
+            Reason::Draining => "Draining",
+            Reason::DrainBlocked => "DrainBlocked",
+            Reason::SlotsConflict => "SlotsConflict",
+            Reason::ShardConflict => "ShardConflict",
+            Reason::NodeNotEmpty => "NodeNotEmpty",
+            Reason::AttachingReplicas => "AttachingReplicas",
+            Reason::ReplicaSyncing => "ReplicaSyncing",
+            Reason::Converging => "Converging",
+            Reason::Rolling => "Rolling",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a steady cluster looks like, for status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub shards: u32,
+    /// Shards whose primary serves slots and has every wanted replica in sync.
+    pub ready_shards: u32,
+    pub slots_assigned: usize,
+    pub replicas_wanted: u32,
+    pub replicas_in_sync: u32,
+    pub nodes: usize,
+}
+
+/// The outcome of [`super::decide`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Exactly one next step.
+    Act {
+        action: Action,
+        reason: Reason,
+        message: String,
+    },
+    /// Something is in progress (handshake, sync, failover election, a migration job).
+    Wait { reason: Reason, message: String },
+    /// Nothing to do.
+    Steady(Health),
+    /// Cannot proceed without a person or a spec change.
+    Blocked { reason: Reason, message: String },
+}
+
+impl Decision {
+    pub fn reason(&self) -> Reason {
+        match self {
+            Decision::Act { reason, .. }
+            | Decision::Wait { reason, .. }
+            | Decision::Blocked { reason, .. } => *reason,
+            Decision::Steady(_) => Reason::ClusterHealthy,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Decision::Act { message, .. }
+            | Decision::Wait { message, .. }
+            | Decision::Blocked { message, .. } => message.clone(),
+            Decision::Steady(h) => format!(
+                "{}/{} shards ready, {} slots assigned, {}/{} replicas in sync",
+                h.ready_shards, h.shards, h.slots_assigned, h.replicas_in_sync, h.replicas_wanted
+            ),
+        }
+    }
+
+    pub(crate) fn act(action: Action, reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Act {
+            action,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn wait(reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Wait {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn blocked(reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Blocked {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Act { action, reason, .. } => write!(f, "{reason}: {action}"),
+            other => write!(f, "{}: {}", other.reason(), other.message()),
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Real valkey-server processes on loopback addresses, each in its own folder with its own
+//! nodes.conf, killed when dropped (also when a test panics).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+pub const PORT: u16 = 6379;
+pub const NODE_TIMEOUT_MS: u64 = 3000;
+
+/// The passwords of the test ACL: the default user, the operator the engine connects as, and
+/// the user replicas (and atomic slot migration) authenticate with.
+pub const DEFAULT_PASSWORD: &str = "default-secret";
+pub const OPERATOR_USER: &str = "operator";
+pub const OPERATOR_PASSWORD: &str = "operator-secret";
+pub const REPLICATION_USER: &str = "replicator";
+pub const REPLICATION_PASSWORD: &str = "replicator-secret";
+
+/// A valkey-server binary and the library folder it needs.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    pub path: PathBuf,
+    pub libs: Option<PathBuf>,
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn binary(env: &str, image: &str) -> Binary {
+    let path = std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| {
+        workspace_root()
+            .join(".localkube/images")
+            .join(image)
+            .join("bin/valkey-server")
+    });
+    assert!(
+        path.is_file(),
+        "{} not found: run `make localkube-tools` (it builds the Valkey images), or set {env} to a \
+         valkey-server binary",
+        path.display()
+    );
+    let libs = path
+        .parent()
+        .and_then(Path::parent)
+        .map(|image| image.join("lib"))
+        .filter(|lib| lib.is_dir());
+    Binary { path, libs }
+}
+
+/// Valkey 9.x: `VALKEY_SERVER_9`, or the image `make localkube-tools` builds.
+pub fn valkey_9() -> Binary {
+    binary("VALKEY_SERVER_9", "valkey-9.1")
+}
+
+/// Valkey 8.x: `VALKEY_SERVER_8`, or the image `make localkube-tools` builds.
+pub fn valkey_8() -> Binary {
+    binary("VALKEY_SERVER_8", "valkey-8.0")
+}
+
+/// Writes the ACL file every server of a test shares.
+pub fn write_acl(dir: &Path) -> PathBuf {
+    let path = dir.join("users.acl");
+    let text = format!(
+        "user default on >{DEFAULT_PASSWORD} ~* &* +@all\n\
+         user {OPERATOR_USER} on >{OPERATOR_PASSWORD} ~* &* +@all\n\
+         user {REPLICATION_USER} on >{REPLICATION_PASSWORD} ~* &* +@all\n"
+    );
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path
+}
+
+/// One server: its folder (kept across restarts, so it keeps its node id and data unless
+/// wiped) and its process while running.
+#[derive(Debug)]
+pub struct Server {
+    pub dir: PathBuf,
+    pub ip: Option<Ipv4Addr>,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn new(dir: PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        Self {
+            dir,
+            ip: None,
+            child: None,
+        }
+    }
+
+    pub fn address(&self) -> Option<SocketAddr> {
+        self.ip.map(|ip| SocketAddr::from((ip, PORT)))
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    pub fn start(&mut self, binary: &Binary, acl: &Path, ip: Ipv4Addr) {
+        assert!(
+            self.child.is_none(),
+            "{} is already running",
+            self.dir.display()
+        );
+        let ip_text = ip.to_string();
+        let mut cmd = Command::new(&binary.path);
+        cmd.args(["--bind", &ip_text])
+            // Outgoing cluster-bus links must leave from the node's own address, or its peers
+            // learn 127.0.0.1 for it.
+            .args(["--bind-source-addr", &ip_text])
+            .args(["--port", &PORT.to_string()])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+            // The operator owns the topology: no replica wanders to another shard by itself.
+            .args(["--cluster-allow-replica-migration", "no"])
+            .args(["--aclfile", &acl.display().to_string()])
+            .args(["--masteruser", REPLICATION_USER])
+            .args(["--masterauth", REPLICATION_PASSWORD])
+            .args(["--appendonly", "yes"])
+            .args(["--save", ""])
+            .args(["--dir", &self.dir.display().to_string()])
+            .args(["--logfile", "server.log"])
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(libs) = &binary.libs {
+            cmd.env("LD_LIBRARY_PATH", libs);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.path.display()));
+        self.child = Some(child);
+        self.ip = Some(ip);
+    }
+
+    /// SIGTERM and wait: Valkey flushes its append-only file and exits.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.ip = None;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.ip = None;
+    }
+
+    /// SIGKILL: the process dies mid-flight, as on a node failure.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.ip = None;
+    }
+
+    /// Deletes its data and nodes.conf: it comes back as a new, empty node.
+    pub fn wipe(&mut self) {
+        assert!(self.child.is_none(), "wipe a stopped server only");
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.dir.display()));
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
