@@ -2,6 +2,7 @@
 //! built on it ([`plan`]). Nothing here does I/O, so all of it is tested from captured replies.
 
 pub mod client;
+pub mod controller;
 pub mod engine;
 pub mod plan;
 pub mod valkey;

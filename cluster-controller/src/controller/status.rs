@@ -1,0 +1,313 @@
+//! The engine's decision, as the ValkeyCluster's status: a one-word state, a CamelCase reason, a
+//! sentence, the shard counts, and the Ready / Progressing / Degraded conditions. Pure: the same
+//! decision gives the same status, so a steady cluster writes nothing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use plumbing::conditions::{ConditionStatus, set_condition};
+use valkey_api::v1alpha1::{ClusterState, ValkeyClusterStatus};
+
+use crate::engine::{Decision, Health, Reason};
+
+pub const READY: &str = "Ready";
+pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+
+/// A problem found before the engine could run (a missing Secret, an API error), with the words
+/// a person should read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: String,
+    pub message: String,
+}
+
+/// What a pass concluded.
+#[derive(Debug, Clone)]
+pub enum Outcome<'a> {
+    Decided {
+        decision: &'a Decision,
+        health: Option<Health>,
+    },
+    Problem(Problem),
+}
+
+pub fn compute(
+    previous: Option<&ValkeyClusterStatus>,
+    generation: Option<i64>,
+    outcome: &Outcome<'_>,
+    password_secret: Option<&str>,
+    now: &Time,
+) -> ValkeyClusterStatus {
+    let was_ready_once =
+        previous.is_some_and(|s| s.state.is_some_and(|st| st != ClusterState::Initializing));
+    let (state, reason, message, ready, progressing, degraded) = match outcome {
+        Outcome::Decided {
+            decision: Decision::Steady(h),
+            ..
+        } => (
+            ClusterState::Ready,
+            Reason::ClusterHealthy.as_str().to_owned(),
+            format!(
+                "{} shards serve all {} slots; {} of {} replicas in sync.",
+                h.shards, h.slots_assigned, h.replicas_in_sync, h.replicas_wanted
+            ),
+            true,
+            false,
+            false,
+        ),
+        Outcome::Decided {
+            decision:
+                Decision::Act {
+                    reason, message, ..
+                }
+                | Decision::Wait { reason, message },
+            ..
+        } => (
+            if was_ready_once {
+                ClusterState::Reconciling
+            } else {
+                ClusterState::Initializing
+            },
+            reason.as_str().to_owned(),
+            message.clone(),
+            false,
+            true,
+            false,
+        ),
+        Outcome::Decided {
+            decision: Decision::Blocked { reason, message },
+            ..
+        } => (
+            if *reason == Reason::SlotsLost {
+                ClusterState::Failed
+            } else {
+                ClusterState::Degraded
+            },
+            reason.as_str().to_owned(),
+            message.clone(),
+            false,
+            false,
+            true,
+        ),
+        Outcome::Problem(p) => (
+            ClusterState::Degraded,
+            p.reason.clone(),
+            p.message.clone(),
+            false,
+            false,
+            true,
+        ),
+    };
+
+    let mut conditions: Vec<Condition> = previous
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let mut set = |type_: &str, ok: bool, why: &str, text: &str| {
+        set_condition(
+            &mut conditions,
+            type_,
+            ConditionStatus::from(ok),
+            why,
+            text,
+            generation,
+            now,
+        );
+    };
+    set(READY, ready, &reason, &message);
+    if progressing {
+        set(PROGRESSING, true, &reason, &message);
+    } else {
+        set(PROGRESSING, false, "Idle", "Nothing is in progress.");
+    }
+    if degraded {
+        set(DEGRADED, true, &reason, &message);
+    } else {
+        set(DEGRADED, false, "AsExpected", "Nothing needs attention.");
+    }
+
+    let health = match outcome {
+        Outcome::Decided {
+            decision: Decision::Steady(h),
+            ..
+        } => Some(h.clone()),
+        Outcome::Decided { health, .. } => health.clone(),
+        Outcome::Problem(_) => None,
+    };
+    ValkeyClusterStatus {
+        state: Some(state),
+        reason: Some(reason),
+        message: Some(message),
+        // Without a fresh look at Valkey, the last counts stand (they describe Valkey, not us).
+        shards: health
+            .as_ref()
+            .map_or_else(|| previous.map_or(0, |s| s.shards), |h| to_i32(h.shards)),
+        ready_shards: health.as_ref().map_or_else(
+            || previous.map_or(0, |s| s.ready_shards),
+            |h| to_i32(h.ready_shards),
+        ),
+        password_secret_name: password_secret.map(str::to_owned),
+        conditions: Some(conditions),
+        observed_generation: generation,
+    }
+}
+
+fn to_i32(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(s: i64) -> Time {
+        Time(Timestamp::from_second(s).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn health() -> Health {
+        Health {
+            shards: 3,
+            ready_shards: 3,
+            slots_assigned: 16384,
+            replicas_wanted: 3,
+            replicas_in_sync: 3,
+            nodes: 6,
+        }
+    }
+
+    fn condition<'a>(s: &'a ValkeyClusterStatus, t: &str) -> &'a Condition {
+        s.conditions
+            .as_deref()
+            .and_then(|c| plumbing::conditions::find_condition(c, t))
+            .unwrap_or_else(|| panic!("no {t}"))
+    }
+
+    #[test]
+    fn a_steady_cluster_is_ready_and_healthy() {
+        let d = Decision::Steady(health());
+        let s = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &d,
+                health: None,
+            },
+            Some("c-password"),
+            &at(1),
+        );
+        assert_eq!(
+            (s.state, s.reason.as_deref()),
+            (Some(ClusterState::Ready), Some("ClusterHealthy"))
+        );
+        assert_eq!((s.shards, s.ready_shards), (3, 3));
+        assert_eq!(condition(&s, READY).status, "True");
+        assert_eq!(condition(&s, DEGRADED).status, "False");
+        let again = compute(
+            Some(&s),
+            Some(1),
+            &Outcome::Decided {
+                decision: &d,
+                health: None,
+            },
+            Some("c-password"),
+            &at(50),
+        );
+        assert_eq!(s, again, "a steady cluster writes nothing");
+    }
+
+    #[test]
+    fn work_in_progress_initializes_then_reconciles() {
+        let d = Decision::Wait {
+            reason: Reason::Forming,
+            message: "meeting".into(),
+        };
+        let first = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &d,
+                health: None,
+            },
+            None,
+            &at(1),
+        );
+        assert_eq!(first.state, Some(ClusterState::Initializing));
+        assert_eq!(condition(&first, PROGRESSING).reason, "Forming");
+        let ready = compute(
+            Some(&first),
+            Some(1),
+            &Outcome::Decided {
+                decision: &Decision::Steady(health()),
+                health: None,
+            },
+            None,
+            &at(2),
+        );
+        let moving = Decision::Wait {
+            reason: Reason::MigratingSlots,
+            message: "moving".into(),
+        };
+        let later = compute(
+            Some(&ready),
+            Some(2),
+            &Outcome::Decided {
+                decision: &moving,
+                health: None,
+            },
+            None,
+            &at(3),
+        );
+        assert_eq!(
+            (later.state, later.reason.as_deref()),
+            (Some(ClusterState::Reconciling), Some("MigratingSlots"))
+        );
+        assert_eq!(
+            (later.shards, later.ready_shards),
+            (3, 3),
+            "counts stand until Valkey is read again"
+        );
+    }
+
+    #[test]
+    fn blocked_is_degraded_and_lost_slots_are_failed() {
+        let d = Decision::Blocked {
+            reason: Reason::DrainBlocked,
+            message: "cannot drain".into(),
+        };
+        let s = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &d,
+                health: None,
+            },
+            None,
+            &at(1),
+        );
+        assert_eq!(s.state, Some(ClusterState::Degraded));
+        assert_eq!(condition(&s, DEGRADED).reason, "DrainBlocked");
+        let lost = Decision::Blocked {
+            reason: Reason::SlotsLost,
+            message: "gone".into(),
+        };
+        let s = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &lost,
+                health: None,
+            },
+            None,
+            &at(1),
+        );
+        assert_eq!(s.state, Some(ClusterState::Failed));
+        let p = Outcome::Problem(Problem {
+            reason: "PasswordSecretNotFound".into(),
+            message: "Secret x is missing".into(),
+        });
+        let s = compute(None, Some(1), &p, None, &at(1));
+        assert_eq!(
+            (s.state, s.reason.as_deref()),
+            (Some(ClusterState::Degraded), Some("PasswordSecretNotFound"))
+        );
+    }
+}
