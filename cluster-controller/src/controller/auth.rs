@@ -34,7 +34,7 @@ pub const CLIENT_PASSWORD_KEY: &str = "password";
 
 /// What each operator user may do. Least privilege: the operator manages the cluster and moves
 /// keys but cannot run arbitrary data commands; health checks can only PING and read INFO.
-const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +cluster +migrate +restore-asking +asking +readonly +config|get";
+const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get";
 const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
 const REPLICATION_RULES: &str = "resetchannels -@all +psync +replconf +ping";
 const CLIENT_RULES: &str = "~* &* +@all";
