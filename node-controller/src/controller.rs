@@ -405,9 +405,10 @@ impl Context {
         // writers move resourceVersions all the time, so a moved version proves nothing.)
         let note = match (&live, &last) {
             (None, _) => Some(("Created", format!("Created {kind} {name}."))),
-            (Some(_), Some((last_hash, _))) if *last_hash != hash => {
-                Some(("Updated", format!("Updated {kind} {name} to match the ValkeyNode.")))
-            }
+            (Some(_), Some((last_hash, _))) if *last_hash != hash => Some((
+                "Updated",
+                format!("Updated {kind} {name} to match the ValkeyNode."),
+            )),
             _ => None,
         };
         if let Some((reason, note)) = note {
