@@ -66,6 +66,17 @@ pub struct ControllerProcess {
 impl ControllerProcess {
     /// Starts `binary` (`node-controller` or `cluster-controller`) watching `ns` only.
     pub async fn start(binary_name: &str, ns: &TestNamespace, extra: &[&str]) -> Result<Self> {
+        Self::start_with_env(binary_name, ns, extra, &[]).await
+    }
+
+    /// [`start`](Self::start) with extra environment variables, set last so they win: for
+    /// example `POD_NAME` (the base of the Lease identity) or `RUST_LOG`.
+    pub async fn start_with_env(
+        binary_name: &str,
+        ns: &TestNamespace,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let metrics_port = free_port()?;
         let logs = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&logs)
@@ -92,6 +103,7 @@ impl ControllerProcess {
                 "RUST_LOG",
                 std::env::var("E2E_CONTROLLER_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err_file)
@@ -178,6 +190,12 @@ impl ControllerProcess {
             }
         }
         Ok(())
+    }
+
+    /// Everything the process has logged so far.
+    pub fn log_text(&self) -> Result<String> {
+        std::fs::read_to_string(&self.log)
+            .map_err(|e| E2eError::Check(format!("{}: {e}", self.log.display())))
     }
 
     pub fn is_running(&mut self) -> bool {

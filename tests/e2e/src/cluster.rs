@@ -1,0 +1,338 @@
+//! A ValkeyCluster under test: its namespace, both controllers, a cluster-aware client that follows
+//! MOVED/ASK, and a writer that records every acknowledged write so a test can prove none was lost.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use redis::AsyncCommands;
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyNode};
+
+use crate::operator::{ControllerProcess, install_crds, wait_cluster};
+use crate::{E2eError, Poll, Result, TestNamespace, check, wait_until};
+
+/// The cluster, its namespace and its two controllers (killed when dropped).
+pub struct ClusterFixture {
+    pub ns: TestNamespace,
+    pub name: String,
+    pub node_controller: ControllerProcess,
+    pub cluster_controller: ControllerProcess,
+}
+
+impl ClusterFixture {
+    /// Creates a namespace, starts both controllers in it and applies the ValkeyCluster `name`
+    /// with `spec` (YAML of the spec mapping).
+    pub async fn start(prefix: &str, name: &str, spec: &str) -> Result<Self> {
+        install_crds().await?;
+        let ns = TestNamespace::create(prefix).await?;
+        let node_controller = ControllerProcess::start("node-controller", &ns, &[]).await?;
+        let cluster_controller = ControllerProcess::start("cluster-controller", &ns, &[]).await?;
+        let manifest = format!(
+            "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+        );
+        ns.apply(&manifest).await?;
+        Ok(Self {
+            ns,
+            name: name.to_owned(),
+            node_controller,
+            cluster_controller,
+        })
+    }
+
+    pub fn api(&self) -> Api<ValkeyCluster> {
+        self.ns.api::<ValkeyCluster>()
+    }
+
+    /// Waits until the cluster reports Ready for its current generation, with `shards` ready.
+    pub async fn wait_ready(&self, within: Duration) -> Result<ValkeyCluster> {
+        wait_cluster(&self.ns, &self.name, within, "Ready", |c| {
+            let status = c.status.as_ref();
+            status.is_some_and(|s| {
+                s.state == Some(ClusterState::Ready)
+                    && s.observed_generation == c.metadata.generation
+                    && s.ready_shards == c.spec.shards
+            })
+        })
+        .await
+    }
+
+    /// A merge patch of the cluster's spec.
+    pub async fn patch_spec(&self, spec: serde_json::Value) -> Result<ValkeyCluster> {
+        let patch = serde_json::json!({ "spec": spec });
+        Ok(self
+            .api()
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?)
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<ValkeyNode>> {
+        let list = self
+            .ns
+            .api::<ValkeyNode>()
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&format!("valkey.io/cluster={}", self.name)),
+            )
+            .await?;
+        Ok(list.items)
+    }
+
+    /// The clients' password (from the Secret the status names), if auth is on.
+    pub async fn password(&self) -> Result<Option<String>> {
+        let cluster = self.api().get(&self.name).await?;
+        if !cluster.spec.auth.enabled {
+            return Ok(None);
+        }
+        let name = cluster
+            .status
+            .and_then(|s| s.password_secret_name)
+            .ok_or_else(|| E2eError::Check("status names no password Secret".into()))?;
+        let secret = self.ns.api::<Secret>().get(&name).await?;
+        let bytes = secret
+            .data
+            .and_then(|d| d.get("password").cloned())
+            .ok_or_else(|| E2eError::Check(format!("Secret {name} has no password")))?;
+        Ok(Some(String::from_utf8_lossy(&bytes.0).into_owned()))
+    }
+
+    /// A cluster-aware connection (follows MOVED and ASK), seeded with every ready member's IP.
+    pub async fn client(&self) -> Result<ClusterConnection> {
+        let seeds: Vec<String> = self
+            .nodes()
+            .await?
+            .iter()
+            .filter_map(|n| n.status.as_ref()?.pod_ip.clone())
+            .map(|ip| format!("redis://{ip}:6379/"))
+            .collect();
+        check(!seeds.is_empty(), "no member has a pod IP")?;
+        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
+            .retries(8)
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(5));
+        if let Some(password) = self.password().await? {
+            builder = builder.password(password);
+        }
+        let client = builder.build().map_err(|source| E2eError::Valkey {
+            addr: "cluster".into(),
+            source,
+        })?;
+        client
+            .get_async_connection()
+            .await
+            .map_err(|source| E2eError::Valkey {
+                addr: "cluster".into(),
+                source,
+            })
+    }
+
+    /// Writes `count` keys `pre:<i>` and returns them (all acknowledged, or an error).
+    pub async fn write_keys(&self, prefix: &str, count: u64) -> Result<BTreeMap<String, String>> {
+        let mut conn = self.client().await?;
+        let mut written = BTreeMap::new();
+        for i in 0..count {
+            let (key, value) = (format!("{prefix}:{i}"), format!("v{i}"));
+            let _: () = conn
+                .set(&key, &value)
+                .await
+                .map_err(|source| E2eError::Valkey {
+                    addr: key.clone(),
+                    source,
+                })?;
+            written.insert(key, value);
+        }
+        Ok(written)
+    }
+
+    /// Reads every key back through a fresh cluster connection; fails naming the missing ones.
+    pub async fn verify(&self, expected: &BTreeMap<String, String>) -> Result<()> {
+        let mut conn = self.client().await?;
+        let mut missing = Vec::new();
+        for (key, value) in expected {
+            let got: Option<String> = conn.get(key).await.map_err(|source| E2eError::Valkey {
+                addr: key.clone(),
+                source,
+            })?;
+            if got.as_deref() != Some(value.as_str()) {
+                missing.push(format!("{key}={got:?}"));
+            }
+        }
+        check(
+            missing.is_empty(),
+            format!(
+                "{} of {} acknowledged writes lost: {:?}",
+                missing.len(),
+                expected.len(),
+                &missing[..missing.len().min(10)]
+            ),
+        )
+    }
+
+    /// CLUSTER INFO of one member, as a map.
+    pub async fn cluster_info(&self) -> Result<BTreeMap<String, String>> {
+        let text = self.command_on_any(&["CLUSTER", "INFO"]).await?;
+        Ok(text
+            .lines()
+            .filter_map(|l| l.trim().split_once(':'))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect())
+    }
+
+    /// One command on one ready member (plain connection, default user).
+    pub async fn command_on_any(&self, args: &[&str]) -> Result<String> {
+        let ip = self
+            .nodes()
+            .await?
+            .iter()
+            .filter(|n| n.status.as_ref().is_some_and(|s| s.ready))
+            .find_map(|n| n.status.as_ref()?.pod_ip.clone())
+            .ok_or_else(|| E2eError::Check("no ready member".into()))?;
+        self.command_on(&ip, args).await
+    }
+
+    /// One command on the member at `ip`.
+    pub async fn command_on(&self, ip: &str, args: &[&str]) -> Result<String> {
+        let password = self.password().await?;
+        let url = match password {
+            Some(p) => format!("redis://:{p}@{ip}:6379/"),
+            None => format!("redis://{ip}:6379/"),
+        };
+        let client = redis::Client::open(url).map_err(|source| E2eError::Valkey {
+            addr: ip.to_owned(),
+            source,
+        })?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|source| E2eError::Valkey {
+                addr: ip.to_owned(),
+                source,
+            })?;
+        crate::valkey_cmd(&mut conn, args).await
+    }
+
+    /// Every member's CLUSTER NODES: no slot may be left importing or migrating.
+    pub async fn assert_no_open_slots(&self) -> Result<()> {
+        for node in self.nodes().await? {
+            let Some(ip) = node.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                continue;
+            };
+            let text = self.command_on(&ip, &["CLUSTER", "NODES"]).await?;
+            let myself = text
+                .lines()
+                .find(|l| l.contains("myself"))
+                .unwrap_or_default();
+            check(
+                !myself.contains("->-") && !myself.contains("-<-"),
+                format!(
+                    "{} has an open slot: {myself}",
+                    node.metadata.name.clone().unwrap_or_default()
+                ),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The zone of the Kubernetes node each member's pod runs on.
+    pub async fn zones(&self) -> Result<BTreeMap<String, String>> {
+        let nodes_api: Api<Node> = Api::all(self.ns.client.clone());
+        let mut zones = BTreeMap::new();
+        for member in self.nodes().await? {
+            let Some(node_name) = member.status.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            let node = nodes_api.get(&node_name).await?;
+            let zone = node
+                .metadata
+                .labels
+                .and_then(|l| l.get("topology.kubernetes.io/zone").cloned())
+                .unwrap_or_default();
+            zones.insert(member.metadata.name.clone().unwrap_or_default(), zone);
+        }
+        Ok(zones)
+    }
+
+    /// Starts a writer that keeps writing `w:<n>` until stopped.
+    pub async fn start_writer(&self) -> Result<Writer> {
+        let conn = self.client().await?;
+        Ok(Writer::start(conn))
+    }
+}
+
+/// Writes keys one after another; remembers which were acknowledged.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<BTreeMap<String, String>>>,
+    failed: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(mut conn: ClusterConnection) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(BTreeMap::new()));
+        let failed = Arc::new(AtomicU64::new(0));
+        let (s, a, f) = (stop.clone(), acked.clone(), failed.clone());
+        let task = tokio::spawn(async move {
+            let mut n: u64 = 0;
+            while !s.load(Ordering::Relaxed) {
+                let (key, value) = (format!("w:{n}"), format!("v{n}"));
+                let result: redis::RedisResult<()> = conn.set(&key, &value).await;
+                match result {
+                    Ok(()) => {
+                        a.lock().await.insert(key, value);
+                    }
+                    Err(_) => {
+                        f.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        Self {
+            stop,
+            acked,
+            failed,
+            task,
+        }
+    }
+
+    /// How many writes were acknowledged so far.
+    pub async fn acked_count(&self) -> usize {
+        self.acked.lock().await.len()
+    }
+
+    /// Stops and returns the acknowledged writes and the number of refused ones.
+    pub async fn stop(self) -> (BTreeMap<String, String>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        let acked = self.acked.lock().await.clone();
+        (acked, self.failed.load(Ordering::Relaxed))
+    }
+}
+
+/// Waits until the writer has had `n` more writes acknowledged (proof the cluster serves).
+pub async fn wait_writes(writer: &Writer, n: usize, within: Duration) -> Result<()> {
+    let start = writer.acked_count().await;
+    wait_until(
+        within,
+        &format!("{n} more acknowledged writes"),
+        || async move {
+            let now = writer.acked_count().await;
+            Ok(if now >= start + n {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{} so far", now - start))
+            })
+        },
+    )
+    .await
+}

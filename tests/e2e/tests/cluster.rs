@@ -1,0 +1,243 @@
+//! The cluster-controller end to end: a ValkeyCluster forms, scales, heals and rolls a real Valkey
+//! cluster through ValkeyNodes alone. Every scenario writes keys before and keeps a writer running
+//! during the operation, then reads every acknowledged write back through a cluster-aware client.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::cluster::{ClusterFixture, wait_writes};
+use e2e::{Result, check};
+use valkey_api::v1alpha1::Role;
+
+const FORM: Duration = Duration::from_secs(240);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_shards_with_a_replica_each_form_across_zones() -> Result<()> {
+    let c =
+        ClusterFixture::start("cluster-form", "cluster-sample", "{shards: 3, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+
+    let info = c.cluster_info().await?;
+    check(
+        info.get("cluster_state").map(String::as_str) == Some("ok"),
+        format!("CLUSTER INFO: {info:?}"),
+    )?;
+    check(
+        info.get("cluster_slots_assigned").map(String::as_str) == Some("16384"),
+        format!("CLUSTER INFO: {info:?}"),
+    )?;
+    check(
+        info.get("cluster_known_nodes").map(String::as_str) == Some("6"),
+        format!("CLUSTER INFO: {info:?}"),
+    )?;
+
+    // The seed's views.
+    let wide =
+        c.ns.kubectl(&["get", "valkeycluster", "-o", "wide"])
+            .await?;
+    let row: Vec<&str> = wide
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    check(
+        row.get(..4) == Some(&["cluster-sample", "Ready", "ClusterHealthy", "3"][..]),
+        format!("{wide}"),
+    )?;
+    let nodes = c.ns.kubectl(&["get", "valkeynode"]).await?;
+    for shard in 0..3 {
+        for index in 0..2 {
+            let name = format!("cluster-sample-{shard}-{index}");
+            let line = nodes
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .unwrap_or_default();
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let pod = format!("valkey-{name}-0");
+            check(
+                cols.get(1) == Some(&"true") && cols.get(3) == Some(&pod.as_str()),
+                format!("{nodes}"),
+            )?;
+        }
+    }
+
+    // Each replica's primary is in another zone.
+    let zones = c.zones().await?;
+    let members = c.nodes().await?;
+    let mut replicas = 0;
+    for member in &members {
+        let status = member.status.clone().unwrap_or_default();
+        if status.role != Some(Role::Replica) {
+            continue;
+        }
+        replicas += 1;
+        let name = member.metadata.name.clone().unwrap_or_default();
+        let ip = status.pod_ip.clone().unwrap_or_default();
+        let nodes_text = c.command_on(&ip, &["CLUSTER", "NODES"]).await?;
+        let primary_id = nodes_text
+            .lines()
+            .find(|l| l.contains("myself"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .unwrap_or_default()
+            .to_owned();
+        let primary_ip = nodes_text
+            .lines()
+            .find(|l| l.starts_with(&primary_id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|a| a.split(':').next())
+            .unwrap_or_default()
+            .to_owned();
+        let primary = members.iter().find(|m| {
+            m.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(primary_ip.as_str())
+        });
+        let primary_name = primary
+            .and_then(|p| p.metadata.name.clone())
+            .unwrap_or_default();
+        check(
+            zones.get(&name) != zones.get(&primary_name) && zones.get(&name).is_some(),
+            format!(
+                "replica {name} ({:?}) shares a zone with its primary {primary_name} ({:?})",
+                zones.get(&name),
+                zones.get(&primary_name)
+            ),
+        )?;
+    }
+    check(replicas == 3, format!("{replicas} replicas"))?;
+
+    // And it serves.
+    let keys = c.write_keys("form", 200).await?;
+    c.verify(&keys).await
+}
+
+/// Scales shards through `steps` with a writer running; nothing acknowledged may be lost.
+async fn scale_shards(prefix: &str, image: &str, steps: &[i32]) -> Result<()> {
+    let first = steps.first().copied().unwrap_or(3);
+    let c = ClusterFixture::start(
+        prefix,
+        "scale",
+        &format!("{{shards: {first}, replicas: 1, image: '{image}'}}"),
+    )
+    .await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 500).await?;
+    let writer = c.start_writer().await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    for shards in &steps[1..] {
+        c.patch_spec(serde_json::json!({"shards": shards})).await?;
+        c.wait_ready(Duration::from_secs(420)).await?;
+        wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+        let info = c.cluster_info().await?;
+        check(
+            info.get("cluster_size").map(String::as_str) == Some(&shards.to_string()),
+            format!("after scaling to {shards}: {info:?}"),
+        )?;
+        check(
+            c.nodes().await?.len() == (*shards as usize) * 2,
+            format!("ValkeyNodes after scaling to {shards}"),
+        )?;
+        c.assert_no_open_slots().await?;
+    }
+    let (acked, refused) = writer.stop().await;
+    eprintln!(
+        "{prefix}: {} writes acknowledged, {refused} refused during scaling",
+        acked.len()
+    );
+    c.verify(&before).await?;
+    c.verify(&acked).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_scale_3_5_2_on_valkey_9_with_atomic_migration() -> Result<()> {
+    scale_shards("cluster-scale9", "valkey/valkey:9.1", &[3, 5, 2]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_scale_3_4_on_valkey_8_with_key_migration() -> Result<()> {
+    scale_shards("cluster-scale8", "valkey/valkey:8.0", &[3, 4]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_scale_1_2_0() -> Result<()> {
+    let c = ClusterFixture::start("cluster-replicas", "reps", "{shards: 2, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let writer = c.start_writer().await?;
+    for replicas in [2, 0] {
+        c.patch_spec(serde_json::json!({"replicas": replicas}))
+            .await?;
+        c.wait_ready(Duration::from_secs(300)).await?;
+        wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+        let members = c.nodes().await?;
+        check(
+            members.len() == 2 * (replicas + 1),
+            format!("{} ValkeyNodes for replicas={replicas}", members.len()),
+        )?;
+        let primaries = members
+            .iter()
+            .filter(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Primary))
+            .count();
+        check(
+            primaries == 2,
+            format!("{primaries} primaries for replicas={replicas}"),
+        )?;
+    }
+    let (acked, _) = writer.stop().await;
+    c.verify(&before).await?;
+    c.verify(&acked).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> {
+    let c = ClusterFixture::start("cluster-failover", "heal", "{shards: 3, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let writer = c.start_writer().await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    let victim = c
+        .nodes()
+        .await?
+        .into_iter()
+        .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Primary))
+        .ok_or_else(|| e2e::E2eError::Check("no primary".into()))?;
+    let victim_name = victim.metadata.name.clone().unwrap_or_default();
+    let victim_pod = victim.status.and_then(|s| s.pod_name).unwrap_or_default();
+    c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"]).await?;
+    // A replica takes over (Valkey's own failover); the old primary returns as a replica.
+    e2e::operator::wait_node(&c.ns, &victim_name, Duration::from_secs(180), "back as a replica", |n| {
+        n.status.as_ref().is_some_and(|s| s.ready && s.role == Some(Role::Replica))
+    })
+    .await?;
+    let healed = c.wait_ready(Duration::from_secs(300)).await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    let (acked, refused) = writer.stop().await;
+    eprintln!(
+        "failover: {} writes acknowledged, {refused} refused",
+        acked.len()
+    );
+    check(
+        healed.status.map(|s| s.ready_shards) == Some(3),
+        "3 ready shards",
+    )?;
+    let roles: BTreeMap<_, _> = c
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|m| {
+            (
+                m.metadata.name.unwrap_or_default(),
+                m.status.and_then(|s| s.role),
+            )
+        })
+        .collect();
+    check(
+        roles
+            .values()
+            .filter(|r| **r == Some(Role::Replica))
+            .count()
+            == 3,
+        format!("replica count restored: {roles:?}"),
+    )?;
+    c.verify(&before).await?;
+    c.verify(&acked).await
+}

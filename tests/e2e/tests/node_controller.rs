@@ -1,0 +1,1520 @@
+//! The node-controller end to end (issue 4): each test runs the debug binary scoped to its own
+//! namespace, creates ValkeyNodes through the API and checks what a parent or a person would see:
+//! status and conditions, `kubectl get`, the children, and Valkey itself at `status.podIP`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use e2e::operator::{ControllerProcess, install_crds, patch_node_spec, wait_node};
+use e2e::{E2eError, Poll, Result, TestNamespace, check, valkey, valkey_cmd, wait_until};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+use valkey_api::v1alpha1::{Role, ValkeyNode};
+
+const NODE_CONTROLLER: &str = "node-controller";
+/// A pod that needs no volume: scheduling, process start, the first probes, one status pass.
+const READY: Duration = Duration::from_secs(90);
+/// The controller re-reads a ready node every 10 s; twice that plus slack bounds a role change.
+const ROLE_CHANGE: Duration = Duration::from_secs(30);
+const NODE_LABEL: &str = "valkey.io/node";
+const REVISION_ANNOTATION: &str = "valkey.io/revision";
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+/// `base` with `extra` merged in, objects key by key (so `config` entries add up).
+fn merge(base: &mut Value, extra: &Value) {
+    match (base, extra) {
+        (Value::Object(base), Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge(base.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (base, extra) => *base = extra.clone(),
+    }
+}
+
+/// A ValkeyNode of valkey 9.1 that accepts remote clients without credentials, plus `spec`.
+fn node_object(name: &str, spec: &Value) -> Result<ValkeyNode> {
+    let mut full = json!({"image": "valkey/valkey:9.1", "config": {"protected-mode": "no"}});
+    merge(&mut full, spec);
+    let object = json!({
+        "apiVersion": "valkey.io/v1alpha1",
+        "kind": "ValkeyNode",
+        "metadata": {"name": name},
+        "spec": full,
+    });
+    serde_json::from_value(object).map_err(|e| E2eError::Check(format!("node {name}: {e}")))
+}
+
+async fn create_node(ns: &TestNamespace, name: &str, spec: Value) -> Result<ValkeyNode> {
+    let node = node_object(name, &spec)?;
+    Ok(ns
+        .api::<ValkeyNode>()
+        .create(&PostParams::default(), &node)
+        .await?)
+}
+
+fn condition<'a>(node: &'a ValkeyNode, type_: &str) -> Option<&'a Condition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+fn required_condition(node: &ValkeyNode, type_: &str) -> Result<Condition> {
+    condition(node, type_).cloned().ok_or_else(|| {
+        E2eError::Check(format!(
+            "{} has no {type_} condition: {:?}",
+            node.name_any(),
+            node.status
+        ))
+    })
+}
+
+fn condition_is(node: &ValkeyNode, type_: &str, status: &str, reason: &str) -> bool {
+    condition(node, type_).is_some_and(|c| c.status == status && c.reason == reason)
+}
+
+/// Ready as a parent needs it: Valkey answers as primary at a pod IP.
+fn ready_primary(node: &ValkeyNode) -> bool {
+    node.status.as_ref().is_some_and(|s| {
+        s.ready && s.role == Some(Role::Primary) && s.pod_ip.is_some() && s.pod_name.is_some()
+    })
+}
+
+/// Ready, every condition True, the pod on the desired revision and the spec's generation seen.
+fn settled(node: &ValkeyNode) -> bool {
+    let Some(status) = node.status.as_ref() else {
+        return false;
+    };
+    ready_primary(node)
+        && status.observed_generation == node.meta().generation
+        && status.current_revision.is_some()
+        && status.current_revision == status.desired_revision
+        && status
+            .conditions
+            .as_ref()
+            .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.status == "True"))
+}
+
+async fn wait_ready(ns: &TestNamespace, name: &str) -> Result<ValkeyNode> {
+    wait_node(ns, name, READY, "ready as primary", ready_primary).await
+}
+
+async fn wait_settled(ns: &TestNamespace, name: &str, within: Duration) -> Result<ValkeyNode> {
+    wait_node(ns, name, within, "ready with every condition True", settled).await
+}
+
+fn pod_ip_of(node: &ValkeyNode) -> Result<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .ok_or_else(|| E2eError::Check(format!("{} has no status.podIP", node.name_any())))
+}
+
+fn pod_name_of(node: &ValkeyNode) -> Result<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.pod_name.clone())
+        .ok_or_else(|| E2eError::Check(format!("{} has no status.podName", node.name_any())))
+}
+
+fn desired_revision(node: &ValkeyNode) -> Result<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.desired_revision.clone())
+        .ok_or_else(|| {
+            E2eError::Check(format!("{} has no status.desiredRevision", node.name_any()))
+        })
+}
+
+async fn start_controller(ns: &TestNamespace) -> Result<ControllerProcess> {
+    install_crds().await?;
+    ControllerProcess::start(NODE_CONTROLLER, ns, &[]).await
+}
+
+async fn reconciles(controller: &ControllerProcess) -> Result<f64> {
+    controller.metric("reconciles_total").await
+}
+
+/// Waits until the controller has started `more` reconcile passes after `from`.
+async fn wait_reconciles(
+    controller: &ControllerProcess,
+    from: f64,
+    more: f64,
+    within: Duration,
+) -> Result<f64> {
+    wait_until(within, &format!("{more} more reconciles"), || async move {
+        let now = reconciles(controller).await?;
+        Ok(if now >= from + more {
+            Poll::Ready(now)
+        } else {
+            Poll::NotYet(format!("reconciles_total {now}, started at {from}"))
+        })
+    })
+    .await
+}
+
+/// Waits until `get` finds the object and `check` holds for it.
+async fn wait_object<K, F>(
+    api: &Api<K>,
+    name: &str,
+    within: Duration,
+    what: &str,
+    check: F,
+) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: Fn(&K) -> bool,
+{
+    wait_until(within, &format!("{name}: {what}"), || async {
+        Ok(match api.get_opt(name).await? {
+            Some(object) if check(&object) => Poll::Ready(object),
+            Some(_) => Poll::NotYet("present, not yet as expected".into()),
+            None => Poll::NotYet("not found".into()),
+        })
+    })
+    .await
+}
+
+/// Waits until `name` no longer exists.
+async fn wait_gone<K>(api: &Api<K>, name: &str, within: Duration) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_until(within, &format!("{name} deleted"), || async {
+        Ok(match api.get_opt(name).await? {
+            Some(_) => Poll::NotYet("still there".into()),
+            None => Poll::Ready(()),
+        })
+    })
+    .await
+}
+
+fn uid<K: Resource>(object: &K) -> String {
+    object.meta().uid.clone().unwrap_or_default()
+}
+
+fn version<K: Resource>(object: &K) -> String {
+    object.meta().resource_version.clone().unwrap_or_default()
+}
+
+fn revision_annotation(pod: &Pod) -> Option<String> {
+    pod.annotations().get(REVISION_ANNOTATION).cloned()
+}
+
+/// The pods of a ValkeyNode that are not being deleted.
+async fn live_pods(ns: &TestNamespace, node: &str) -> Result<Vec<Pod>> {
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("{NODE_LABEL}={node}")))
+        .await?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// Every pod UID of a ValkeyNode seen from now on, by a watch (so short-lived pods count too).
+struct PodUids {
+    seen: Arc<Mutex<BTreeSet<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodUids {
+    async fn watch(ns: &TestNamespace, node: &str) -> Result<Self> {
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let config = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
+        let stream = watcher(ns.api::<Pod>(), config)
+            .default_backoff()
+            .touched_objects();
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(pod) = event {
+                    sink.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(uid(&pod));
+                }
+            }
+        });
+        let watch = Self { seen, task };
+        // The watch has listed once the pod that exists now is in the set.
+        let existing: BTreeSet<String> = live_pods(ns, node).await?.iter().map(uid).collect();
+        wait_until(Duration::from_secs(20), "the pod watch listed", || {
+            let ok = existing.is_subset(&watch.uids());
+            async move {
+                Ok(if ok {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet("not listed yet".into())
+                })
+            }
+        })
+        .await?;
+        Ok(watch)
+    }
+
+    fn uids(&self) -> BTreeSet<String> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for PodUids {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs `kubectl get valkeynode` and returns its rows, split into columns.
+async fn valkeynode_rows(ns: &TestNamespace) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+    let out = ns.kubectl(&["get", "valkeynode"]).await?;
+    let mut lines = out.lines();
+    let header = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let rows = lines
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    Ok((header, rows))
+}
+
+/// A connection as a Valkey ACL user.
+async fn valkey_as(
+    ip: &str,
+    user: &str,
+    password: &str,
+) -> Result<redis::aio::MultiplexedConnection> {
+    use redis::IntoConnectionInfo;
+    let err = |source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    };
+    let info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
+        .into_connection_info()
+        .map_err(err)?
+        .set_redis_settings(
+            redis::RedisConnectionInfo::default()
+                .set_username(user)
+                .set_password(password),
+        );
+    let client = redis::Client::open(info).map_err(|source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    })?;
+    match tokio::time::timeout(
+        Duration::from_secs(10),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    {
+        Ok(conn) => conn.map_err(|source| E2eError::Valkey {
+            addr: ip.to_owned(),
+            source,
+        }),
+        Err(_) => Err(E2eError::Check(format!("connecting to {ip} timed out"))),
+    }
+}
+
+// ---- ready, columns, role ----------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result<()> {
+    let ns = TestNamespace::create("nc-ready").await?;
+    let _controller = start_controller(&ns).await?;
+    let started = Instant::now();
+    create_node(&ns, "cache-sts", json!({})).await?;
+    create_node(
+        &ns,
+        "cache-dep",
+        json!({"workloadType": "Deployment", "image": "valkey/valkey:8.0"}),
+    )
+    .await?;
+    let (sts, dep) = tokio::try_join!(wait_ready(&ns, "cache-sts"), wait_ready(&ns, "cache-dep"))?;
+    eprintln!("both Ready after {:?}", started.elapsed());
+
+    check(
+        pod_name_of(&sts)? == "valkey-cache-sts-0",
+        format!("StatefulSet pod: {:?}", sts.status),
+    )?;
+    let dep_pod = pod_name_of(&dep)?;
+    check(
+        dep_pod.starts_with("valkey-cache-dep-"),
+        format!("Deployment pod: {dep_pod}"),
+    )?;
+    ns.api::<StatefulSet>().get("valkey-cache-sts").await?;
+    ns.api::<Deployment>().get("valkey-cache-dep").await?;
+
+    // Valkey itself answers at status.podIP, with the version of the node's image.
+    for (node, version) in [(&sts, "9.1."), (&dep, "8.0.")] {
+        let mut conn = valkey(&pod_ip_of(node)?, 6379).await?;
+        check(
+            valkey_cmd(&mut conn, &["PING"]).await? == "PONG",
+            "PING did not answer PONG",
+        )?;
+        let info = valkey_cmd(&mut conn, &["INFO", "server"]).await?;
+        check(
+            info.lines()
+                .any(|l| l.starts_with(&format!("valkey_version:{version}"))),
+            format!("{} runs the wrong version: {info}", node.name_any()),
+        )?;
+    }
+
+    let (header, rows) = valkeynode_rows(&ns).await?;
+    check(
+        header == ["NAME", "READY", "ROLE", "POD", "AGE"],
+        format!("columns: {header:?}"),
+    )?;
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r.first().map(String::as_str) == Some(name))
+    };
+    let sts_row = row("cache-sts").cloned().unwrap_or_default();
+    check(
+        sts_row.get(1..4)
+            == Some(
+                &[
+                    "true".to_owned(),
+                    "primary".into(),
+                    "valkey-cache-sts-0".into(),
+                ][..],
+            ),
+        format!("cache-sts row: {sts_row:?}"),
+    )?;
+    let dep_row = row("cache-dep").cloned().unwrap_or_default();
+    check(
+        dep_row.get(1..4) == Some(&["true".to_owned(), "primary".into(), dep_pod][..]),
+        format!("cache-dep row: {dep_row:?}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn role_follows_replicaof_and_back() -> Result<()> {
+    let ns = TestNamespace::create("nc-role").await?;
+    let _controller = start_controller(&ns).await?;
+    create_node(&ns, "upstream", json!({})).await?;
+    create_node(&ns, "follower", json!({"workloadType": "Deployment"})).await?;
+    let (upstream, follower) =
+        tokio::try_join!(wait_ready(&ns, "upstream"), wait_ready(&ns, "follower"))?;
+
+    let mut conn = valkey(&pod_ip_of(&follower)?, 6379).await?;
+    let upstream_ip = pod_ip_of(&upstream)?;
+    let asked = Instant::now();
+    valkey_cmd(&mut conn, &["REPLICAOF", &upstream_ip, "6379"]).await?;
+    wait_node(&ns, "follower", ROLE_CHANGE, "role replica", |n| {
+        n.status
+            .as_ref()
+            .is_some_and(|s| s.role == Some(Role::Replica))
+    })
+    .await?;
+    eprintln!(
+        "role replica reported {:?} after REPLICAOF",
+        asked.elapsed()
+    );
+    let (_, rows) = valkeynode_rows(&ns).await?;
+    check(
+        rows.iter().any(|r| {
+            r.first().map(String::as_str) == Some("follower")
+                && r.get(2).map(String::as_str) == Some("replica")
+        }),
+        format!("kubectl get valkeynode does not show the replica: {rows:?}"),
+    )?;
+
+    let asked = Instant::now();
+    valkey_cmd(&mut conn, &["REPLICAOF", "NO", "ONE"]).await?;
+    wait_node(&ns, "follower", ROLE_CHANGE, "role primary again", |n| {
+        n.status
+            .as_ref()
+            .is_some_and(|s| s.role == Some(Role::Primary))
+    })
+    .await?;
+    eprintln!(
+        "role primary reported {:?} after REPLICAOF NO ONE",
+        asked.elapsed()
+    );
+    // The other node was never asked to change.
+    let upstream = ns.api::<ValkeyNode>().get("upstream").await?;
+    check(
+        ready_primary(&upstream),
+        format!("upstream: {:?}", upstream.status),
+    )
+}
+
+// ---- persistence and deletion ------------------------------------------------------------------
+
+/// Writes a key, deletes the pod, and reads the key back from the pod that replaces it.
+async fn key_survives_pod_deletion(ns: &TestNamespace, name: &str) -> Result<()> {
+    let node = wait_ready(ns, name).await?;
+    let old_pod = ns.pod(&pod_name_of(&node)?).await?;
+    let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
+    valkey_cmd(&mut conn, &["SET", "e2e:kept", name]).await?;
+    drop(conn);
+    let started = Instant::now();
+    ns.kubectl(&["delete", "pod", &old_pod.name_any(), "--wait=false"])
+        .await?;
+    let old_uid = uid(&old_pod);
+    let node = wait_until(READY, &format!("{name}: ready on a new pod"), || async {
+        let node = ns.api::<ValkeyNode>().get(name).await?;
+        let Some(pod_name) = node.status.as_ref().and_then(|s| s.pod_name.clone()) else {
+            return Ok(Poll::NotYet("no pod name".into()));
+        };
+        let Some(pod) = ns.api::<Pod>().get_opt(&pod_name).await? else {
+            return Ok(Poll::NotYet(format!("{pod_name} gone")));
+        };
+        Ok(if uid(&pod) != old_uid && ready_primary(&node) {
+            Poll::Ready(node)
+        } else {
+            Poll::NotYet(format!("{:?}", node.status))
+        })
+    })
+    .await?;
+    eprintln!("{name}: back on a new pod after {:?}", started.elapsed());
+    let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
+    let value = valkey_cmd(&mut conn, &["GET", "e2e:kept"]).await?;
+    check(
+        value == name,
+        format!("{name}: GET e2e:kept after the pod came back = {value:?}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn persistent_data_survives_pod_deletion_for_both_workload_types() -> Result<()> {
+    let ns = TestNamespace::create("nc-persist").await?;
+    let _controller = start_controller(&ns).await?;
+    let persistent =
+        json!({"persistence": {"enabled": true, "size": "1Gi"}, "config": {"appendonly": "yes"}});
+    create_node(&ns, "durable-sts", persistent.clone()).await?;
+    let mut dep = persistent;
+    merge(&mut dep, &json!({"workloadType": "Deployment"}));
+    create_node(&ns, "durable-dep", dep).await?;
+    tokio::try_join!(
+        key_survives_pod_deletion(&ns, "durable-sts"),
+        key_survives_pod_deletion(&ns, "durable-dep"),
+    )?;
+    // Both pods ran on the claims the node-controller made.
+    for name in ["durable-sts", "durable-dep"] {
+        let pvc = ns
+            .api::<PersistentVolumeClaim>()
+            .get(&format!("valkey-{name}-data"))
+            .await?;
+        check(
+            pvc.status.and_then(|s| s.phase).as_deref() == Some("Bound"),
+            format!("valkey-{name}-data is not Bound"),
+        )?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_node_removes_its_children_and_keeps_its_volume() -> Result<()> {
+    let ns = TestNamespace::create("nc-delete").await?;
+    let _controller = start_controller(&ns).await?;
+    create_node(
+        &ns,
+        "doomed",
+        json!({"persistence": {"enabled": true, "size": "1Gi"}}),
+    )
+    .await?;
+    let node = wait_ready(&ns, "doomed").await?;
+    let pod_name = pod_name_of(&node)?;
+    let pvc_before = ns
+        .api::<PersistentVolumeClaim>()
+        .get("valkey-doomed-data")
+        .await?;
+    ns.api::<ConfigMap>().get("valkey-doomed-config").await?;
+
+    let started = Instant::now();
+    ns.api::<ValkeyNode>()
+        .delete("doomed", &DeleteParams::default())
+        .await?;
+    let within = Duration::from_secs(60);
+    wait_gone(&ns.api::<StatefulSet>(), "valkey-doomed", within).await?;
+    wait_gone(&ns.api::<ConfigMap>(), "valkey-doomed-config", within).await?;
+    wait_gone(&ns.api::<Pod>(), &pod_name, within).await?;
+    wait_gone(&ns.api::<ValkeyNode>(), "doomed", within).await?;
+    eprintln!(
+        "workload, ConfigMap and pod gone after {:?}",
+        started.elapsed()
+    );
+
+    let pvc = ns
+        .api::<PersistentVolumeClaim>()
+        .get_opt("valkey-doomed-data")
+        .await?;
+    check(
+        pvc.as_ref()
+            .is_some_and(|p| uid(p) == uid(&pvc_before) && p.metadata.deletion_timestamp.is_none()),
+        format!("valkey-doomed-data was not kept: {pvc:?}"),
+    )
+}
+
+// ---- scheduling ----------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduling_constraints_reach_the_pod() -> Result<()> {
+    let ns = TestNamespace::create("nc-sched").await?;
+    let _controller = start_controller(&ns).await?;
+    let toleration = json!({"key": "e2e.valkey.io/dedicated", "operator": "Equal", "value": "valkey", "effect": "NoSchedule"});
+    let affinity = json!({
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b", "zone-c"]}]}
+        ]}},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"valkey.io/role-hint": "primary"}}}}
+        ]}
+    });
+    create_node(
+        &ns,
+        "placed",
+        json!({
+            "nodeSelector": {"topology.kubernetes.io/zone": "zone-b"},
+            "tolerations": [toleration],
+            "affinity": affinity,
+        }),
+    )
+    .await?;
+    let node = wait_ready(&ns, "placed").await?;
+    let pod = ns.pod(&pod_name_of(&node)?).await?;
+    let spec = pod.spec.clone().unwrap_or_default();
+    check(
+        spec.node_name.as_deref() == Some("localkube-b") || !e2e::is_localkube(),
+        format!("the pod runs on {:?}, not the zone-b node", spec.node_name),
+    )?;
+    check(
+        node.status.as_ref().and_then(|s| s.node_name.clone()) == spec.node_name,
+        format!("status.nodeName {:?}", node.status),
+    )?;
+    let host = Api::<k8s_openapi::api::core::v1::Node>::all(ns.client.clone())
+        .get(spec.node_name.as_deref().unwrap_or_default())
+        .await?;
+    check(
+        host.labels()
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str)
+            == Some("zone-b"),
+        format!("node {} is not in zone-b", host.name_any()),
+    )?;
+    check(
+        spec.node_selector
+            == Some(BTreeMap::from([(
+                "topology.kubernetes.io/zone".to_owned(),
+                "zone-b".to_owned(),
+            )])),
+        format!("nodeSelector {:?}", spec.node_selector),
+    )?;
+    let wanted: k8s_openapi::api::core::v1::Toleration =
+        serde_json::from_value(toleration).map_err(|e| E2eError::Check(e.to_string()))?;
+    check(
+        spec.tolerations.iter().flatten().any(|t| *t == wanted),
+        format!("tolerations {:?}", spec.tolerations),
+    )?;
+    let wanted: k8s_openapi::api::core::v1::Affinity =
+        serde_json::from_value(affinity).map_err(|e| E2eError::Check(e.to_string()))?;
+    check(
+        spec.affinity.as_ref() == Some(&wanted),
+        format!("affinity {:?}", spec.affinity),
+    )
+}
+
+// ---- no writes in a steady state ---------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_node_costs_no_writes() -> Result<()> {
+    let ns = TestNamespace::create("nc-steady").await?;
+    let controller = start_controller(&ns).await?;
+    create_node(
+        &ns,
+        "steady",
+        json!({"persistence": {"enabled": true, "size": "1Gi"}}),
+    )
+    .await?;
+    wait_settled(&ns, "steady", READY).await?;
+    // The StatefulSet controller has caught up with its pod too.
+    let sts_api = ns.api::<StatefulSet>();
+    wait_object(&sts_api, "valkey-steady", READY, "status caught up", |s| {
+        s.status.as_ref().is_some_and(|st| {
+            st.observed_generation == s.metadata.generation
+                && st.available_replicas == Some(1)
+                && st.current_revision == st.update_revision
+        })
+    })
+    .await?;
+
+    let snapshot = || async {
+        Ok::<_, E2eError>([
+            (
+                "ValkeyNode",
+                version(&ns.api::<ValkeyNode>().get("steady").await?),
+            ),
+            ("StatefulSet", version(&sts_api.get("valkey-steady").await?)),
+            (
+                "ConfigMap",
+                version(&ns.api::<ConfigMap>().get("valkey-steady-config").await?),
+            ),
+            (
+                "PersistentVolumeClaim",
+                version(
+                    &ns.api::<PersistentVolumeClaim>()
+                        .get("valkey-steady-data")
+                        .await?,
+                ),
+            ),
+        ])
+    };
+    let before = snapshot().await?;
+    let from = reconciles(&controller).await?;
+    let started = Instant::now();
+    let to = wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
+    let after = snapshot().await?;
+    eprintln!(
+        "{} reconciles in {:?}; resourceVersions {before:?}",
+        to - from,
+        started.elapsed()
+    );
+    check(
+        before == after,
+        format!(
+            "resourceVersions moved across {} reconciles: {before:?} -> {after:?}",
+            to - from
+        ),
+    )?;
+    let errors = controller.metric("reconcile_errors_total").await?;
+    check(errors == 0.0, format!("{errors} reconcile errors"))
+}
+
+// ---- revisions -----------------------------------------------------------------------------------
+
+/// Pins the node's revision, changes its config, sees the pod held, then allows the new revision
+/// and sees exactly one new pod with the new config.
+async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) -> Result<()> {
+    let nodes = ns.api::<ValkeyNode>();
+    let node = wait_settled(ns, name, READY).await?;
+    let first = desired_revision(&node)?;
+    patch_node_spec(ns, name, json!({"allowedRevision": first})).await?;
+    let node = wait_node(ns, name, READY, "pinned", |n| {
+        settled(n) && n.spec.allowed_revision.as_deref() == Some(first.as_str())
+    })
+    .await?;
+    let pod_before = ns.pod(&pod_name_of(&node)?).await?;
+    check(
+        revision_annotation(&pod_before).as_deref() == Some(first.as_str()),
+        format!(
+            "{name}: pod revision {:?}, desired {first}",
+            revision_annotation(&pod_before)
+        ),
+    )?;
+    let uids = PodUids::watch(ns, name).await?;
+
+    patch_node_spec(ns, name, json!({"config": {"maxmemory": "200mb"}})).await?;
+    let held = wait_node(
+        ns,
+        name,
+        READY,
+        "a new desiredRevision awaiting approval",
+        |n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.desired_revision.as_deref())
+                .is_some_and(|d| d != first)
+                && condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
+                && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
+        },
+    )
+    .await?;
+    let second = desired_revision(&held)?;
+    let workload = format!("valkey-{name}");
+    let template_revision = |annotations: Option<&BTreeMap<String, String>>| {
+        annotations
+            .and_then(|a| a.get(REVISION_ANNOTATION))
+            .cloned()
+    };
+    if held.spec.workload_type == valkey_api::v1alpha1::WorkloadType::StatefulSet {
+        let second = second.clone();
+        wait_object(
+            &ns.api::<StatefulSet>(),
+            &workload,
+            READY,
+            "new template held by partition 1",
+            move |s| {
+                let spec = s.spec.as_ref();
+                let partition = spec
+                    .and_then(|s| s.update_strategy.as_ref())
+                    .and_then(|u| u.rolling_update.as_ref())
+                    .and_then(|r| r.partition);
+                let revision = template_revision(
+                    spec.and_then(|s| s.template.metadata.as_ref())
+                        .and_then(|m| m.annotations.as_ref()),
+                );
+                let status = s.status.as_ref();
+                partition == Some(1)
+                    && revision.as_deref() == Some(second.as_str())
+                    && status.and_then(|st| st.observed_generation) == s.metadata.generation
+                    && status.is_some_and(|st| st.update_revision != st.current_revision)
+            },
+        )
+        .await?;
+    } else {
+        let second = second.clone();
+        wait_object(
+            &ns.api::<Deployment>(),
+            &workload,
+            READY,
+            "new template, paused",
+            move |d| {
+                let spec = d.spec.as_ref();
+                let revision = template_revision(
+                    spec.and_then(|s| s.template.metadata.as_ref())
+                        .and_then(|m| m.annotations.as_ref()),
+                );
+                spec.and_then(|s| s.paused) == Some(true)
+                    && revision.as_deref() == Some(second.as_str())
+                    && d.status.as_ref().and_then(|st| st.observed_generation)
+                        == d.metadata.generation
+            },
+        )
+        .await?;
+    }
+    let pods = live_pods(ns, name).await?;
+    check(
+        pods.len() == 1
+            && uid(&pods[0]) == uid(&pod_before)
+            && revision_annotation(&pods[0]).as_deref() == Some(first.as_str()),
+        format!(
+            "{name}: the pod changed before the revision was allowed: {:?}",
+            pods.iter()
+                .map(|p| (p.name_any(), uid(p), revision_annotation(p)))
+                .collect::<Vec<_>>()
+        ),
+    )?;
+    let node = nodes.get(name).await?;
+    check(
+        node.status
+            .as_ref()
+            .is_some_and(|s| s.ready && s.current_revision.as_deref() == Some(first.as_str())),
+        format!(
+            "{name}: not ready on the old revision while held: {:?}",
+            node.status
+        ),
+    )?;
+
+    let allowed = Instant::now();
+    patch_node_spec(ns, name, json!({"allowedRevision": second})).await?;
+    let node = wait_node(ns, name, READY, "ready on the new revision", |n| {
+        settled(n)
+            && n.status
+                .as_ref()
+                .and_then(|s| s.current_revision.as_deref())
+                == Some(second.as_str())
+    })
+    .await?;
+    // The old pod may still be terminating: wait until one pod is left.
+    let pod = wait_until(READY, &format!("{name}: one pod left"), || async {
+        let pods = live_pods(ns, name).await?;
+        Ok(match pods.as_slice() {
+            [only] => Poll::Ready(only.clone()),
+            _ => Poll::NotYet(format!("{} pods", pods.len())),
+        })
+    })
+    .await?;
+    eprintln!(
+        "{name}: rolled to the new revision {:?} after it was allowed",
+        allowed.elapsed()
+    );
+    check(
+        uid(&pod) != uid(&pod_before)
+            && revision_annotation(&pod).as_deref() == Some(second.as_str())
+            && pod.name_any() == pod_name_of(&node)?,
+        format!(
+            "{name}: the new pod {} {:?}",
+            pod.name_any(),
+            revision_annotation(&pod)
+        ),
+    )?;
+    let seen = uids.uids();
+    check(
+        seen.len() == 2 && seen.contains(&uid(&pod_before)) && seen.contains(&uid(&pod)),
+        format!("{name}: pods seen during the change: {seen:?} (expected the old and one new)"),
+    )?;
+    let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
+    let reply: Vec<String> = redis::cmd("CONFIG")
+        .arg(&["GET", "maxmemory"])
+        .query_async(&mut conn)
+        .await
+        .map_err(|source| E2eError::Valkey {
+            addr: name.to_owned(),
+            source,
+        })?;
+    check(
+        reply == ["maxmemory", "209715200"],
+        format!("{name}: CONFIG GET maxmemory = {reply:?}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
+    let ns = TestNamespace::create("nc-revision").await?;
+    let _controller = start_controller(&ns).await?;
+    let config = json!({"config": {"maxmemory": "100mb"}});
+    create_node(&ns, "held-sts", config.clone()).await?;
+    let mut dep = config;
+    merge(&mut dep, &json!({"workloadType": "Deployment"}));
+    create_node(&ns, "held-dep", dep).await?;
+    tokio::try_join!(
+        config_change_waits_for_its_revision(&ns, "held-sts"),
+        config_change_waits_for_its_revision(&ns, "held-dep"),
+    )?;
+    Ok(())
+}
+
+// ---- leader election ---------------------------------------------------------------------------
+
+async fn leading(controller: &ControllerProcess) -> Result<bool> {
+    Ok(controller.metric("leader").await? == 1.0)
+}
+
+async fn lease_holder(ns: &TestNamespace) -> Result<Option<String>> {
+    Ok(ns
+        .api::<Lease>()
+        .get_opt("valkey-node-controller")
+        .await?
+        .and_then(|l| l.spec?.holder_identity))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
+    let ns = TestNamespace::create("nc-leader").await?;
+    install_crds().await?;
+    let elect = ["--leader-elect"];
+    let mut first = ControllerProcess::start_with_env(
+        NODE_CONTROLLER,
+        &ns,
+        &elect,
+        &[("POD_NAME", "nc-first")],
+    )
+    .await?;
+    wait_until(
+        Duration::from_secs(30),
+        "the first process leads",
+        || async {
+            Ok(if leading(&first).await? {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet("not leading".into())
+            })
+        },
+    )
+    .await?;
+    let second = ControllerProcess::start_with_env(
+        NODE_CONTROLLER,
+        &ns,
+        &elect,
+        &[("POD_NAME", "nc-second")],
+    )
+    .await?;
+    let holder = lease_holder(&ns).await?.unwrap_or_default();
+    check(
+        holder.starts_with("nc-first-"),
+        format!("the Lease names {holder:?}, not the first process"),
+    )?;
+
+    create_node(&ns, "before", json!({})).await?;
+    wait_ready(&ns, "before").await?;
+    let led = reconciles(&first).await?;
+    wait_reconciles(&first, led, 2.0, Duration::from_secs(40)).await?;
+    check(
+        reconciles(&second).await? == 0.0 && !leading(&second).await?,
+        "the standby reconciled",
+    )?;
+    let events_by_second = ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reporting_instance
+                .as_deref()
+                .is_some_and(|i| i.contains("nc-second"))
+        })
+        .count();
+    check(events_by_second == 0, "the standby published events")?;
+
+    first.kill().await?;
+    let killed = Instant::now();
+    create_node(&ns, "after", json!({"workloadType": "Deployment"})).await?;
+    wait_until(Duration::from_secs(60), "the standby leads", || async {
+        Ok(if leading(&second).await? {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet("standby".into())
+        })
+    })
+    .await?;
+    eprintln!("the standby leads {:?} after the SIGKILL", killed.elapsed());
+    wait_ready(&ns, "after").await?;
+    eprintln!(
+        "a node created after the SIGKILL is Ready {:?} after it",
+        killed.elapsed()
+    );
+    let holder = lease_holder(&ns).await?.unwrap_or_default();
+    check(
+        holder.starts_with("nc-second-"),
+        format!("the Lease names {holder:?}, not the second process"),
+    )?;
+    check(
+        reconciles(&second).await? > 0.0,
+        "the new leader never reconciled",
+    )?;
+    // The node of the old leader is still right under the new one.
+    wait_ready(&ns, "before").await?;
+    Ok(())
+}
+
+// ---- bad input and faults ------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_that_cannot_be_pulled_is_reported() -> Result<()> {
+    let ns = TestNamespace::create("nc-image").await?;
+    let _controller = start_controller(&ns).await?;
+    create_node(
+        &ns,
+        "unpullable",
+        json!({"image": "valkey/valkey:does-not-exist"}),
+    )
+    .await?;
+    let node = wait_node(&ns, "unpullable", READY, "Ready False for the image", |n| {
+        condition(n, "Ready").is_some_and(|c| {
+            c.status == "False" && (c.reason == "ErrImagePull" || c.reason == "ImagePullBackOff")
+        })
+    })
+    .await?;
+    let ready = required_condition(&node, "Ready")?;
+    eprintln!(
+        "Ready: {} {}: {}",
+        ready.status, ready.reason, ready.message
+    );
+    check(
+        ready.message.contains("valkey-unpullable-0")
+            && !node.status.as_ref().is_some_and(|s| s.ready),
+        format!("Ready message: {}", ready.message),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_valkey_rejects_crash_loops_without_a_hot_loop() -> Result<()> {
+    let ns = TestNamespace::create("nc-crash").await?;
+    let controller = start_controller(&ns).await?;
+    create_node(
+        &ns,
+        "misconfigured",
+        json!({"config": {"maxmemory": "not-a-size"}}),
+    )
+    .await?;
+    let node = wait_node(
+        &ns,
+        "misconfigured",
+        READY,
+        "Ready False, CrashLoopBackOff",
+        |n| condition_is(n, "Ready", "False", "CrashLoopBackOff"),
+    )
+    .await?;
+    let ready = required_condition(&node, "Ready")?;
+    eprintln!(
+        "Ready: {} {}: {}",
+        ready.status, ready.reason, ready.message
+    );
+    check(
+        ready.message.contains("CrashLoopBackOff") && ready.message.contains("exit code"),
+        format!("Ready message: {}", ready.message),
+    )?;
+
+    // Measured: the pod restarts every 10-40 s (the kubelet's back-off) and the controller looks
+    // at a node that is not ready every 5 s; a pass per pod status change and per requeue stays
+    // far below one a second. A hot loop would count hundreds.
+    let window = Duration::from_secs(30);
+    let from = reconciles(&controller).await?;
+    tokio::time::sleep(window).await;
+    let grown = reconciles(&controller).await? - from;
+    eprintln!("{grown} reconciles in {window:?} while crash-looping");
+    check(
+        grown >= 2.0,
+        format!("only {grown} reconciles in {window:?}: the node is not re-read"),
+    )?;
+    check(
+        grown <= 20.0,
+        format!("{grown} reconciles in {window:?}: a hot loop"),
+    )?;
+    let node = ns.api::<ValkeyNode>().get("misconfigured").await?;
+    check(
+        !node.status.as_ref().is_some_and(|s| s.ready),
+        "a crash-looping node is reported ready",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
+    let ns = TestNamespace::create("nc-nosecret").await?;
+    let mut controller = start_controller(&ns).await?;
+    create_node(
+        &ns,
+        "locked",
+        json!({"credentials": {"secretName": "absent-credentials"}}),
+    )
+    .await?;
+    create_node(&ns, "open", json!({})).await?;
+    let locked = wait_node(
+        &ns,
+        "locked",
+        READY,
+        "Credentials False, SecretNotFound",
+        |n| condition_is(n, "Credentials", "False", "SecretNotFound"),
+    )
+    .await?;
+    let credentials = required_condition(&locked, "Credentials")?;
+    eprintln!("Credentials: {}", credentials.message);
+    check(
+        credentials.message.contains("absent-credentials"),
+        format!(
+            "the message does not name the Secret: {}",
+            credentials.message
+        ),
+    )?;
+    check(
+        !locked.status.as_ref().is_some_and(|s| s.ready),
+        "a node without its Secret is ready",
+    )?;
+    wait_ready(&ns, "open").await?;
+    check(controller.is_running(), "the controller exited")
+}
+
+// ---- hand edits ------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
+    let ns = TestNamespace::create("nc-repair").await?;
+    let _controller = start_controller(&ns).await?;
+    create_node(
+        &ns,
+        "tended",
+        json!({"persistence": {"enabled": true, "size": "1Gi"}}),
+    )
+    .await?;
+    let node = wait_settled(&ns, "tended", READY).await?;
+    let within = Duration::from_secs(60);
+    let cms = ns.api::<ConfigMap>();
+    let stss = ns.api::<StatefulSet>();
+    let pvcs = ns.api::<PersistentVolumeClaim>();
+    let conf_of = |cm: &ConfigMap| {
+        cm.data
+            .as_ref()
+            .and_then(|d| d.get("valkey.conf"))
+            .cloned()
+            .unwrap_or_default()
+    };
+
+    // An edited valkey.conf is put back.
+    let cm = cms.get("valkey-tended-config").await?;
+    let conf = conf_of(&cm);
+    let started = Instant::now();
+    let edited = cms
+        .patch(
+            "valkey-tended-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"valkey.conf": "port 7777\n"}})),
+        )
+        .await?;
+    let edited_version: u64 = version(&edited).parse().unwrap_or(0);
+    wait_object(
+        &cms,
+        "valkey-tended-config",
+        within,
+        "valkey.conf put back",
+        |c| conf_of(c) == conf && version(c).parse().unwrap_or(0) > edited_version,
+    )
+    .await?;
+    eprintln!("valkey.conf put back after {:?}", started.elapsed());
+
+    // Replicas scaled by hand are put back.
+    let started = Instant::now();
+    stss.patch(
+        "valkey-tended",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await?;
+    wait_object(&stss, "valkey-tended", within, "replicas 1 again", |s| {
+        s.spec.as_ref().and_then(|s| s.replicas) == Some(1)
+    })
+    .await?;
+    eprintln!("replicas put back after {:?}", started.elapsed());
+    wait_settled(&ns, "tended", READY).await?;
+
+    // A deleted ConfigMap comes back.
+    let started = Instant::now();
+    cms.delete("valkey-tended-config", &DeleteParams::default())
+        .await?;
+    let cm_uid = uid(&cm);
+    wait_object(&cms, "valkey-tended-config", within, "recreated", |c| {
+        uid(c) != cm_uid && conf_of(c) == conf
+    })
+    .await?;
+    eprintln!("ConfigMap recreated after {:?}", started.elapsed());
+
+    // A deleted StatefulSet comes back, and with it the pod.
+    let sts = stss.get("valkey-tended").await?;
+    let started = Instant::now();
+    stss.delete("valkey-tended", &DeleteParams::background())
+        .await?;
+    let sts_uid = uid(&sts);
+    wait_object(&stss, "valkey-tended", within, "recreated", |s| {
+        uid(s) != sts_uid
+    })
+    .await?;
+    eprintln!("StatefulSet recreated after {:?}", started.elapsed());
+    wait_settled(&ns, "tended", READY).await?;
+
+    // A deleted PVC comes back. It stays Terminating while a pod uses it, so the pod goes too.
+    let pvc = pvcs.get("valkey-tended-data").await?;
+    let started = Instant::now();
+    pvcs.delete("valkey-tended-data", &DeleteParams::default())
+        .await?;
+    ns.api::<Pod>()
+        .delete(&pod_name_of(&node)?, &DeleteParams::default())
+        .await?;
+    let pvc_uid = uid(&pvc);
+    wait_object(
+        &pvcs,
+        "valkey-tended-data",
+        Duration::from_secs(120),
+        "recreated",
+        |p| uid(p) != pvc_uid,
+    )
+    .await?;
+    eprintln!("PVC recreated after {:?}", started.elapsed());
+    wait_settled(&ns, "tended", Duration::from_secs(120)).await?;
+    eprintln!("Ready on the new volume after {:?}", started.elapsed());
+    Ok(())
+}
+
+// ---- crash and restart ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
+    let ns = TestNamespace::create("nc-crashstop").await?;
+    let mut controller = start_controller(&ns).await?;
+    let nodes = [
+        (
+            "kill-a",
+            json!({"persistence": {"enabled": true, "size": "1Gi"}}),
+        ),
+        ("kill-b", json!({"workloadType": "Deployment"})),
+        ("kill-c", json!({"image": "valkey/valkey:8.0"})),
+    ];
+    for (name, spec) in &nodes {
+        create_node(&ns, name, spec.clone()).await?;
+    }
+    // SIGKILL as soon as the controller has begun: the first child exists.
+    let cms = ns.api::<ConfigMap>();
+    wait_until(Duration::from_secs(30), "a first child", || async {
+        let list = cms.list(&ListParams::default().labels(NODE_LABEL)).await?;
+        Ok(if list.items.is_empty() {
+            Poll::NotYet("no ConfigMap yet".into())
+        } else {
+            Poll::Ready(())
+        })
+    })
+    .await?;
+    controller.kill().await?;
+    let (killed_ready, _) = status_summary(&ns).await?;
+    eprintln!("killed with {killed_ready} of 3 nodes ready");
+    check(
+        killed_ready < 3,
+        "all nodes were ready before the kill: kill sooner",
+    )?;
+
+    // A second SIGKILL once pods exist but before every node is ready, if the timing allows.
+    let mut controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
+    let pods = ns.api::<Pod>();
+    wait_until(Duration::from_secs(60), "a first pod", || async {
+        let list = pods.list(&ListParams::default().labels(NODE_LABEL)).await?;
+        Ok(if list.items.is_empty() {
+            Poll::NotYet("no pod yet".into())
+        } else {
+            Poll::Ready(())
+        })
+    })
+    .await?;
+    controller.kill().await?;
+    let (second_kill_ready, _) = status_summary(&ns).await?;
+    eprintln!("killed again with {second_kill_ready} of 3 nodes ready");
+
+    let started = Instant::now();
+    let mut controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
+    for (name, _) in &nodes {
+        let node = wait_settled(&ns, name, READY).await?;
+        // The status describes the one pod that exists.
+        let pods = live_pods(&ns, name).await?;
+        let [pod] = pods.as_slice() else {
+            return Err(E2eError::Check(format!("{name}: {} pods", pods.len())));
+        };
+        let status = node.status.clone().unwrap_or_default();
+        check(
+            status.pod_name.as_deref() == pod.metadata.name.as_deref()
+                && status.pod_ip == pod.status.as_ref().and_then(|s| s.pod_ip.clone())
+                && status.node_name == pod.spec.as_ref().and_then(|s| s.node_name.clone())
+                && status.current_revision == revision_annotation(pod),
+            format!(
+                "{name}: status {status:?} does not describe pod {}",
+                pod.name_any()
+            ),
+        )?;
+        let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
+        check(
+            valkey_cmd(&mut conn, &["PING"]).await? == "PONG",
+            format!("{name}: no PONG"),
+        )?;
+    }
+    eprintln!("all 3 settled {:?} after the restart", started.elapsed());
+    // One workload and one ConfigMap each: the restarted controller duplicated nothing.
+    let configmaps = cms.list(&ListParams::default().labels(NODE_LABEL)).await?;
+    check(
+        configmaps.items.len() == 3,
+        format!("{} ConfigMaps", configmaps.items.len()),
+    )?;
+    let stss = ns.api::<StatefulSet>().list(&ListParams::default()).await?;
+    let deps = ns.api::<Deployment>().list(&ListParams::default()).await?;
+    check(
+        stss.items.len() == 2 && deps.items.len() == 1,
+        format!(
+            "{} StatefulSets, {} Deployments",
+            stss.items.len(),
+            deps.items.len()
+        ),
+    )?;
+
+    // A controller that starts over settled nodes finds nothing to do: no status blip while its
+    // caches fill, no write, no event.
+    let before = resource_versions(&ns).await?;
+    let events_before = controller_events(&ns).await?;
+    controller.kill().await?;
+    let controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
+    wait_reconciles(&controller, 0.0, 6.0, Duration::from_secs(40)).await?;
+    let after = resource_versions(&ns).await?;
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(key, version)| before.get(*key) != Some(version))
+        .collect();
+    check(
+        changed.is_empty() && before.len() == after.len(),
+        format!("a restart over settled nodes changed {changed:?} (before: {before:?})"),
+    )?;
+    let events_after = controller_events(&ns).await?;
+    let new: Vec<&String> = events_after.difference(&events_before).collect();
+    check(
+        new.is_empty(),
+        format!("a restart over settled nodes published {new:?}"),
+    )
+}
+
+/// The resourceVersion of every ValkeyNode and every child the node-controller owns.
+async fn resource_versions(ns: &TestNamespace) -> Result<BTreeMap<String, String>> {
+    let all = ListParams::default();
+    let mut versions = BTreeMap::new();
+    for n in ns.api::<ValkeyNode>().list(&all).await?.items {
+        versions.insert(format!("ValkeyNode/{}", n.name_any()), version(&n));
+    }
+    for s in ns.api::<StatefulSet>().list(&all).await?.items {
+        versions.insert(format!("StatefulSet/{}", s.name_any()), version(&s));
+    }
+    for d in ns.api::<Deployment>().list(&all).await?.items {
+        versions.insert(format!("Deployment/{}", d.name_any()), version(&d));
+    }
+    for c in ns
+        .api::<ConfigMap>()
+        .list(&all.clone().labels(NODE_LABEL))
+        .await?
+        .items
+    {
+        versions.insert(format!("ConfigMap/{}", c.name_any()), version(&c));
+    }
+    for p in ns.api::<PersistentVolumeClaim>().list(&all).await?.items {
+        versions.insert(
+            format!("PersistentVolumeClaim/{}", p.name_any()),
+            version(&p),
+        );
+    }
+    Ok(versions)
+}
+
+/// The node-controller's Events in the namespace, as `name object: reason: message (count)`.
+async fn controller_events(ns: &TestNamespace) -> Result<BTreeSet<String>> {
+    let events = ns.api::<Event>().list(&ListParams::default()).await?.items;
+    Ok(events
+        .into_iter()
+        .filter(|e| e.reporting_component.as_deref() == Some("valkey-node-controller"))
+        .map(|e| {
+            format!(
+                "{} {}: {}: {} ({})",
+                e.metadata.name.unwrap_or_default(),
+                e.involved_object.name.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.count.unwrap_or(1)
+            )
+        })
+        .collect())
+}
+
+/// How many of the namespace's ValkeyNodes are ready, and their names.
+async fn status_summary(ns: &TestNamespace) -> Result<(usize, Vec<String>)> {
+    let nodes = ns.api::<ValkeyNode>().list(&ListParams::default()).await?;
+    let ready: Vec<String> = nodes
+        .items
+        .iter()
+        .filter(|n| n.status.as_ref().is_some_and(|s| s.ready))
+        .map(|n| n.name_any())
+        .collect();
+    Ok((ready.len(), ready))
+}
+
+// ---- credentials -----------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> {
+    let ns = TestNamespace::create("nc-creds").await?;
+    install_crds().await?;
+    // Debug logs, so that the log check covers everything the controller could say.
+    let controller = ControllerProcess::start_with_env(
+        NODE_CONTROLLER,
+        &ns,
+        &[],
+        &[(
+            "RUST_LOG",
+            "debug,hyper=info,h2=info,rustls=info,tower=info",
+        )],
+    )
+    .await?;
+    let password: String = {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        (0..24)
+            .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+            .collect()
+    };
+    let password = format!("pw{password}");
+    let acl = format!("user default off\nuser healthcheck on >{password} ~* &* +ping +info\n");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "node-acl"},
+        "stringData": {"users.acl": acl, "password": password},
+    }))
+    .map_err(|e| E2eError::Check(e.to_string()))?;
+    ns.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await?;
+    create_node(
+        &ns,
+        "guarded",
+        json!({
+            "config": {"protected-mode": "yes", "aclfile": "/etc/valkey/credentials/users.acl"},
+            "credentials": {"secretName": "node-acl", "username": "healthcheck"},
+        }),
+    )
+    .await?;
+    let node = wait_settled(&ns, "guarded", READY).await?;
+    check(
+        condition_is(&node, "Credentials", "True", "SecretFound"),
+        format!("Credentials: {:?}", condition(&node, "Credentials")),
+    )?;
+    let ip = pod_ip_of(&node)?;
+    let mut conn = valkey_as(&ip, "healthcheck", &password).await?;
+    check(
+        valkey_cmd(&mut conn, &["PING"]).await? == "PONG",
+        "authenticated PING did not answer PONG",
+    )?;
+    // The ACL is in force: without credentials nothing is allowed.
+    let anonymous = match valkey(&ip, 6379).await {
+        Ok(mut conn) => valkey_cmd(&mut conn, &["PING"])
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    check(
+        anonymous
+            .as_ref()
+            .is_err_and(|e| e.contains("NOAUTH") || e.contains("WRONGPASS") || e.contains("AUTH")),
+        format!("an anonymous PING answered {anonymous:?}"),
+    )?;
+
+    // Let a few more passes (and their logs) happen before looking for the password.
+    let from = reconciles(&controller).await?;
+    wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
+    let mut leaks = Vec::new();
+    for cm in ns
+        .api::<ConfigMap>()
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        if serde_json::to_string(&cm)
+            .unwrap_or_default()
+            .contains(&password)
+        {
+            leaks.push(format!("ConfigMap {}", cm.name_any()));
+        }
+    }
+    let node = ns.api::<ValkeyNode>().get("guarded").await?;
+    if serde_json::to_string(&node.status)
+        .unwrap_or_default()
+        .contains(&password)
+    {
+        leaks.push("the ValkeyNode status".into());
+    }
+    let events = ns.api::<Event>().list(&ListParams::default()).await?.items;
+    check(!events.is_empty(), "no events to look at")?;
+    for event in &events {
+        if serde_json::to_string(event)
+            .unwrap_or_default()
+            .contains(&password)
+        {
+            leaks.push(format!("Event {}", event.name_any()));
+        }
+    }
+    let log = controller.log_text()?;
+    check(
+        log.lines().count() > 10,
+        format!("a short controller log: {log}"),
+    )?;
+    if let Some(line) = log.lines().find(|l| l.contains(&password)) {
+        leaks.push(format!("controller log line: {line}"));
+    }
+    eprintln!(
+        "looked in {} ConfigMaps' worth of data, the status, {} Events and {} log lines",
+        ns.api::<ConfigMap>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .len(),
+        events.len(),
+        log.lines().count()
+    );
+    check(
+        leaks.is_empty(),
+        format!("the password leaked into: {leaks:?}"),
+    )
+}
