@@ -24,6 +24,8 @@ pub struct ExecuteConfig {
     pub pass_budget: Duration,
     /// Keys per MIGRATE.
     pub keys_per_migrate: u32,
+    /// How many slots a legacy migration moves side by side.
+    pub parallel_slots: usize,
     /// MIGRATE's own timeout (the time the destination may take per batch).
     pub migrate_timeout: Duration,
     /// Credentials MIGRATE passes to the destination.
@@ -38,6 +40,7 @@ impl Default for ExecuteConfig {
             command_timeout: Duration::from_secs(5),
             pass_budget: Duration::from_secs(5),
             keys_per_migrate: 100,
+            parallel_slots: 16,
             migrate_timeout: Duration::from_secs(5),
             migrate_auth: None,
             failover_wait: Duration::from_secs(10),

@@ -143,9 +143,16 @@ impl SlotSet {
         }
     }
 
+    /// Word by word: CLUSTER NODES lists thousands of slots per line, and every view of
+    /// every pass is parsed.
     pub fn insert_range(&mut self, range: SlotRange) {
-        for slot in range.slots() {
-            self.insert(slot);
+        let (start, end) = (usize::from(range.start), usize::from(range.end));
+        let (first, last) = (start / 64, end / 64);
+        for (word, bits) in self.bits[first..=last].iter_mut().enumerate() {
+            let word = first + word;
+            let low = if word == first { start % 64 } else { 0 };
+            let high = if word == last { end % 64 } else { 63 };
+            *bits |= (u64::MAX >> (63 - (high - low))) << low;
         }
     }
 
@@ -201,7 +208,19 @@ impl SlotSet {
 
     /// The slots in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
-        (0..SLOT_COUNT).filter(|slot| self.contains(*slot))
+        self.bits.iter().enumerate().flat_map(|(word, bits)| {
+            let base = word * 64;
+            let mut rest = *bits;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let bit = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                // base + bit < 16384 by construction.
+                Some((base + bit) as Slot)
+            })
+        })
     }
 
     /// The maximal runs of consecutive slots, in ascending order.
@@ -356,6 +375,25 @@ mod tests {
         assert_eq!(s.count(), 1);
         s.remove(16383);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn ranges_insert_exactly_their_slots() {
+        for (start, end) in [
+            (0, 0),
+            (0, 63),
+            (1, 64),
+            (63, 64),
+            (100, 5000),
+            (16320, 16383),
+            (0, 16383),
+        ] {
+            let mut set = SlotSet::new();
+            set.insert_range(SlotRange::new(start, end).unwrap());
+            let slots: Vec<Slot> = set.iter().collect();
+            assert_eq!(slots, (start..=end).collect::<Vec<_>>(), "{start}-{end}");
+            assert_eq!(set.count(), usize::from(end - start) + 1);
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::plan::migration::atomic;
 use crate::plan::migration::legacy::Intent;
 use crate::plan::rebalance;
 use crate::plan::slots::SlotSet;
+use crate::valkey::cluster_info::ClusterState;
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slot_migrations::{Operation, SlotMigrationJob};
 
@@ -88,6 +89,9 @@ fn legacy_markers(t: &Topology) -> Option<Decision> {
     let ((source_id, target_id), slots) = open.into_iter().next()?;
     match (t.by_id(&source_id), t.by_id(&target_id)) {
         (Some(source), Some(target)) => {
+            if let Some(wait) = not_ready_to_migrate(source, target) {
+                return Some(wait);
+            }
             let intent = if target.place == Place::LeavingShard {
                 Intent::Abort
             } else {
@@ -134,6 +138,23 @@ fn legacy_markers(t: &Topology) -> Option<Decision> {
             ))
         }
     }
+}
+
+/// A node refuses keys (`CLUSTERDOWN`) until it considers the cluster healthy, which a node
+/// that just joined does only a moment after it learned every slot's owner.
+fn not_ready_to_migrate(source: &Live, target: &Live) -> Option<Decision> {
+    [source, target]
+        .into_iter()
+        .find(|n| n.state.cluster_info().state != ClusterState::Ok)
+        .map(|n| {
+            Decision::wait(
+                Reason::Converging,
+                format!(
+                    "waiting for {} to report cluster_state:ok before moving slots",
+                    n.name()
+                ),
+            )
+        })
 }
 
 fn other_primaries(t: &Topology, source: &Live, target: &Live) -> Vec<NodeRef> {
@@ -271,6 +292,9 @@ pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
         }
         Err((a, b)) => return Some(shard_conflict(step.to, &a, &b)),
     };
+    if let Some(wait) = not_ready_to_migrate(source, target) {
+        return Some(wait);
+    }
     for (a, b) in [(source, target), (target, source)] {
         if a.entry(b.id()).is_none_or(|e| !e.is_primary()) {
             return Some(Decision::wait(
