@@ -13,6 +13,7 @@ use cluster_controller::engine::{
     Action, Decision, Desired, Engine, EngineConfig, Health, Member, Outcome, Pass,
 };
 use cluster_controller::valkey::cluster_nodes::{self, ClusterNodes};
+use cluster_controller::valkey::info;
 use cluster_controller::valkey::slot_migrations;
 use cluster_controller::valkey::value;
 use redis::Value;
@@ -314,6 +315,80 @@ impl Lab {
                     self.history.last().map_or("", String::as_str)
                 );
             }
+        }
+    }
+
+    /// Passes until `done` holds for a pass; panics at the deadline.
+    pub async fn run_until(&mut self, within: Duration, mut done: impl FnMut(&Pass) -> bool) {
+        let deadline = Instant::now() + within;
+        loop {
+            let pass = self.pass().await;
+            if done(&pass) {
+                return;
+            }
+            if let Decision::Blocked { reason, message } = &pass.decision {
+                panic!("[{}] blocked: {reason}: {message}", self.name);
+            }
+            if Instant::now() > deadline {
+                self.dump();
+                panic!(
+                    "[{}] condition not reached within {within:?}; last: {}",
+                    self.name,
+                    self.history.last().map_or("", String::as_str)
+                );
+            }
+            if !matches!(pass.decision, Decision::Act { .. }) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    /// True when some decision so far had `reason`.
+    pub fn saw(&self, reason: &str) -> bool {
+        self.history
+            .iter()
+            .any(|line| line.starts_with(&format!("{reason}:")))
+    }
+
+    pub async fn node_id(&self, name: &str) -> String {
+        let reply = self.command(name, &["CLUSTER", "MYID"]).await;
+        value::text(&reply).unwrap_or_else(|| panic!("CLUSTER MYID of {name}"))
+    }
+
+    /// Waits until every replica has processed everything its primary has sent, so a primary
+    /// can be killed without losing what was written before.
+    pub async fn wait_replicas_caught_up(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut behind = Vec::new();
+            for member in &self.members {
+                let info = self.command(&member.name, &["INFO", "replication"]).await;
+                let info = info::parse(&value::text(&info).unwrap_or_default()).expect("INFO");
+                if let Ok(Some(offset)) = info.slave_repl_offset() {
+                    let primary = info.get("master_host").unwrap_or_default().to_owned();
+                    let primary_offset = self
+                        .members
+                        .iter()
+                        .find(|m| m.address.is_some_and(|a| a.ip().to_string() == primary))
+                        .map(|m| m.name.clone());
+                    if let Some(primary) = primary_offset {
+                        let p = self.command(&primary, &["INFO", "replication"]).await;
+                        let p = info::parse(&value::text(&p).unwrap_or_default()).expect("INFO");
+                        if p.master_repl_offset().unwrap_or(0) > offset {
+                            behind.push(member.name.clone());
+                        }
+                    }
+                }
+            }
+            if behind.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "[{}] replicas still behind: {behind:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
