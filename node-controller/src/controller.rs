@@ -35,6 +35,8 @@ pub const CONTROLLER: &str = "valkey-node-controller";
 const REREAD_READY: Duration = Duration::from_secs(10);
 /// How often a node that is not ready yet is looked at again (watches wake it sooner).
 const REREAD_NOT_READY: Duration = Duration::from_secs(5);
+/// How long a pass waits for the watch caches to list once before it gives up and backs off.
+const CACHE_SYNC: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -48,6 +50,8 @@ pub enum Error {
     Secret { name: String, source: kube::Error },
     #[error("writing the status: {0}")]
     Status(#[source] plumbing::apply::ApplyError),
+    #[error("the watch caches of the children have not listed within {0:?}")]
+    CachesNotSynced(Duration),
 }
 
 impl Error {
@@ -57,6 +61,7 @@ impl Error {
             Error::Apply { .. } => "apply",
             Error::Secret { .. } => "secret",
             Error::Status(_) => "status",
+            Error::CachesNotSynced(_) => "cache",
         }
     }
 }
@@ -69,6 +74,30 @@ pub struct Stores {
     pub deployments: Store<Deployment>,
     pub config_maps: Store<ConfigMap>,
     pub pvcs: Store<PersistentVolumeClaim>,
+}
+
+impl Stores {
+    /// Waits until every cache has listed once. Until then an absent child may only be unseen,
+    /// and a pass would report the node's pod as missing and recreate what exists.
+    async fn synced(&self) -> Result<(), Error> {
+        match tokio::time::timeout(CACHE_SYNC, self.all_ready()).await {
+            Ok(true) => Ok(()),
+            _ => Err(Error::CachesNotSynced(CACHE_SYNC)),
+        }
+    }
+
+    /// `false` when a cache's writer is gone (the controller is stopping).
+    async fn all_ready(&self) -> bool {
+        let (pods, stateful_sets, deployments, config_maps, pvcs) = futures::future::join5(
+            stores_ready(&self.pods),
+            stores_ready(&self.stateful_sets),
+            stores_ready(&self.deployments),
+            stores_ready(&self.config_maps),
+            stores_ready(&self.pvcs),
+        )
+        .await;
+        pods && stateful_sets && deployments && config_maps && pvcs
+    }
 }
 
 pub struct Context {
@@ -133,24 +162,18 @@ pub async fn run(
         .touched_objects();
 
     let stores = Stores {
-        pods: pods.clone(),
-        stateful_sets: stateful_sets.clone(),
-        deployments: deployments.clone(),
-        config_maps: config_maps.clone(),
-        pvcs: pvcs.clone(),
+        pods,
+        stateful_sets,
+        deployments,
+        config_maps,
+        pvcs,
     };
     let nodes = api::<DeserializeGuard<ValkeyNode>>(&client, namespace);
     let controller = Controller::new(nodes, watcher::Config::default());
     let node_store = controller.store();
+    let caches = stores.clone();
     tokio::spawn(async move {
-        let synced = futures::future::join5(
-            stores_ready(&pods),
-            stores_ready(&stateful_sets),
-            stores_ready(&deployments),
-            stores_ready(&config_maps),
-            stores_ready(&pvcs),
-        );
-        let _ = futures::future::join(synced, node_store.wait_until_ready()).await;
+        let _ = futures::future::join(caches.all_ready(), node_store.wait_until_ready()).await;
         readiness.mark_synced();
         tracing::info!("watch caches synced");
     });
@@ -237,6 +260,7 @@ async fn reconcile(
     if node.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change()); // owner references take the children with it
     }
+    ctx.stores.synced().await?;
     let _timer = ctx.metrics.reconcile_started(CONTROLLER);
     let namespace = node.namespace().unwrap_or_default();
     let name = node.name_any();
