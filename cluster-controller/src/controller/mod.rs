@@ -91,9 +91,19 @@ pub async fn run(
         .owns(nodes, watcher::Config::default().labels(CLUSTER_LABEL));
     let store = controller.store();
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            readiness.mark_synced();
-            tracing::info!("watch caches synced");
+        // A Store's readiness wakes only the task that polled it last, and the Controller waits
+        // on this same Store: a single wait here could sleep forever, so look again every 500 ms.
+        loop {
+            let wait = tokio::time::timeout(Duration::from_millis(500), store.wait_until_ready());
+            match wait.await {
+                Ok(Ok(())) => {
+                    readiness.mark_synced();
+                    tracing::info!("watch caches synced");
+                    break;
+                }
+                Ok(Err(_)) => break, // the writer is gone: the controller is stopping
+                Err(_) => continue,
+            }
         }
     });
     let ctx = Arc::new(Context {
