@@ -1,0 +1,557 @@
+//! The pure decision, from observations built out of the captured replies in `fixtures/`.
+//!
+//! A capture holds one node's CLUSTER NODES; the view of another node of the same cluster at
+//! the same moment is the same lines with the `myself` flag on that node's line, which is how
+//! the other members' views are made here. Where a situation was not captured (a fresh node,
+//! a primary suspected failing while its replica is alive) the capture is changed in the one
+//! field that differs, and the test says so.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use cluster_controller::engine::{
+    Action, Decision, Desired, Member, NodeState, Observation, Reach, Reason, decide,
+};
+use cluster_controller::plan::migration::legacy::Intent;
+use cluster_controller::valkey::{cluster_info, cluster_nodes, info, slot_migrations};
+
+const PORT: u16 = 7100;
+
+fn addr(ip: &str) -> SocketAddr {
+    format!("{ip}:{PORT}").parse().expect("address")
+}
+
+/// The capture's lines with `myself` moved to the line of `ip`, without the lines of `drop`.
+fn view_of(capture: &str, ip: &str, drop: &[&str]) -> String {
+    capture
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !drop.iter().any(|d| l.contains(&format!(" {d}:"))))
+        .map(|line| {
+            let mut fields: Vec<String> = line.split(' ').map(str::to_owned).collect();
+            let mut flags: Vec<&str> = fields[2].split(',').filter(|f| *f != "myself").collect();
+            if fields[1].starts_with(&format!("{ip}:")) {
+                flags.insert(0, "myself");
+            }
+            fields[2] = flags.join(",");
+            fields.join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One member's observed state: its view of `capture`, and INFO of a primary or a replica
+/// from the same capture run.
+fn node(version: &str, capture: &str, ip: &str, drop: &[&str]) -> NodeState {
+    let nodes = cluster_nodes::parse(&view_of(capture, ip, drop)).expect("view");
+    let role = if nodes.myself().expect("myself").is_replica() {
+        "replica"
+    } else {
+        "primary"
+    };
+    let info = info::parse(&common::text(&format!("{version}/info_{role}"))).expect("info");
+    let cluster_info =
+        cluster_info::parse(&common::text(&format!("{version}/cluster_info_ok"))).expect("info");
+    NodeState::new(addr(ip), nodes, info, cluster_info, 100, Vec::new()).expect("state")
+}
+
+fn member(shard: u32, index: u32, ip: &str) -> Member {
+    let mut m = Member::new(shard, index, format!("c-{shard}-{index}"));
+    m.address = Some(addr(ip));
+    m.ready = true;
+    for revision in [
+        &mut m.current_revision,
+        &mut m.desired_revision,
+        &mut m.allowed_revision,
+    ] {
+        *revision = Some("r1".into());
+    }
+    m
+}
+
+struct World {
+    members: Vec<Member>,
+    observed: Observation,
+}
+
+impl World {
+    /// Every member sees `capture` (minus `drop`).
+    fn new(version: &str, capture: &str, members: Vec<Member>, drop: &[&str]) -> Self {
+        let observed = Observation {
+            members: members
+                .iter()
+                .map(|m| {
+                    let ip = m.address.expect("address").ip().to_string();
+                    let state = node(version, capture, &ip, drop);
+                    (m.name.clone(), Reach::Up(Box::new(state)))
+                })
+                .collect(),
+        };
+        Self { members, observed }
+    }
+
+    fn down(&mut self, name: &str) {
+        let m = self
+            .members
+            .iter_mut()
+            .find(|m| m.name == name)
+            .expect("member");
+        m.ready = false;
+        m.address = None;
+        self.observed
+            .members
+            .insert(name.to_owned(), Reach::NoAddress);
+    }
+
+    fn decide(&self, desired: Desired) -> Decision {
+        decide(&desired, &self.members, &self.observed)
+    }
+}
+
+/// The v9 capture: primaries .61 .62 .63 with replicas .64 .65 .66, and .67 met but empty.
+fn v9_members() -> Vec<Member> {
+    vec![
+        member(0, 0, "127.0.0.61"),
+        member(0, 1, "127.0.0.64"),
+        member(1, 0, "127.0.0.62"),
+        member(1, 1, "127.0.0.65"),
+        member(2, 0, "127.0.0.63"),
+        member(2, 1, "127.0.0.66"),
+    ]
+}
+
+const THREE_BY_ONE: Desired = Desired {
+    shards: 3,
+    replicas: 1,
+};
+
+fn v9_primary() -> String {
+    common::text("v9/cluster_nodes_primary")
+}
+
+#[test]
+fn a_healthy_capture_is_steady_and_costs_nothing() {
+    let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    match world.decide(THREE_BY_ONE) {
+        Decision::Steady(health) => {
+            assert_eq!(health.ready_shards, 3);
+            assert_eq!(health.replicas_in_sync, 3);
+            assert_eq!(health.slots_assigned, 16384);
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_node_of_no_member_is_forgotten_everywhere() {
+    let world = World::new("v9", &v9_primary(), v9_members(), &[]);
+    match world.decide(THREE_BY_ONE) {
+        Decision::Act {
+            action: Action::Forget { on, node_id },
+            reason: Reason::RemovingNodes,
+            ..
+        } => {
+            assert_eq!(node_id.as_str(), "758b85124e23b8bc927ba859c3eba4f95a1f8844");
+            assert_eq!(on.member, "c-0-0");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn members_not_created_yet_are_waited_for() {
+    let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    let decision = world.decide(Desired {
+        shards: 4,
+        replicas: 1,
+    });
+    assert_eq!(decision.reason(), Reason::WaitingForNodes, "{decision}");
+    assert!(
+        decision.message().contains("shard 3 member 0"),
+        "{decision}"
+    );
+    assert!(
+        decision.message().contains("shard 3 member 1"),
+        "{decision}"
+    );
+}
+
+#[test]
+fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let world = World::new("v9", &v9_primary(), members, &[]);
+    match world.decide(Desired {
+        shards: 4,
+        replicas: 1,
+    }) {
+        Decision::Wait { reason, .. } => assert_eq!(reason, Reason::WaitingForNodes),
+        other => panic!("{other}"),
+    }
+    // Without replicas wanted, the replicas are surplus, but slots move first.
+    let decision = world.decide(Desired {
+        shards: 4,
+        replicas: 0,
+    });
+    match decision {
+        Decision::Act {
+            action:
+                Action::StartAtomicMigration {
+                    source,
+                    target,
+                    ranges,
+                },
+            reason: Reason::MigratingSlots,
+            ..
+        } => {
+            assert_eq!(source.member, "c-0-0");
+            assert_eq!(target.member, "c-3-0");
+            // Shard 0 keeps 4096 of its 5461 slots and gives its highest.
+            let moved: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+            assert_eq!(moved, ["4096-5460"]);
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_running_migration_job_is_waited_for() {
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let mut world = World::new("v9", &v9_primary(), members, &[]);
+    let jobs = slot_migrations::parse(&common::value("v9/getslotmigrations_source_started.resp2"))
+        .expect("jobs");
+    let Some(Reach::Up(state)) = world.observed.members.get("c-0-0") else {
+        panic!("c-0-0 observed");
+    };
+    let state = NodeState::new(
+        state.address(),
+        state.nodes().clone(),
+        state.info().clone(),
+        state.cluster_info().clone(),
+        state.keys(),
+        jobs,
+    )
+    .expect("state");
+    world
+        .observed
+        .members
+        .insert("c-0-0".into(), Reach::Up(Box::new(state)));
+    let decision = world.decide(Desired {
+        shards: 4,
+        replicas: 0,
+    });
+    assert_eq!(decision.reason(), Reason::MigratingSlots, "{decision}");
+    assert!(matches!(decision, Decision::Wait { .. }), "{decision}");
+}
+
+#[test]
+fn a_dead_primary_with_a_live_replica_is_left_to_the_election() {
+    // The capture's .62, marked suspected failing while its replica .65 still replicates it.
+    let capture = v9_primary().replace(
+        "valkey-1.example.test master -",
+        "valkey-1.example.test master,fail? -",
+    );
+    let mut world = World::new("v9", &capture, v9_members(), &["127.0.0.67"]);
+    world.down("c-1-0");
+    let decision = world.decide(THREE_BY_ONE);
+    assert_eq!(decision.reason(), Reason::FailingOver, "{decision}");
+    assert!(decision.message().contains("c-1-1"), "{decision}");
+}
+
+#[test]
+fn after_the_election_the_engine_waits_for_the_member_and_forgets_nothing() {
+    // .62 failed and .65 took over its slots (captured after the failover); .67 holds 0-99.
+    let capture = common::text("v9/cluster_nodes_after_failover");
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let mut world = World::new("v9", &capture, members, &[]);
+    world.down("c-1-0");
+    let decision = world.decide(Desired {
+        shards: 4,
+        replicas: 1,
+    });
+    assert!(!matches!(decision, Decision::Act { .. }), "{decision}");
+}
+
+#[test]
+fn slots_of_a_dead_primary_without_replica_wait_for_it() {
+    // v8: .73 killed; it had no replica.
+    let capture = common::text("v8/cluster_nodes_failed_primary");
+    let members = vec![
+        member(0, 0, "127.0.0.71"),
+        member(0, 1, "127.0.0.74"),
+        member(1, 0, "127.0.0.72"),
+        member(2, 0, "127.0.0.73"),
+    ];
+    let desired = Desired {
+        shards: 3,
+        replicas: 0,
+    };
+    let mut world = World::new("v8", &capture, members, &[]);
+    world.down("c-2-0");
+    let decision = world.decide(desired);
+    assert_eq!(decision.reason(), Reason::NodeUnreachable, "{decision}");
+    assert!(decision.message().contains("10922-16383"), "{decision}");
+
+    // With every member live (c-2-0 came back as a new node, here standing in as .73's
+    // address answering with no knowledge of the old one), the old id is a stranger whose
+    // slots are lost.
+    let members = vec![
+        member(0, 0, "127.0.0.71"),
+        member(0, 1, "127.0.0.74"),
+        member(1, 0, "127.0.0.72"),
+    ];
+    let world = World::new("v8", &capture, members, &[]);
+    let decision = world.decide(Desired {
+        shards: 2,
+        replicas: 0,
+    });
+    match decision {
+        Decision::Act {
+            action: Action::Forget { node_id, .. },
+            reason: Reason::SlotsLost,
+            message,
+        } => {
+            assert_eq!(node_id.as_str(), "9cfebe444372109dd2edae2ff5be7eea1e5c914d");
+            assert!(message.contains("lost"), "{message}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+/// v8 mid-migration of slot 2853 from .71 to .72 (MIGRATING on the source, IMPORTING on the
+/// target), each member seeing its own captured view.
+fn v8_mid_migration() -> World {
+    let members = vec![
+        member(0, 0, "127.0.0.71"),
+        member(0, 1, "127.0.0.74"),
+        member(1, 0, "127.0.0.72"),
+        member(2, 0, "127.0.0.73"),
+    ];
+    let mut observed = Observation::default();
+    for (name, ip, capture) in [
+        ("c-0-0", "127.0.0.71", "source"),
+        ("c-0-1", "127.0.0.74", "other"),
+        ("c-1-0", "127.0.0.72", "target"),
+        ("c-2-0", "127.0.0.73", "other"),
+    ] {
+        let text = common::text(&format!("v8/setslot_2_migrating_{capture}"));
+        let state = node("v8", &text, ip, &[]);
+        observed
+            .members
+            .insert(name.into(), Reach::Up(Box::new(state)));
+    }
+    World { members, observed }
+}
+
+#[test]
+fn an_open_legacy_slot_is_finished_first() {
+    let world = v8_mid_migration();
+    let decision = world.decide(Desired {
+        shards: 3,
+        replicas: 0,
+    });
+    match decision {
+        Decision::Act {
+            action: Action::MigrateSlots(m),
+            reason: Reason::MigratingSlots,
+            ..
+        } => {
+            assert_eq!(m.source.member, "c-0-0");
+            assert_eq!(m.target.member, "c-1-0");
+            assert_eq!(m.slots.to_string(), "2853");
+            assert_eq!(m.intent, Intent::Complete);
+            let others: Vec<&str> = m.others.iter().map(|o| o.member.as_str()).collect();
+            assert_eq!(others, ["c-2-0"]);
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn an_open_legacy_slot_towards_a_leaving_shard_is_rolled_back() {
+    let world = v8_mid_migration();
+    let decision = world.decide(Desired {
+        shards: 1,
+        replicas: 1,
+    });
+    match decision {
+        Decision::Act {
+            action: Action::MigrateSlots(m),
+            ..
+        } => assert_eq!(m.intent, Intent::Abort),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn rolling_restarts_replicas_first_then_fails_over_each_primary() {
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    for m in &mut world.members {
+        m.desired_revision = Some("r2".into());
+    }
+    match world.decide(THREE_BY_ONE) {
+        Decision::Act {
+            action: Action::AllowRestart { member },
+            reason: Reason::Rolling,
+            ..
+        } => assert_eq!(member, "c-0-1"),
+        other => panic!("{other}"),
+    }
+    // Released but not yet restarted: wait.
+    world.members[1].allowed_revision = Some("r2".into());
+    let decision = world.decide(THREE_BY_ONE);
+    assert!(
+        matches!(
+            decision,
+            Decision::Wait {
+                reason: Reason::Rolling,
+                ..
+            }
+        ),
+        "{decision}"
+    );
+    // Every replica done: the first primary hands over to its replica.
+    for m in world.members.iter_mut().filter(|m| m.index == 1) {
+        m.current_revision = Some("r2".into());
+        m.allowed_revision = Some("r2".into());
+    }
+    match world.decide(THREE_BY_ONE) {
+        Decision::Act {
+            action:
+                Action::Failover {
+                    on_replica,
+                    primary,
+                },
+            reason: Reason::Rolling,
+            ..
+        } => {
+            assert_eq!(on_replica.member, "c-0-1");
+            assert_eq!(primary.member, "c-0-0");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn surplus_replicas_are_forgotten_then_deleted() {
+    let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    let none = Desired {
+        shards: 3,
+        replicas: 0,
+    };
+    match world.decide(none) {
+        Decision::Act {
+            action: Action::Forget { on, node_id },
+            reason: Reason::RemovingNodes,
+            ..
+        } => {
+            assert_eq!(on.member, "c-0-0");
+            // .64, c-0-1.
+            assert_eq!(node_id.as_str(), "2334f6e2f41a9bb4e8032f715ccebd3008e59563");
+        }
+        other => panic!("{other}"),
+    }
+    // Once no staying node knows them, they are deleted.
+    let gone = ["127.0.0.64", "127.0.0.65", "127.0.0.66", "127.0.0.67"];
+    let mut observed = Observation::default();
+    for m in v9_members() {
+        let ip = m.address.expect("address").ip().to_string();
+        // The staying members forgot the leaving ones; the leaving ones still know everyone.
+        let drop: &[&str] = if m.index == 0 { &gone } else { &["127.0.0.67"] };
+        let state = node("v9", &v9_primary(), &ip, drop);
+        observed
+            .members
+            .insert(m.name.clone(), Reach::Up(Box::new(state)));
+    }
+    let world = World {
+        members: v9_members(),
+        observed,
+    };
+    match world.decide(none) {
+        Decision::Act {
+            action: Action::DeleteMember { member },
+            reason: Reason::RemovingNodes,
+            ..
+        } => assert_eq!(member, "c-0-1"),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_member_at_a_new_address_is_met_again() {
+    // c-2-1 (.66) restarted at .68; everyone still knows it at .66.
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    let moved = v9_primary()
+        .replace("127.0.0.66:7100", "127.0.0.68:7100")
+        .replace("myself,", "");
+    let state = node("v9", &moved, "127.0.0.68", &["127.0.0.67"]);
+    let m = world
+        .members
+        .iter_mut()
+        .find(|m| m.name == "c-2-1")
+        .expect("c-2-1");
+    m.address = Some(addr("127.0.0.68"));
+    world
+        .observed
+        .members
+        .insert("c-2-1".into(), Reach::Up(Box::new(state)));
+    match world.decide(THREE_BY_ONE) {
+        Decision::Act {
+            action: Action::Meet { on, peer },
+            reason: Reason::NodeAddressChanged,
+            ..
+        } => {
+            assert_eq!(on.member, "c-0-0");
+            assert_eq!(peer, addr("127.0.0.68"));
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn fresh_nodes_are_met_through_one_seed_then_given_even_slots() {
+    // Each node alone, as right after it started: its own capture line, no slots, no peers.
+    let capture = v9_primary();
+    let lines: Vec<(&str, String)> = [("c-0-0", "127.0.0.61"), ("c-1-0", "127.0.0.62")]
+        .into_iter()
+        .map(|(name, ip)| {
+            let line = capture
+                .lines()
+                .find(|l| l.contains(&format!(" {ip}:")))
+                .expect("line");
+            let fields: Vec<&str> = line.split(' ').take(8).collect();
+            let fresh = format!("{} :7100@17100 myself,master - 0 0 0 connected", fields[0]);
+            (name, fresh)
+        })
+        .collect();
+    let members = vec![member(0, 0, "127.0.0.61"), member(1, 0, "127.0.0.62")];
+    let mut observed = Observation::default();
+    for ((name, text), m) in lines.iter().zip(&members) {
+        let nodes = cluster_nodes::parse(text).expect("view");
+        let info = info::parse(&common::text("v9/info_primary")).expect("info");
+        let cluster_info = cluster_info::parse(&common::text("v9/cluster_info_fail")).expect("ci");
+        let state = NodeState::new(m.address.expect("a"), nodes, info, cluster_info, 0, vec![])
+            .expect("state");
+        observed
+            .members
+            .insert((*name).into(), Reach::Up(Box::new(state)));
+    }
+    let desired = Desired {
+        shards: 2,
+        replicas: 0,
+    };
+    match decide(&desired, &members, &observed) {
+        Decision::Act {
+            action: Action::Meet { on, peer },
+            reason: Reason::Forming,
+            ..
+        } => {
+            assert_eq!(on.member, "c-0-0");
+            assert_eq!(peer, addr("127.0.0.62"));
+        }
+        other => panic!("{other}"),
+    }
+}
