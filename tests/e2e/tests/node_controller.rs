@@ -934,7 +934,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
     )?;
 
     create_node(&ns, "before", json!({})).await?;
-    wait_ready(&ns, "before").await?;
+    wait_settled(&ns, "before", READY).await?;
     let led = reconciles(&first).await?;
     wait_reconciles(&first, led, 2.0, Duration::from_secs(40)).await?;
     check(
@@ -955,6 +955,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
         .count();
     check(events_by_second == 0, "the standby published events")?;
 
+    let settled_before = only_of(resource_versions(&ns).await?, "before");
     first.kill().await?;
     let killed = Instant::now();
     create_node(&ns, "after", json!({"workloadType": "Deployment"})).await?;
@@ -981,9 +982,32 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
         reconciles(&second).await? > 0.0,
         "the new leader never reconciled",
     )?;
-    // The node of the old leader is still right under the new one.
-    wait_ready(&ns, "before").await?;
-    Ok(())
+    // The new leader took the old leader's node over without touching it (it has passed over
+    // it by now: it started with a pass over every node).
+    let now_before = only_of(resource_versions(&ns).await?, "before");
+    check(
+        now_before == settled_before && settled_before.len() == 3,
+        format!("the takeover changed {settled_before:?} into {now_before:?}"),
+    )?;
+    let by_second: Vec<String> = controller_events(&ns)
+        .await?
+        .into_iter()
+        .filter(|e| e.contains(" before: ") && e.ends_with(" by nc-second"))
+        .collect();
+    check(
+        by_second.is_empty(),
+        format!("the new leader published events about the settled node: {by_second:?}"),
+    )
+}
+
+/// The entries of a `resource_versions` map that belong to ValkeyNode `name`.
+fn only_of(versions: BTreeMap<String, String>, name: &str) -> BTreeMap<String, String> {
+    versions
+        .into_iter()
+        .filter(|(key, _)| {
+            key.ends_with(&format!("/{name}")) || key.contains(&format!("/valkey-{name}"))
+        })
+        .collect()
 }
 
 // ---- bad input and faults ------------------------------------------------------------------------
@@ -1362,7 +1386,7 @@ async fn resource_versions(ns: &TestNamespace) -> Result<BTreeMap<String, String
     Ok(versions)
 }
 
-/// The node-controller's Events in the namespace, as `name object: reason: message (count)`.
+/// The node-controller's Events in the namespace, as `name object: reason: message (count) by instance`.
 async fn controller_events(ns: &TestNamespace) -> Result<BTreeSet<String>> {
     let events = ns.api::<Event>().list(&ListParams::default()).await?.items;
     Ok(events
@@ -1370,12 +1394,13 @@ async fn controller_events(ns: &TestNamespace) -> Result<BTreeSet<String>> {
         .filter(|e| e.reporting_component.as_deref() == Some("valkey-node-controller"))
         .map(|e| {
             format!(
-                "{} {}: {}: {} ({})",
+                "{} {}: {}: {} ({}) by {}",
                 e.metadata.name.unwrap_or_default(),
                 e.involved_object.name.unwrap_or_default(),
                 e.reason.unwrap_or_default(),
                 e.message.unwrap_or_default(),
-                e.count.unwrap_or(1)
+                e.count.unwrap_or(1),
+                e.reporting_instance.unwrap_or_default()
             )
         })
         .collect())
