@@ -6,7 +6,8 @@
 //!   `<cluster>-password`);
 //! - `operator`, for the cluster-controller's commands: cluster management, INFO and MIGRATE;
 //! - `healthcheck`, for probes and the node-controller: PING and INFO only;
-//! - `replication`, for replicas syncing from their primary: PSYNC and REPLCONF.
+//! - `replication`, for replicas syncing from their primary (PSYNC, REPLCONF) and for Valkey 9's
+//!   slot migration between primaries (CLUSTER SYNCSLOTS).
 //!
 //! Passwords are stored hashed in the ACL file; the generated ones also in plain text in the
 //! Secret, for the controllers that connect with them.
@@ -36,7 +37,8 @@ pub const CLIENT_PASSWORD_KEY: &str = "password";
 /// keys but cannot run arbitrary data commands; health checks can only PING and read INFO.
 const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get";
 const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
-const REPLICATION_RULES: &str = "resetchannels -@all +psync +replconf +ping";
+// Valkey 9's atomic slot migration authenticates between primaries as the replication user too.
+const REPLICATION_RULES: &str = "resetchannels -@all +psync +replconf +ping +cluster|syncslots";
 const CLIENT_RULES: &str = "~* &* +@all";
 
 pub fn acl_secret_name(cluster: &str) -> String {

@@ -41,6 +41,11 @@ fn config(cluster: &ValkeyCluster, auth: &NodeAuth) -> BTreeMap<String, String> 
             "no".to_owned(),
         ),
     ]);
+    // Valkey 9 can hand a primary's slots to its replica as part of a graceful shutdown, so a
+    // deleted or evicted primary pod costs no failover timeout. Older servers refuse the value.
+    if image_major_version(&cluster.spec.image).is_some_and(|major| major >= 9) {
+        config.insert("shutdown-on-sigterm".to_owned(), "failover".to_owned());
+    }
     if cluster.spec.persistence.enabled {
         config.insert("appendonly".to_owned(), "yes".to_owned());
     }
@@ -61,6 +66,13 @@ fn config(cluster: &ValkeyCluster, auth: &NodeAuth) -> BTreeMap<String, String> 
     }
     config.extend(cluster.spec.config.clone().unwrap_or_default());
     config
+}
+
+/// The major version an image's tag names (`valkey/valkey:9.1` → 9), when it names one.
+fn image_major_version(image: &str) -> Option<u32> {
+    let reference = image.split('@').next()?;
+    let (_, tag) = reference.rsplit('/').next()?.split_once(':')?;
+    tag.split(['.', '-']).next()?.parse().ok()
 }
 
 /// The ValkeyNode member `(shard, index)` of `cluster` should be. `allowed_revision` is the
@@ -237,6 +249,28 @@ spec:
                 .and_then(|a| a.get(CREDENTIALS_REVISION_ANNOTATION))
                 .map(String::as_str),
             Some("abc")
+        );
+    }
+
+    #[test]
+    fn valkey_9_hands_over_on_shutdown() {
+        assert_eq!(image_major_version("valkey/valkey:9.1"), Some(9));
+        assert_eq!(
+            image_major_version("registry:5000/valkey/valkey:8.0.1"),
+            Some(8)
+        );
+        assert_eq!(image_major_version("registry:5000/valkey/valkey"), None);
+        assert_eq!(image_major_version("valkey/valkey:latest"), None);
+        assert_eq!(
+            image_major_version("valkey/valkey:9.0-alpine@sha256:00"),
+            Some(9)
+        );
+        let node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::Open, None)
+            .unwrap_or_else(|| panic!("no node"));
+        let config = node.spec.config.unwrap_or_default();
+        assert_eq!(
+            config.get("shutdown-on-sigterm").map(String::as_str),
+            Some("failover")
         );
     }
 
