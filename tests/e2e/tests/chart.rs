@@ -1,0 +1,1085 @@
+//! The Helm chart (`charts/valkey-operator`): it lints, renders exactly the golden files, rejects a
+//! typo in values, and installs for real: the kubelet runs both controllers as pods under their
+//! own ServiceAccounts, and a ValkeyCluster applied afterwards becomes Ready (the RBAC is enough),
+//! while `kubectl auth can-i` shows it is no more than that. Upgrades touch only what changed,
+//! leader election keeps one of two replicas reconciling, uninstall keeps the data volumes, and
+//! two releases can split the controllers between them.
+//!
+//! Every release watches only its test namespace and keeps its Leases there, so these tests run
+//! beside the others. `UPDATE_GOLDEN=1` rewrites the golden files.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use e2e::operator::{install_crds, wait_cluster};
+use e2e::{
+    E2eError, Poll, Result, TestNamespace, check, describe_pod, is_localkube, kubeconfig_path,
+    kubectl_program, localkube_container_log, localkube_dir, pod_ip, pod_ready, repo_root,
+    wait_until,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_yaml::Value;
+use valkey_api::v1alpha1::{ClusterState, ValkeyCluster};
+
+const NODE: &str = "node-controller";
+const CLUSTER: &str = "cluster-controller";
+
+const CONTROLLERS_READY: Duration = Duration::from_secs(120);
+const CLUSTER_READY: Duration = Duration::from_secs(300);
+
+// ---- helm and kubectl --------------------------------------------------------------------------
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("charts/valkey-operator")
+}
+
+fn chart() -> String {
+    chart_dir().display().to_string()
+}
+
+/// helm to use: `$HELM`, else the local control plane's, else `helm` on PATH.
+fn helm_program() -> PathBuf {
+    if let Some(h) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let local = localkube_dir().join("bin/helm");
+    if local.exists() {
+        return local;
+    }
+    PathBuf::from("helm")
+}
+
+/// What a command printed and whether it succeeded.
+struct Output {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(program: &Path, args: &[&str]) -> Result<Output> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path()?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| E2eError::Spawn {
+            program: program.display().to_string(),
+            source,
+        })?;
+    Ok(Output {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Runs helm; its stdout, or an error with its stderr.
+async fn helm(args: &[&str]) -> Result<String> {
+    let out = run(&helm_program(), args).await?;
+    if out.success {
+        Ok(out.stdout)
+    } else {
+        Err(E2eError::Check(format!(
+            "`helm {}` failed: {}",
+            args.join(" "),
+            out.stderr.trim()
+        )))
+    }
+}
+
+/// `helm <args>` must fail; its stderr.
+async fn helm_fails(args: &[&str]) -> Result<String> {
+    let out = run(&helm_program(), args).await?;
+    if out.success {
+        return Err(E2eError::Check(format!(
+            "`helm {}` succeeded; it should have failed",
+            args.join(" ")
+        )));
+    }
+    Ok(out.stderr)
+}
+
+/// `kubectl auth can-i <verb> <resource> -n <ns> --as <user>`; `<resource>/status` asks about the
+/// status subresource (elsewhere `/x` names an object).
+async fn can_i(user: &str, verb: &str, resource: &str, namespace: &str) -> Result<bool> {
+    let mut args = vec!["auth", "can-i", verb, "-n", namespace, "--as", user];
+    match resource.strip_suffix("/status") {
+        Some(r) => args.extend([r, "--subresource", "status"]),
+        None => args.push(resource),
+    }
+    let out = run(&kubectl_program(), &args).await?;
+    match out.stdout.trim() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        other => Err(E2eError::Check(format!(
+            "kubectl auth can-i {verb} {resource}: {other} {}",
+            out.stderr.trim()
+        ))),
+    }
+}
+
+/// A release; uninstalled (without waiting) when dropped, as its cluster-scoped objects would
+/// outlive the test namespace.
+struct Release {
+    name: String,
+    namespace: String,
+    installed: bool,
+}
+
+impl Release {
+    /// `helm install` with values given as `key=value` pairs (`--set`).
+    async fn install(name: &str, namespace: &str, set: &[String]) -> Result<Self> {
+        let mut args = vec!["install", name, "-n", namespace];
+        let chart = chart();
+        args.push(&chart);
+        for s in set {
+            args.extend(["--set", s.as_str()]);
+        }
+        // Uninstalled on drop even when the install fails halfway.
+        let release = Self {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            installed: true,
+        };
+        helm(&args).await?;
+        Ok(release)
+    }
+
+    /// `helm upgrade --reuse-values` with more `--set`s.
+    async fn upgrade(&self, set: &[String]) -> Result<String> {
+        let chart = chart();
+        let mut args = vec![
+            "upgrade",
+            self.name.as_str(),
+            chart.as_str(),
+            "-n",
+            self.namespace.as_str(),
+            "--reuse-values",
+        ];
+        for s in set {
+            args.extend(["--set", s.as_str()]);
+        }
+        helm(&args).await
+    }
+
+    async fn uninstall(&mut self) -> Result<()> {
+        helm(&[
+            "uninstall",
+            &self.name,
+            "-n",
+            &self.namespace,
+            "--wait",
+            "--timeout",
+            "60s",
+        ])
+        .await?;
+        self.installed = false;
+        Ok(())
+    }
+
+    /// The name the chart gives a controller's namespaced objects.
+    fn object(&self, component: &str) -> String {
+        if self.name.contains("valkey-operator") {
+            format!("{}-{component}", self.name)
+        } else {
+            format!("{}-valkey-operator-{component}", self.name)
+        }
+    }
+
+    fn service_account(&self, component: &str) -> String {
+        format!(
+            "system:serviceaccount:{}:{}",
+            self.namespace,
+            self.object(component)
+        )
+    }
+
+    fn selector(&self, component: &str) -> String {
+        format!(
+            "app.kubernetes.io/instance={},app.kubernetes.io/component={component}",
+            self.name
+        )
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if !self.installed || std::env::var_os("E2E_KEEP_NAMESPACES").is_some() {
+            return;
+        }
+        let _ = std::process::Command::new(helm_program())
+            .args(["uninstall", &self.name, "-n", &self.namespace])
+            .env("KUBECONFIG", kubeconfig_path().unwrap_or_default())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// `--set`s that scope both controllers to `ns`.
+fn watching(ns: &str) -> Vec<String> {
+    vec![
+        format!("nodeController.watchNamespaces={{{ns}}}"),
+        format!("clusterController.watchNamespaces={{{ns}}}"),
+    ]
+}
+
+/// On localkube the images are the debug binaries that `make localkube-images` copies.
+fn require_controller_images() -> Result<()> {
+    if !is_localkube() {
+        return Ok(());
+    }
+    for c in [NODE, CLUSTER] {
+        let bin = localkube_dir().join(format!("images/{c}/bin/{c}"));
+        check(
+            bin.is_file(),
+            format!("{} is missing: run `make localkube-images`", bin.display()),
+        )?;
+    }
+    Ok(())
+}
+
+// ---- waiting on the controllers ----------------------------------------------------------------
+
+/// A pod's state for a timeout message, with the tail of its log on localkube.
+fn pod_story(pod: &Pod, container: &str) -> String {
+    let log = localkube_container_log(pod, container)
+        .map(|l| {
+            let lines: Vec<&str> = l.lines().collect();
+            lines[lines.len().saturating_sub(5)..].join("\n    ")
+        })
+        .unwrap_or_default();
+    format!("{}: {}\n    {log}", pod.name_any(), describe_pod(pod))
+}
+
+/// Waits until the controller has exactly `replicas` pods, all Ready; returns them.
+async fn wait_controller(
+    ns: &TestNamespace,
+    release: &Release,
+    component: &str,
+    replicas: usize,
+) -> Result<Vec<Pod>> {
+    let pods = ns.api::<Pod>();
+    let selector = release.selector(component);
+    wait_until(
+        CONTROLLERS_READY,
+        &format!("{replicas} Ready pod(s) of {}", release.object(component)),
+        || {
+            let (pods, selector) = (pods.clone(), selector.clone());
+            async move {
+                let list = pods.list(&ListParams::default().labels(&selector)).await?;
+                let live: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                Ok(if live.len() == replicas && live.iter().all(pod_ready) {
+                    Poll::Ready(live)
+                } else {
+                    Poll::NotYet(
+                        live.iter()
+                            .map(|p| pod_story(p, component))
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    )
+                })
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_cluster_ready(ns: &TestNamespace, name: &str) -> Result<ValkeyCluster> {
+    wait_cluster(ns, name, CLUSTER_READY, "state Ready", |c| {
+        c.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready)
+    })
+    .await
+}
+
+fn cluster_manifest(name: &str, shards: u32, replicas: u32) -> String {
+    format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {{name: {name}}}\nspec: {{shards: {shards}, replicas: {replicas}}}\n"
+    )
+}
+
+/// GET http://<ip>:8080<path> (a controller's health server, reached at its pod IP).
+async fn http_get(ip: &str, path: &str) -> std::result::Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect((ip, 8080))
+            .await
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .map_err(|_| format!("{ip}:8080{path} timed out"))??;
+    match response.split_once("\r\n\r\n") {
+        Some((head, body))
+            if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") =>
+        {
+            Ok(body.to_owned())
+        }
+        Some((head, _)) => Err(head.lines().next().unwrap_or_default().to_owned()),
+        None => Err("no HTTP response".into()),
+    }
+}
+
+/// The `leader` gauge of a controller pod's /metrics.
+async fn leader_gauge(pod: &Pod) -> std::result::Result<i64, String> {
+    let ip = pod_ip(pod).ok_or("no pod IP")?;
+    let metrics = http_get(&ip, "/metrics").await?;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("leader ")?.trim().parse().ok())
+        .ok_or_else(|| "no leader gauge in /metrics".into())
+}
+
+// ---- rendering ---------------------------------------------------------------------------------
+
+/// Each golden file and the `helm template` arguments that render it.
+fn golden_variants() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        ("default", vec![]),
+        (
+            "one-namespace",
+            vec![
+                "--set",
+                "nodeController.watchNamespaces={team-a}",
+                "--set",
+                "clusterController.watchNamespaces={team-a}",
+                "--set",
+                "clusterController.replicas=2",
+                "--set",
+                "nodeController.metrics.serviceMonitor.enabled=true",
+                "--set",
+                "clusterController.metrics.serviceMonitor.enabled=true",
+            ],
+        ),
+    ]
+}
+
+async fn render(extra: &[&str]) -> Result<String> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "valkey-operator",
+        chart.as_str(),
+        "-n",
+        "valkey-operator-system",
+    ];
+    args.extend_from_slice(extra);
+    helm(&args).await
+}
+
+fn documents(yaml: &str) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = <Value as serde::Deserialize>::deserialize(doc)
+            .map_err(|e| E2eError::Check(format!("rendered YAML does not parse: {e}")))?;
+        if !value.is_null() {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}
+
+fn field<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter()
+        .fold(value, |v, key| v.get(*key).unwrap_or(&Value::Null))
+}
+
+fn text(value: &Value, path: &[&str]) -> String {
+    field(value, path).as_str().unwrap_or_default().to_owned()
+}
+
+/// resource → verbs, over the rules of the (Cluster)Role of `component`.
+fn grants(docs: &[Value], component: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for doc in docs.iter().filter(|d| {
+        matches!(text(d, &["kind"]).as_str(), "Role" | "ClusterRole")
+            && text(d, &["metadata", "name"]).ends_with(&format!("-{component}"))
+    }) {
+        for rule in field(doc, &["rules"]).as_sequence().into_iter().flatten() {
+            let verbs: Vec<String> = field(rule, &["verbs"])
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect();
+            for r in field(rule, &["resources"])
+                .as_sequence()
+                .into_iter()
+                .flatten()
+            {
+                if let Some(r) = r.as_str() {
+                    out.entry(r.to_owned()).or_default().extend(verbs.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+// ---- tests -------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_lints_clean() -> Result<()> {
+    for extra in [
+        vec![],
+        vec![
+            "--set",
+            "nodeController.watchNamespaces={team-a}",
+            "--set",
+            "clusterController.enabled=false",
+            "--set",
+            "nodeController.metrics.serviceMonitor.enabled=true",
+        ],
+    ] {
+        let chart = chart();
+        let mut args = vec!["lint", "--strict", chart.as_str()];
+        args.extend_from_slice(&extra);
+        let out = helm(&args).await?;
+        check(
+            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+            format!("helm lint {extra:?}:\n{out}"),
+        )?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_renders_the_golden_files() -> Result<()> {
+    let dir = chart_dir().join("tests/golden");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    for (name, extra) in golden_variants() {
+        let rendered = render(&extra).await?;
+        let path = dir.join(format!("{name}.yaml"));
+        if update {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&path, &rendered))
+                .map_err(|e| E2eError::Check(format!("{}: {e}", path.display())))?;
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path).map_err(|e| {
+            E2eError::Check(format!(
+                "{}: {e} (UPDATE_GOLDEN=1 writes it)",
+                path.display()
+            ))
+        })?;
+        if golden != rendered {
+            let first = golden
+                .lines()
+                .zip(rendered.lines())
+                .enumerate()
+                .find(|(_, (g, r))| g != r)
+                .map(|(i, (g, r))| format!("line {}: golden {g:?}, rendered {r:?}", i + 1))
+                .unwrap_or_else(|| "one is a prefix of the other".into());
+            return Err(E2eError::Check(format!(
+                "helm template {name} differs from {} at {first}; if the change is intended, \
+                 rerun with UPDATE_GOLDEN=1 and review the diff",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the golden files pin, asserted on its own, so that rewriting a golden file cannot
+/// quietly give a controller more access or drop its hardening.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
+    let docs = documents(&render(&[]).await?)?;
+    let kinds: Vec<String> = docs.iter().map(|d| text(d, &["kind"])).collect();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    ] {
+        check(
+            kinds.iter().filter(|k| *k == kind).count() >= 2,
+            format!("one {kind} per controller expected; rendered {kinds:?}"),
+        )?;
+    }
+    check(
+        !kinds.iter().any(|k| k == "ServiceMonitor"),
+        "the ServiceMonitor is off by default",
+    )?;
+
+    for deploy in docs.iter().filter(|d| text(d, &["kind"]) == "Deployment") {
+        let name = text(deploy, &["metadata", "name"]);
+        let pod = field(deploy, &["spec", "template", "spec"]);
+        let container = &field(pod, &["containers"])[0];
+        let psc = field(pod, &["securityContext"]);
+        let csc = field(container, &["securityContext"]);
+        check(
+            field(psc, &["runAsNonRoot"]).as_bool() == Some(true)
+                && text(psc, &["seccompProfile", "type"]) == "RuntimeDefault"
+                && field(csc, &["allowPrivilegeEscalation"]).as_bool() == Some(false)
+                && field(csc, &["readOnlyRootFilesystem"]).as_bool() == Some(true)
+                && field(csc, &["capabilities", "drop"])
+                    .as_sequence()
+                    .is_some_and(|d| d.iter().any(|c| c.as_str() == Some("ALL"))),
+            format!("{name}: not restricted: pod {psc:?}, container {csc:?}"),
+        )?;
+        check(
+            text(container, &["livenessProbe", "httpGet", "path"]) == "/live"
+                && text(container, &["readinessProbe", "httpGet", "path"]) == "/ready"
+                && field(container, &["ports"])[0]["containerPort"].as_u64() == Some(8080),
+            format!("{name}: probes must be /live and /ready on port 8080"),
+        )?;
+        let args: Vec<&str> = field(container, &["args"])
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        check(
+            args.contains(&"--leader-elect")
+                && args.contains(&"--leader-election-namespace=valkey-operator-system")
+                && args.contains(&format!("--leader-election-id={name}").as_str()),
+            format!("{name}: leader election with its own Lease expected, args {args:?}"),
+        )?;
+    }
+
+    let cluster = grants(&docs, CLUSTER);
+    for forbidden in [
+        "pods",
+        "statefulsets",
+        "deployments",
+        "persistentvolumeclaims",
+        "configmaps",
+    ] {
+        check(
+            !cluster.contains_key(forbidden),
+            format!("the cluster-controller must not touch {forbidden}: {cluster:?}"),
+        )?;
+    }
+    let secrets = cluster.get("secrets").cloned().unwrap_or_default();
+    check(
+        !secrets
+            .iter()
+            .any(|v| v == "list" || v == "watch" || v == "*"),
+        format!("the cluster-controller reads Secrets by name only: {secrets:?}"),
+    )?;
+    let node = grants(&docs, NODE);
+    check(
+        !node.contains_key("valkeyclusters"),
+        format!("the node-controller has no business with ValkeyClusters: {node:?}"),
+    )?;
+    check(
+        node.get("secrets").is_some_and(|v| v == &["get"]),
+        format!("the node-controller only gets Secrets: {node:?}"),
+    )?;
+    check(
+        node.get("pods")
+            .is_some_and(|v| v.iter().all(|v| v == "list" || v == "watch")),
+        format!("the node-controller only reads Pods: {node:?}"),
+    )?;
+    check(
+        !cluster
+            .values()
+            .chain(node.values())
+            .flatten()
+            .any(|v| v == "*"),
+        "no wildcard verbs",
+    )?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typo_in_values_is_rejected_naming_the_key() -> Result<()> {
+    let chart = chart();
+    let stderr = helm_fails(&[
+        "template",
+        "x",
+        chart.as_str(),
+        "--set",
+        "nodeController.replcas=2",
+    ])
+    .await?;
+    check(
+        stderr.contains("replcas") && stderr.contains("/nodeController"),
+        format!("the message must name nodeController.replcas: {stderr}"),
+    )?;
+
+    // A real install fails the same way, before anything is created.
+    let ns = TestNamespace::create("chart-typo").await?;
+    let stderr = helm_fails(&[
+        "install",
+        "typo",
+        chart.as_str(),
+        "-n",
+        &ns.name,
+        "--set",
+        "clusterController.logLevle=debug",
+    ])
+    .await?;
+    check(
+        stderr.contains("logLevle") && stderr.contains("/clusterController"),
+        format!("the message must name clusterController.logLevle: {stderr}"),
+    )?;
+    let releases = helm(&["list", "-n", &ns.name, "-q", "-a"]).await?;
+    check(
+        releases.trim().is_empty(),
+        format!("nothing may be installed: {releases}"),
+    )?;
+
+    // A value of the wrong shape and a second watched namespace are refused as well.
+    let stderr = helm_fails(&[
+        "template",
+        "x",
+        chart.as_str(),
+        "--set",
+        "clusterController.watchNamespaces={a,b}",
+    ])
+    .await?;
+    check(
+        stderr.contains("watchNamespaces"),
+        format!("the message must name watchNamespaces: {stderr}"),
+    )?;
+    Ok(())
+}
+
+/// Both ways the chart scopes RBAC, checked as the ServiceAccounts themselves. The releases run
+/// no pods (replicas 0): only their RBAC is under test here.
+#[tokio::test(flavor = "multi_thread")]
+async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Result<()> {
+    install_crds().await?;
+    let ns = TestNamespace::create("chart-rbac").await?;
+    let no_pods = [
+        "nodeController.replicas=0".to_string(),
+        "clusterController.replicas=0".to_string(),
+    ];
+    // Watching every namespace: ClusterRoles, named after the release's namespace too.
+    let all = Release::install("everywhere", &ns.name, &no_pods).await?;
+    // Watching one namespace: Roles there.
+    let mut one_set = watching(&ns.name);
+    one_set.extend(no_pods.iter().cloned());
+    let one = Release::install("here", &ns.name, &one_set).await?;
+    let elsewhere = "default";
+
+    struct Expect {
+        verb: &'static str,
+        resource: &'static str,
+        allowed: bool,
+    }
+    let e = |verb, resource, allowed| Expect {
+        verb,
+        resource,
+        allowed,
+    };
+    let cluster_controller = [
+        e("list", "valkeyclusters.valkey.io", true),
+        e("watch", "valkeyclusters.valkey.io", true),
+        e("patch", "valkeyclusters.valkey.io/status", true),
+        e("update", "valkeyclusters.valkey.io", false),
+        e("delete", "valkeyclusters.valkey.io", false),
+        e("list", "valkeynodes.valkey.io", true),
+        e("create", "valkeynodes.valkey.io", true),
+        e("patch", "valkeynodes.valkey.io", true),
+        e("delete", "valkeynodes.valkey.io", true),
+        e("patch", "valkeynodes.valkey.io/status", false),
+        e("get", "secrets", true),
+        e("create", "secrets", true),
+        e("patch", "secrets", true),
+        e("list", "secrets", false),
+        e("watch", "secrets", false),
+        e("delete", "secrets", false),
+        e("create", "events.events.k8s.io", true),
+        e("get", "pods", false),
+        e("list", "pods", false),
+        e("list", "statefulsets.apps", false),
+        e("create", "statefulsets.apps", false),
+        e("list", "deployments.apps", false),
+        e("list", "persistentvolumeclaims", false),
+        e("delete", "persistentvolumeclaims", false),
+        e("list", "configmaps", false),
+    ];
+    let node_controller = [
+        e("list", "valkeynodes.valkey.io", true),
+        e("watch", "valkeynodes.valkey.io", true),
+        e("patch", "valkeynodes.valkey.io/status", true),
+        e("create", "valkeynodes.valkey.io", false),
+        e("patch", "valkeynodes.valkey.io", false),
+        e("delete", "valkeynodes.valkey.io", false),
+        e("list", "valkeyclusters.valkey.io", false),
+        e("patch", "valkeyclusters.valkey.io", false),
+        e("patch", "valkeyclusters.valkey.io/status", false),
+        e("list", "statefulsets.apps", true),
+        e("create", "statefulsets.apps", true),
+        e("patch", "statefulsets.apps", true),
+        e("delete", "statefulsets.apps", false),
+        e("patch", "deployments.apps", true),
+        e("patch", "configmaps", true),
+        e("create", "persistentvolumeclaims", true),
+        e("delete", "persistentvolumeclaims", false),
+        e("list", "pods", true),
+        e("watch", "pods", true),
+        e("create", "pods", false),
+        e("delete", "pods", false),
+        e("get", "secrets", true),
+        e("list", "secrets", false),
+        e("create", "secrets", false),
+        e("create", "events.events.k8s.io", true),
+    ];
+
+    let mut wrong = Vec::new();
+    for (component, expectations) in [(CLUSTER, &cluster_controller), (NODE, &node_controller)] {
+        for x in expectations.iter() {
+            // Everywhere: the same answer in the release's namespace and in another one.
+            let user = all.service_account(component);
+            for namespace in [ns.name.as_str(), elsewhere] {
+                if can_i(&user, x.verb, x.resource, namespace).await? != x.allowed {
+                    wrong.push(format!(
+                        "{user} {} {} in {namespace}: expected {}",
+                        x.verb, x.resource, x.allowed
+                    ));
+                }
+            }
+            // One namespace: as expected there, nothing anywhere else.
+            let user = one.service_account(component);
+            if can_i(&user, x.verb, x.resource, &ns.name).await? != x.allowed {
+                wrong.push(format!(
+                    "{user} {} {} in {}: expected {}",
+                    x.verb, x.resource, ns.name, x.allowed
+                ));
+            }
+            if can_i(&user, x.verb, x.resource, elsewhere).await? {
+                wrong.push(format!(
+                    "{user} {} {} in {elsewhere}: allowed outside its namespace",
+                    x.verb, x.resource
+                ));
+            }
+        }
+        // Leases: any may be created (RBAC cannot limit create by name), only its own updated.
+        for release in [&all, &one] {
+            let user = release.service_account(component);
+            let own = format!("leases.coordination.k8s.io/{}", release.object(component));
+            let other = "leases.coordination.k8s.io/someone-else";
+            for (verb, resource, allowed) in [
+                ("create", "leases.coordination.k8s.io", true),
+                ("get", own.as_str(), true),
+                ("update", own.as_str(), true),
+                ("update", other, false),
+                ("delete", own.as_str(), false),
+                ("list", "leases.coordination.k8s.io", false),
+            ] {
+                if can_i(&user, verb, resource, &ns.name).await? != allowed {
+                    wrong.push(format!(
+                        "{user} {verb} {resource} in {}: expected {allowed}",
+                        ns.name
+                    ));
+                }
+            }
+            if can_i(&user, "create", "leases.coordination.k8s.io", elsewhere).await? {
+                wrong.push(format!("{user} may create Leases in {elsewhere}"));
+            }
+        }
+    }
+    check(wrong.is_empty(), wrong.join("\n"))?;
+    drop((all, one));
+    Ok(())
+}
+
+/// The whole life of one release: install, a cluster that becomes Ready through the chart's RBAC
+/// alone, an upgrade of one controller that leaves the other's Deployment alone, leader election
+/// between two replicas, and an uninstall that keeps the Valkey data volumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> Result<()> {
+    require_controller_images()?;
+    install_crds().await?;
+    let ns = TestNamespace::create("chart-life").await?;
+    let mut release = Release::install("vo", &ns.name, &watching(&ns.name)).await?;
+    let nc_pods = wait_controller(&ns, &release, NODE, 1).await?;
+    let cc_pods = wait_controller(&ns, &release, CLUSTER, 1).await?;
+    for (pod, component) in [(&nc_pods[0], NODE), (&cc_pods[0], CLUSTER)] {
+        let spec = pod.spec.clone().unwrap_or_default();
+        check(
+            spec.service_account_name.as_deref() == Some(release.object(component).as_str()),
+            format!("{} runs as {:?}", pod.name_any(), spec.service_account_name),
+        )?;
+    }
+
+    // Two shards with a replica each: the smallest cluster that needs every verb the chart grants.
+    ns.apply(&cluster_manifest("life", 2, 1)).await?;
+    wait_cluster_ready(&ns, "life").await?;
+    // Events from both controllers prove their Events RBAC (a refused Event is only logged).
+    let events = ns
+        .kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-o",
+            "jsonpath={range .items[*]}{.reportingController}{\"\\n\"}{end}",
+        ])
+        .await?;
+    for controller in ["valkey-node-controller", "valkey-cluster-controller"] {
+        check(
+            events.lines().any(|l| l == controller),
+            format!("no Event reported by {controller}; reporters: {events}"),
+        )?;
+    }
+
+    // Upgrade the cluster-controller to two replicas; the node-controller's Deployment is not
+    // touched.
+    let deployments = ns.api::<Deployment>();
+    let before = deployments.get(&release.object(NODE)).await?;
+    release
+        .upgrade(&["clusterController.replicas=2".to_string()])
+        .await?;
+    let cc_pods = wait_controller(&ns, &release, CLUSTER, 2).await?;
+    let after = deployments.get(&release.object(NODE)).await?;
+    check(
+        after.metadata.generation == before.metadata.generation
+            && after.metadata.resource_version == before.metadata.resource_version,
+        format!(
+            "the node-controller's Deployment changed: generation {:?} → {:?}, resourceVersion {:?} → {:?}",
+            before.metadata.generation,
+            after.metadata.generation,
+            before.metadata.resource_version,
+            after.metadata.resource_version
+        ),
+    )?;
+
+    // Exactly one of the two leads: the Lease names it, and only its /metrics says leader 1.
+    let leases = ns.api::<Lease>();
+    let lease_name = release.object(CLUSTER);
+    let leader = wait_until(
+        Duration::from_secs(60),
+        "one cluster-controller leader of two",
+        || {
+            let (leases, pods, lease_name) = (leases.clone(), cc_pods.clone(), lease_name.clone());
+            async move {
+                let holder = leases
+                    .get(&lease_name)
+                    .await?
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default();
+                let mut gauges = Vec::new();
+                for pod in &pods {
+                    gauges.push(leader_gauge(pod).await);
+                }
+                let leaders: Vec<&Pod> = pods
+                    .iter()
+                    .zip(&gauges)
+                    .filter(|(_, g)| matches!(g, Ok(1)))
+                    .map(|(p, _)| p)
+                    .collect();
+                let standbys = gauges.iter().filter(|g| matches!(g, Ok(0))).count();
+                Ok(match leaders.as_slice() {
+                    [one]
+                        if standbys == 1 && holder.starts_with(&format!("{}-", one.name_any())) =>
+                    {
+                        Poll::Ready(one.name_any())
+                    }
+                    _ => Poll::NotYet(format!("lease holder {holder:?}, leader gauges {gauges:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    eprintln!("cluster-controller leader: {leader}");
+    check(
+        ns.api::<ValkeyCluster>()
+            .get("life")
+            .await?
+            .status
+            .and_then(|s| s.state)
+            == Some(ClusterState::Ready),
+        "the cluster stays Ready through the upgrade",
+    )?;
+
+    // Uninstall: the controllers go, the Valkey data volumes stay (with the cluster, which no
+    // release owns).
+    let pvcs = ns.api::<PersistentVolumeClaim>();
+    let volumes_before: Vec<String> = pvcs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    check(
+        volumes_before.len() == 4,
+        format!("4 data volumes expected: {volumes_before:?}"),
+    )?;
+    release.uninstall().await?;
+    let pods = ns.api::<Pod>();
+    wait_until(
+        Duration::from_secs(60),
+        "the controllers' pods to go",
+        || {
+            let pods = pods.clone();
+            async move {
+                let left = pods
+                    .list(&ListParams::default().labels("app.kubernetes.io/instance=vo"))
+                    .await?
+                    .items;
+                Ok(if left.is_empty() {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{} pod(s) left", left.len()))
+                })
+            }
+        },
+    )
+    .await?;
+    for component in [NODE, CLUSTER] {
+        let name = release.object(component);
+        check(
+            deployments.get_opt(&name).await?.is_none()
+                && ns.api::<ServiceAccount>().get_opt(&name).await?.is_none()
+                && ns.api::<Role>().get_opt(&name).await?.is_none(),
+            format!("{name}: left after uninstall"),
+        )?;
+    }
+    let volumes_after: Vec<String> = pvcs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    check(
+        volumes_after == volumes_before,
+        format!("volumes before {volumes_before:?}, after uninstall {volumes_after:?}"),
+    )?;
+    Ok(())
+}
+
+/// resourceVersions of every namespaced object a release made for one controller.
+async fn objects_of(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, Option<String>>> {
+    let mut out = BTreeMap::new();
+    let leader = format!("{name}-leader-election");
+    out.insert(
+        format!("Deployment/{name}"),
+        ns.api::<Deployment>()
+            .get(name)
+            .await?
+            .metadata
+            .resource_version,
+    );
+    out.insert(
+        format!("ServiceAccount/{name}"),
+        ns.api::<ServiceAccount>()
+            .get(name)
+            .await?
+            .metadata
+            .resource_version,
+    );
+    out.insert(
+        format!("Service/{name}"),
+        ns.api::<Service>()
+            .get(name)
+            .await?
+            .metadata
+            .resource_version,
+    );
+    out.insert(
+        format!("PodDisruptionBudget/{name}"),
+        ns.api::<PodDisruptionBudget>()
+            .get(name)
+            .await?
+            .metadata
+            .resource_version,
+    );
+    for role in [name, leader.as_str()] {
+        out.insert(
+            format!("Role/{role}"),
+            ns.api::<Role>().get(role).await?.metadata.resource_version,
+        );
+        out.insert(
+            format!("RoleBinding/{role}"),
+            ns.api::<RoleBinding>()
+                .get(role)
+                .await?
+                .metadata
+                .resource_version,
+        );
+    }
+    Ok(out)
+}
+
+/// One release with only the node-controller, another with only the cluster-controller: together
+/// they run a cluster, and upgrading one leaves every object of the other as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_releases_split_the_controllers_and_upgrade_independently() -> Result<()> {
+    require_controller_images()?;
+    install_crds().await?;
+    let ns = TestNamespace::create("chart-split").await?;
+    let mut nodes_set = watching(&ns.name);
+    nodes_set.push("clusterController.enabled=false".into());
+    let nodes = Release::install("nodes", &ns.name, &nodes_set).await?;
+    let mut clusters_set = watching(&ns.name);
+    clusters_set.push("nodeController.enabled=false".into());
+    // The CRDs exist by now: Helm skips them and the second install goes through.
+    let clusters = Release::install("clusters", &ns.name, &clusters_set).await?;
+
+    let deployments = ns.api::<Deployment>();
+    let names: Vec<String> = deployments
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
+    check(
+        names.len() == 2
+            && names.contains(&nodes.object(NODE))
+            && names.contains(&clusters.object(CLUSTER)),
+        format!("one controller per release expected: {names:?}"),
+    )?;
+    wait_controller(&ns, &nodes, NODE, 1).await?;
+    wait_controller(&ns, &clusters, CLUSTER, 1).await?;
+
+    ns.apply(&cluster_manifest("split", 1, 1)).await?;
+    wait_cluster_ready(&ns, "split").await?;
+
+    let before = objects_of(&ns, &nodes.object(NODE)).await?;
+    let cc_before = deployments.get(&clusters.object(CLUSTER)).await?;
+    clusters
+        .upgrade(&["clusterController.logLevel=debug".to_string()])
+        .await?;
+    let cc_after = deployments.get(&clusters.object(CLUSTER)).await?;
+    check(
+        cc_after.metadata.generation > cc_before.metadata.generation,
+        "the upgrade changed the cluster-controller's Deployment",
+    )?;
+    let after = objects_of(&ns, &nodes.object(NODE)).await?;
+    check(
+        before == after,
+        format!("the node-controller release changed: before {before:?}, after {after:?}"),
+    )?;
+    // The new cluster-controller pod takes over and the cluster stays served.
+    wait_controller(&ns, &clusters, CLUSTER, 1).await?;
+    wait_cluster_ready(&ns, "split").await?;
+    drop((nodes, clusters));
+    Ok(())
+}
