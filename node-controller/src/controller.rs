@@ -266,7 +266,7 @@ async fn reconcile(
     let name = node.name_any();
     let names = ChildNames::of(&name);
 
-    let children = match render::build(node) {
+    let mut children = match render::build(node) {
         Ok(children) => children,
         Err(e) => {
             report_bad_spec(node, &ctx, e.reason(), &e.to_string()).await?;
@@ -276,6 +276,16 @@ async fn reconcile(
 
     let (credentials_state, credentials) = read_credentials(node, &ctx.client, &namespace).await?;
 
+    let pods = ctx.stores.pods.state();
+    let live_config = ctx
+        .stores
+        .config_maps
+        .get(&ObjectRef::new(&names.config_map).within(&namespace));
+    render::keep_held_configs(
+        &mut children.config_map,
+        live_config.as_deref(),
+        rolled_out(&pods, &namespace, &name, &children.revision),
+    );
     ctx.apply_child(
         node,
         &namespace,
@@ -327,7 +337,6 @@ async fn reconcile(
         },
     };
 
-    let pods = ctx.stores.pods.state();
     let pod = choose_pod(&pods, &namespace, &name, &children.revision);
     let answer = match pod.and_then(running_ip) {
         Some(ip) if credentials.is_some() || node.spec.credentials.is_none() => {
@@ -652,6 +661,28 @@ where
     }
 }
 
+/// Whether `pod` belongs to ValkeyNode `node` (terminating or not).
+fn is_pod_of(pod: &Pod, namespace: &str, node: &str) -> bool {
+    pod.metadata.namespace.as_deref() == Some(namespace)
+        && pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(NODE_LABEL))
+            .map(String::as_str)
+            == Some(node)
+}
+
+/// Whether the node has a pod and every pod not being deleted runs `revision`: only then may
+/// the configs of earlier revisions go.
+fn rolled_out(pods: &[Arc<Pod>], namespace: &str, node: &str, revision: &str) -> bool {
+    let mut live = pods
+        .iter()
+        .filter(|p| is_pod_of(p, namespace, node) && p.metadata.deletion_timestamp.is_none())
+        .peekable();
+    live.peek().is_some() && live.all(|p| status::pod_revision(p).as_deref() == Some(revision))
+}
+
 /// The pod that speaks for the node: not terminating, on the desired revision if one is, then
 /// the newest. A Deployment rolling may briefly have two.
 fn choose_pod<'a>(
@@ -660,15 +691,7 @@ fn choose_pod<'a>(
     node: &str,
     revision: &str,
 ) -> Option<&'a Arc<Pod>> {
-    let mine = pods.iter().filter(|p| {
-        p.metadata.namespace.as_deref() == Some(namespace)
-            && p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(NODE_LABEL))
-                .map(String::as_str)
-                == Some(node)
-    });
+    let mine = pods.iter().filter(|p| is_pod_of(p, namespace, node));
     mine.max_by_key(|p| {
         (
             p.metadata.deletion_timestamp.is_none(),
@@ -721,6 +744,49 @@ mod tests {
         let chosen = choose_pod(&pods, "ns", "n", "r1").and_then(|p| p.metadata.name.clone());
         assert_eq!(chosen.as_deref(), Some("a"));
         assert!(choose_pod(&pods, "other", "n", "r1").is_none());
+    }
+
+    #[test]
+    fn a_node_has_rolled_out_when_every_live_pod_runs_the_revision() {
+        let on = |name: &str, revision: &str, deleting: bool| {
+            let deletion = if deleting {
+                ", deletionTimestamp: '2026-01-01T00:02:00Z'"
+            } else {
+                ""
+            };
+            pod(&format!(
+                "metadata: {{name: {name}, namespace: ns, labels: {{valkey.io/node: n}}, annotations: {{valkey.io/revision: {revision}}}{deletion}}}"
+            ))
+        };
+        assert!(!rolled_out(&[], "ns", "n", "r2"), "no pod yet");
+        assert!(!rolled_out(&[on("a", "r1", false)], "ns", "n", "r2"));
+        assert!(rolled_out(&[on("b", "r2", false)], "ns", "n", "r2"));
+        assert!(
+            !rolled_out(
+                &[on("a", "r1", false), on("b", "r2", false)],
+                "ns",
+                "n",
+                "r2"
+            ),
+            "a Deployment half way"
+        );
+        assert!(
+            rolled_out(
+                &[on("a", "r1", true), on("b", "r2", false)],
+                "ns",
+                "n",
+                "r2"
+            ),
+            "the old pod is going"
+        );
+        assert!(
+            !rolled_out(&[on("a", "r2", true)], "ns", "n", "r2"),
+            "only a terminating pod"
+        );
+        assert!(
+            !rolled_out(&[on("b", "r2", false)], "ns", "m", "r2"),
+            "another node's pod"
+        );
     }
 
     #[test]

@@ -79,7 +79,7 @@ struct ConfigMapYaml<'a> {
     namespace: &'a str,
     labels: &'a BTreeMap<String, String>,
     owner: &'a OwnerReference,
-    valkey_conf: &'a str,
+    data: &'a BTreeMap<String, String>,
 }
 
 #[derive(Template)]
@@ -139,18 +139,6 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
     let selector = selector(name);
 
     let valkey_conf = render_valkey_conf(name, namespace, spec.config.as_ref())?;
-    let config_map: ConfigMap = parse(
-        "node/configmap.yaml",
-        ConfigMapYaml {
-            names: &names,
-            namespace,
-            labels: &labels,
-            owner: &owner,
-            valkey_conf: &valkey_conf,
-        }
-        .render(),
-    )?;
-
     let persistence = spec.persistence.as_ref().filter(|p| p.enabled);
     let pvc = match persistence {
         Some(p) => Some(parse(
@@ -173,6 +161,21 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
     let revision = revision(&pod.fingerprint(), &valkey_conf);
     pod.annotations
         .insert(REVISION_ANNOTATION.to_owned(), revision.clone());
+    // Each revision reads its own key, so a held pod that is recreated still starts with the
+    // valkey.conf of its revision (see `keep_held_configs`).
+    let key = config_key(&revision);
+    pod.read_config_from(&key);
+    let config_map: ConfigMap = parse(
+        "node/configmap.yaml",
+        ConfigMapYaml {
+            names: &names,
+            namespace,
+            labels: &labels,
+            owner: &owner,
+            data: &BTreeMap::from([(key, valkey_conf)]),
+        }
+        .render(),
+    )?;
     let allowed = restart_allowed(spec.allowed_revision.as_deref(), &revision);
 
     let workload = match spec.workload_type {
@@ -211,6 +214,31 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
         workload,
         revision,
     })
+}
+
+/// The ConfigMap key holding the valkey.conf of `revision`.
+pub fn config_key(revision: &str) -> String {
+    format!("valkey-{revision}.conf")
+}
+
+/// Keeps, beside the desired revision's valkey.conf, every valkey.conf the live ConfigMap holds
+/// until the pod has rolled to the desired revision: a pod held on its revision (or recreated on
+/// it by its workload) must find its own config, which cannot be rendered again from a spec that
+/// has moved on. Once every live pod runs the desired revision the older keys are left out, and
+/// server-side apply removes them.
+pub fn keep_held_configs(config_map: &mut ConfigMap, live: Option<&ConfigMap>, rolled_out: bool) {
+    if rolled_out {
+        return;
+    }
+    let Some(held) = live.and_then(|l| l.data.as_ref()) else {
+        return;
+    };
+    let data = config_map.data.get_or_insert_default();
+    for (key, conf) in held {
+        if key.ends_with(".conf") && !data.contains_key(key) {
+            data.insert(key.clone(), conf.clone());
+        }
+    }
 }
 
 /// Whether the parent lets the pod run `desired`: always when it set no revision, else only that

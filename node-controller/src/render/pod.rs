@@ -95,6 +95,16 @@ impl PodTemplate {
         }
     }
 
+    /// Mounts only `key` of the ConfigMap, as valkey.conf. Applied after the revision is known:
+    /// the key is named after it, and the revision already covers valkey.conf.
+    pub fn read_config_from(&mut self, key: &str) {
+        for volume in &mut self.volumes {
+            if volume["name"] == "config" {
+                volume["configMap"]["items"] = json!([{"key": key, "path": "valkey.conf"}]);
+            }
+        }
+    }
+
     /// Everything that shapes the pod, for the revision hash. (Serialising these types cannot
     /// fail: every map has string keys.)
     pub fn fingerprint(&self) -> Value {

@@ -49,7 +49,7 @@ fn valkey_conf(children: &Children) -> String {
         .config_map
         .data
         .as_ref()
-        .and_then(|d| d.get("valkey.conf"))
+        .and_then(|d| d.get(&config_key(&children.revision)))
         .cloned()
         .unwrap_or_default()
 }
@@ -371,4 +371,61 @@ fn a_statefulset_holds_its_pod_by_partition() {
     assert_eq!(open, Some(0));
     assert_eq!(partition(Some("0000000000")).0, Some(1));
     assert_eq!(partition(Some(&revision)).0, Some(0));
+}
+
+#[test]
+fn each_revision_reads_its_own_key() {
+    let children = build(&node(CACHE)).unwrap_or_else(|e| panic!("{e}"));
+    let keys: Vec<&String> = children
+        .config_map
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, [&config_key(&children.revision)]);
+    let volumes = pod_template(&children)
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default();
+    let items = volumes
+        .iter()
+        .find(|v| v.name == "config")
+        .and_then(|v| v.config_map.as_ref())
+        .and_then(|c| c.items.clone())
+        .unwrap_or_default();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].key, config_key(&children.revision));
+    assert_eq!(items[0].path, "valkey.conf");
+}
+
+#[test]
+fn held_configs_stay_until_the_pod_has_rolled_out() {
+    let held = |rolled_out: bool| {
+        let children = build(&node(CACHE)).unwrap_or_else(|e| panic!("{e}"));
+        let mut config_map = children.config_map.clone();
+        let mut live = children.config_map.clone();
+        let data = live.data.get_or_insert_default();
+        data.clear();
+        data.insert("valkey-0000000000.conf".into(), "port 6379".into());
+        data.insert(config_key(&children.revision), "edited by hand".into());
+        data.insert("notes".into(), "not a config".into());
+        keep_held_configs(&mut config_map, Some(&live), rolled_out);
+        (config_map.data.unwrap_or_default(), children.revision)
+    };
+    let (data, revision) = held(false);
+    assert_eq!(
+        data.keys().cloned().collect::<Vec<_>>(),
+        ["valkey-0000000000.conf".to_owned(), config_key(&revision)]
+    );
+    assert!(
+        data[&config_key(&revision)].contains("protected-mode no"),
+        "the desired config is rendered, never copied"
+    );
+    let (data, revision) = held(true);
+    assert_eq!(
+        data.keys().cloned().collect::<Vec<_>>(),
+        [config_key(&revision)]
+    );
 }

@@ -813,6 +813,15 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
         ),
     )?;
 
+    // The held revision's valkey.conf stays beside the new one, for a pod recreated while held.
+    let config_map = format!("valkey-{name}-config");
+    let cms = ns.api::<ConfigMap>();
+    let held_keys = cms.get(&config_map).await?.data.unwrap_or_default().len();
+    check(
+        held_keys == 2,
+        format!("{name}: {held_keys} valkey.conf keys while held"),
+    )?;
+
     let allowed = Instant::now();
     patch_node_spec(ns, name, json!({"allowedRevision": second})).await?;
     let node = wait_node(ns, name, READY, "ready on the new revision", |n| {
@@ -851,19 +860,115 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
         seen.len() == 2 && seen.contains(&uid(&pod_before)) && seen.contains(&uid(&pod)),
         format!("{name}: pods seen during the change: {seen:?} (expected the old and one new)"),
     )?;
-    let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
+    let maxmemory = config_get(&node, "maxmemory").await?;
+    check(
+        maxmemory == "209715200",
+        format!("{name}: CONFIG GET maxmemory = {maxmemory:?} on the new revision"),
+    )?;
+    // Rolled out: the old config goes.
+    wait_object(&cms, &config_map, READY, "only the new config", |c| {
+        c.data.as_ref().is_some_and(|d| d.len() == 1)
+    })
+    .await?;
+    Ok(())
+}
+
+/// `CONFIG GET key` of the node's Valkey.
+async fn config_get(node: &ValkeyNode, key: &str) -> Result<String> {
+    let mut conn = valkey(&pod_ip_of(node)?, 6379).await?;
     let reply: Vec<String> = redis::cmd("CONFIG")
-        .arg(&["GET", "maxmemory"])
+        .arg(&["GET", key])
         .query_async(&mut conn)
         .await
         .map_err(|source| E2eError::Valkey {
-            addr: name.to_owned(),
+            addr: node.name_any(),
             source,
         })?;
-    check(
-        reply == ["maxmemory", "209715200"],
-        format!("{name}: CONFIG GET maxmemory = {reply:?}"),
+    match reply.as_slice() {
+        [k, value] if k == key => Ok(value.clone()),
+        _ => Err(E2eError::Check(format!("CONFIG GET {key} = {reply:?}"))),
+    }
+}
+
+/// Pins the node, changes its config, then deletes the held pod: the pod that replaces it must
+/// still be the held revision, with the held revision's config.
+async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Result<()> {
+    let node = wait_settled(ns, name, READY).await?;
+    let first = desired_revision(&node)?;
+    patch_node_spec(ns, name, json!({"allowedRevision": first})).await?;
+    wait_node(ns, name, READY, "pinned", |n| {
+        settled(n) && n.spec.allowed_revision.as_deref() == Some(first.as_str())
+    })
+    .await?;
+    patch_node_spec(ns, name, json!({"config": {"maxmemory": "200mb"}})).await?;
+    let held = wait_node(ns, name, READY, "awaiting approval", |n| {
+        condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
+            && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
+    })
+    .await?;
+    let second = desired_revision(&held)?;
+    let old_pod = ns.pod(&pod_name_of(&held)?).await?;
+    let old_uid = uid(&old_pod);
+    ns.kubectl(&["delete", "pod", &old_pod.name_any(), "--wait=false"])
+        .await?;
+    let node = wait_until(
+        READY,
+        &format!("{name}: a replacement of the held pod"),
+        || async {
+            let node = ns.api::<ValkeyNode>().get(name).await?;
+            let pods = live_pods(ns, name).await?;
+            Ok(match pods.as_slice() {
+                [pod]
+                    if uid(pod) != old_uid
+                        && ready_primary(&node)
+                        && node.status.as_ref().and_then(|s| s.pod_name.as_deref())
+                            == pod.metadata.name.as_deref() =>
+                {
+                    Poll::Ready(node)
+                }
+                _ => Poll::NotYet(format!("{} pods; {:?}", pods.len(), node.status)),
+            })
+        },
     )
+    .await?;
+    let pod = ns.pod(&pod_name_of(&node)?).await?;
+    check(
+        revision_annotation(&pod).as_deref() == Some(first.as_str())
+            && node
+                .status
+                .as_ref()
+                .and_then(|s| s.current_revision.as_deref())
+                == Some(first.as_str())
+            && condition_is(&node, "PodUpToDate", "False", "AwaitingRestartApproval"),
+        format!(
+            "{name}: the replacement runs {:?} (held {first}, desired {second}); status {:?}",
+            revision_annotation(&pod),
+            node.status
+        ),
+    )?;
+    let maxmemory = config_get(&node, "maxmemory").await?;
+    check(
+        maxmemory == "104857600",
+        format!(
+            "{name}: the replacement of the held pod runs maxmemory {maxmemory}, not the held revision's 100mb"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<()> {
+    let ns = TestNamespace::create("nc-heldpod").await?;
+    let _controller = start_controller(&ns).await?;
+    let config = json!({"config": {"maxmemory": "100mb"}});
+    create_node(&ns, "kept-sts", config.clone()).await?;
+    let mut dep = config;
+    merge(&mut dep, &json!({"workloadType": "Deployment"}));
+    create_node(&ns, "kept-dep", dep).await?;
+    tokio::try_join!(
+        a_held_pod_comes_back_as_it_was(&ns, "kept-sts"),
+        a_held_pod_comes_back_as_it_was(&ns, "kept-dep"),
+    )?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1144,23 +1249,25 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
     let cms = ns.api::<ConfigMap>();
     let stss = ns.api::<StatefulSet>();
     let pvcs = ns.api::<PersistentVolumeClaim>();
-    let conf_of = |cm: &ConfigMap| {
-        cm.data
-            .as_ref()
-            .and_then(|d| d.get("valkey.conf"))
-            .cloned()
-            .unwrap_or_default()
-    };
+    // The data is one valkey.conf, under a key named after the pod's revision.
+    let conf_of = |cm: &ConfigMap| cm.data.clone().unwrap_or_default();
 
     // An edited valkey.conf is put back.
     let cm = cms.get("valkey-tended-config").await?;
     let conf = conf_of(&cm);
+    let [key] = conf.keys().collect::<Vec<_>>()[..] else {
+        return Err(E2eError::Check(format!("ConfigMap data: {conf:?}")));
+    };
+    check(
+        key.ends_with(".conf") && conf[key].contains("protected-mode no"),
+        format!("ConfigMap data: {conf:?}"),
+    )?;
     let started = Instant::now();
     let edited = cms
         .patch(
             "valkey-tended-config",
             &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"valkey.conf": "port 7777\n"}})),
+            &Patch::Merge(json!({"data": {key.as_str(): "port 7777\n"}})),
         )
         .await?;
     let edited_version: u64 = version(&edited).parse().unwrap_or(0);
