@@ -9,6 +9,7 @@ E2E_THREADS ?= 6
 
 # The local control plane (build, start, stop) lives with its own README.
 include tests/localkube/localkube.mk
+include hack/demo.mk
 
 .PHONY: help
 help:
