@@ -6,8 +6,8 @@
 //!   `<cluster>-password`);
 //! - `operator`, for the cluster-controller's commands: cluster management, INFO and MIGRATE;
 //! - `healthcheck`, for probes and the node-controller: PING and INFO only;
-//! - `replication`, for replicas syncing from their primary (PSYNC, REPLCONF) and for Valkey 9's
-//!   slot migration between primaries (CLUSTER SYNCSLOTS).
+//! - `replication`, for replicas syncing from their primary and for Valkey 9's slot migration
+//!   between primaries (which replays the moved keys' commands as this user).
 //!
 //! Passwords are stored hashed in the ACL file; the generated ones also in plain text in the
 //! Secret, for the controllers that connect with them.
@@ -37,8 +37,10 @@ pub const CLIENT_PASSWORD_KEY: &str = "password";
 /// keys but cannot run arbitrary data commands; health checks can only PING and read INFO.
 const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get";
 const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
-// Valkey 9's atomic slot migration authenticates between primaries as the replication user too.
-const REPLICATION_RULES: &str = "resetchannels -@all +psync +replconf +ping +cluster|syncslots";
+// Valkey 9's atomic slot migration authenticates between primaries as the replication user, and
+// the importing primary runs the exported keys' commands (SELECT, RESTORE, any write) under that
+// user, so it needs every data command; it still cannot log in without the generated password.
+const REPLICATION_RULES: &str = "~* &* +@all";
 const CLIENT_RULES: &str = "~* &* +@all";
 
 pub fn acl_secret_name(cluster: &str) -> String {
