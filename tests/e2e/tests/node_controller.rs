@@ -1203,7 +1203,10 @@ async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
     create_node(
         &ns,
         "locked",
-        json!({"credentials": {"secretName": "absent-credentials"}}),
+        json!({
+            "config": {"aclfile": "/etc/valkey/credentials/users.acl"},
+            "credentials": {"secretName": "absent-credentials", "username": "healthcheck"},
+        }),
     )
     .await?;
     create_node(&ns, "open", json!({})).await?;
@@ -1229,7 +1232,41 @@ async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
         "a node without its Secret is ready",
     )?;
     wait_ready(&ns, "open").await?;
-    check(controller.is_running(), "the controller exited")
+    check(controller.is_running(), "the controller exited")?;
+
+    // Once the Secret exists, the node comes up without anyone touching it.
+    let created = Instant::now();
+    create_acl_secret(&ns, "absent-credentials", &random_password()).await?;
+    let locked = wait_settled(&ns, "locked", READY).await?;
+    eprintln!("Ready {:?} after the Secret was created", created.elapsed());
+    check(
+        condition_is(&locked, "Credentials", "True", "SecretFound"),
+        format!("Credentials: {:?}", condition(&locked, "Credentials")),
+    )
+}
+
+fn random_password() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let letters: String = (0..24)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect();
+    format!("pw{letters}")
+}
+
+/// A Secret with an ACL file (no default user; `healthcheck` may PING and INFO) and the
+/// password of `healthcheck`.
+async fn create_acl_secret(ns: &TestNamespace, name: &str, password: &str) -> Result<()> {
+    let acl = format!("user default off\nuser healthcheck on >{password} ~* &* +ping +info\n");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "stringData": {"users.acl": acl, "password": password},
+    }))
+    .map_err(|e| E2eError::Check(e.to_string()))?;
+    ns.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await?;
+    Ok(())
 }
 
 // ---- hand edits ------------------------------------------------------------------------------------
@@ -1542,23 +1579,8 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
         )],
     )
     .await?;
-    let password: String = {
-        use rand::Rng;
-        let mut rng = rand::rng();
-        (0..24)
-            .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
-            .collect()
-    };
-    let password = format!("pw{password}");
-    let acl = format!("user default off\nuser healthcheck on >{password} ~* &* +ping +info\n");
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "node-acl"},
-        "stringData": {"users.acl": acl, "password": password},
-    }))
-    .map_err(|e| E2eError::Check(e.to_string()))?;
-    ns.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await?;
+    let password = random_password();
+    create_acl_secret(&ns, "node-acl", &password).await?;
     create_node(
         &ns,
         "guarded",
@@ -1597,18 +1619,26 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
     let from = reconciles(&controller).await?;
     wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
     let mut leaks = Vec::new();
-    for cm in ns
+    let config_maps = ns
         .api::<ConfigMap>()
         .list(&ListParams::default())
         .await?
-        .items
-    {
+        .items;
+    let config_maps_count = config_maps.len();
+    for cm in config_maps {
         if serde_json::to_string(&cm)
             .unwrap_or_default()
             .contains(&password)
         {
             leaks.push(format!("ConfigMap {}", cm.name_any()));
         }
+    }
+    let workload = ns.api::<StatefulSet>().get("valkey-guarded").await?;
+    if serde_json::to_string(&workload)
+        .unwrap_or_default()
+        .contains(&password)
+    {
+        leaks.push("the StatefulSet".into());
     }
     let node = ns.api::<ValkeyNode>().get("guarded").await?;
     if serde_json::to_string(&node.status)
@@ -1636,12 +1666,7 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
         leaks.push(format!("controller log line: {line}"));
     }
     eprintln!(
-        "looked in {} ConfigMaps' worth of data, the status, {} Events and {} log lines",
-        ns.api::<ConfigMap>()
-            .list(&ListParams::default())
-            .await?
-            .items
-            .len(),
+        "looked in {config_maps_count} ConfigMaps, the StatefulSet, the status, {} Events and {} log lines",
         events.len(),
         log.lines().count()
     );
