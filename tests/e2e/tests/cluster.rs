@@ -202,11 +202,20 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
         .ok_or_else(|| e2e::E2eError::Check("no primary".into()))?;
     let victim_name = victim.metadata.name.clone().unwrap_or_default();
     let victim_pod = victim.status.and_then(|s| s.pod_name).unwrap_or_default();
-    c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"]).await?;
+    c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"])
+        .await?;
     // A replica takes over (Valkey's own failover); the old primary returns as a replica.
-    e2e::operator::wait_node(&c.ns, &victim_name, Duration::from_secs(180), "back as a replica", |n| {
-        n.status.as_ref().is_some_and(|s| s.ready && s.role == Some(Role::Replica))
-    })
+    e2e::operator::wait_node(
+        &c.ns,
+        &victim_name,
+        Duration::from_secs(180),
+        "back as a replica",
+        |n| {
+            n.status
+                .as_ref()
+                .is_some_and(|s| s.ready && s.role == Some(Role::Replica))
+        },
+    )
     .await?;
     let healed = c.wait_ready(Duration::from_secs(300)).await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
@@ -240,4 +249,180 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
     )?;
     c.verify(&before).await?;
     c.verify(&acked).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_every_pod_at_once_heals_with_all_keys() -> Result<()> {
+    let c = ClusterFixture::start("cluster-restart", "all", "{shards: 3, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 500).await?;
+    let mut old = BTreeMap::new();
+    for m in c.nodes().await? {
+        let pod = m.status.and_then(|s| s.pod_name).unwrap_or_default();
+        let uid = c.ns.pod(&pod).await?.metadata.uid.unwrap_or_default();
+        old.insert(pod, uid);
+    }
+    let mut args = vec!["delete", "pod", "--wait=false"];
+    args.extend(old.keys().map(String::as_str));
+    c.ns.kubectl(&args).await?;
+    // Every pod is replaced by a new one (a new UID), and the cluster heals from its volumes.
+    e2e::wait_until(Duration::from_secs(120), "every pod replaced", || {
+        let (c, old) = (&c, &old);
+        async move {
+            let mut replaced = 0;
+            for (pod, uid) in old {
+                if let Ok(p) = c.ns.pod(pod).await
+                    && p.metadata.uid.as_ref() != Some(uid)
+                {
+                    replaced += 1;
+                }
+            }
+            Ok(if replaced == old.len() {
+                e2e::Poll::Ready(())
+            } else {
+                e2e::Poll::NotYet(format!("{replaced} replaced"))
+            })
+        }
+    })
+    .await?;
+    c.wait_ready(Duration::from_secs(300)).await?;
+    c.verify(&before).await?;
+    let after = c.write_keys("post", 100).await?;
+    c.verify(&after).await
+}
+
+/// Samples every member's readiness until `done` and returns the most members of one shard that
+/// were down at the same moment.
+async fn max_down_per_shard(c: &ClusterFixture, within: Duration) -> Result<usize> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut worst = 0;
+    loop {
+        let cluster = c.api().get(&c.name).await?;
+        let mut down: BTreeMap<String, usize> = BTreeMap::new();
+        for m in c.nodes().await? {
+            let shard = m
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("valkey.io/shard").cloned())
+                .unwrap_or_default();
+            if !m.status.as_ref().is_some_and(|s| s.ready) {
+                *down.entry(shard).or_default() += 1;
+            }
+        }
+        worst = worst.max(down.values().copied().max().unwrap_or(0));
+        let ready = cluster.status.as_ref().is_some_and(|s| {
+            s.state == Some(valkey_api::v1alpha1::ClusterState::Ready)
+                && s.observed_generation == cluster.metadata.generation
+        });
+        let rolled = c.nodes().await?.iter().all(|m| {
+            m.status.as_ref().is_some_and(|s| {
+                s.current_revision.is_some() && s.current_revision == s.desired_revision
+            })
+        });
+        if ready && rolled {
+            return Ok(worst);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(e2e::E2eError::Check(format!(
+                "the roll did not finish in {within:?}: {:?}",
+                cluster.status
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_image_change_loses_no_acknowledged_write() -> Result<()> {
+    let c = ClusterFixture::start(
+        "cluster-roll",
+        "roll",
+        "{shards: 2, replicas: 1, image: 'valkey/valkey:9.1'}",
+    )
+    .await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let old: BTreeMap<String, String> = c
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|m| {
+            (
+                m.metadata.name.unwrap_or_default(),
+                m.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect();
+    let writer = c.start_writer().await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    c.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1.2"}))
+        .await?;
+    let worst = max_down_per_shard(&c, Duration::from_secs(480)).await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    let (acked, refused) = writer.stop().await;
+    eprintln!(
+        "rolling update: at most {worst} member(s) of a shard down at once; {} writes acknowledged, {refused} refused",
+        acked.len()
+    );
+    check(
+        worst <= 1,
+        format!("{worst} members of one shard were down at once"),
+    )?;
+    for m in c.nodes().await? {
+        let pod =
+            c.ns.pod(
+                &m.status
+                    .as_ref()
+                    .and_then(|s| s.pod_name.clone())
+                    .unwrap_or_default(),
+            )
+            .await?;
+        let image = pod
+            .spec
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        check(
+            image == "valkey/valkey:9.1.2",
+            format!(
+                "{} still runs {image}",
+                m.metadata.name.clone().unwrap_or_default()
+            ),
+        )?;
+        check(
+            old.contains_key(&m.metadata.name.unwrap_or_default()),
+            "the same members",
+        )?;
+    }
+    c.verify(&before).await?;
+    c.verify(&acked).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_controller_killed_mid_scale_out_finishes_the_migration() -> Result<()> {
+    let mut c = ClusterFixture::start("cluster-kill", "kill", "{shards: 2, replicas: 0}").await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 2000).await?;
+    c.patch_spec(serde_json::json!({"shards": 4})).await?;
+    e2e::operator::wait_cluster(
+        &c.ns,
+        "kill",
+        Duration::from_secs(180),
+        "migrating slots",
+        |cl| cl.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("MigratingSlots"),
+    )
+    .await?;
+    c.cluster_controller.kill().await?;
+    let ns_name = c.ns.name.clone();
+    c.cluster_controller =
+        e2e::operator::ControllerProcess::start("cluster-controller", &c.ns, &[]).await?;
+    eprintln!("restarted the cluster-controller in {ns_name} mid-migration");
+    c.wait_ready(Duration::from_secs(300)).await?;
+    c.assert_no_open_slots().await?;
+    let info = c.cluster_info().await?;
+    check(
+        info.get("cluster_size").map(String::as_str) == Some("4"),
+        format!("{info:?}"),
+    )?;
+    c.verify(&before).await
 }
