@@ -331,10 +331,26 @@ async fn valkey_as(
     }
 }
 
+/// Prints how long the test took when it ends, pass or fail.
+struct Took(&'static str, Instant);
+
+impl Took {
+    fn start(test: &'static str) -> Self {
+        Self(test, Instant::now())
+    }
+}
+
+impl Drop for Took {
+    fn drop(&mut self) {
+        eprintln!("{} took {:?}", self.0, self.1.elapsed());
+    }
+}
+
 // ---- ready, columns, role ----------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
 async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result<()> {
+    let _took = Took::start("both_workload_types_become_ready_and_print_the_seed_columns");
     let ns = TestNamespace::create("nc-ready").await?;
     let _controller = start_controller(&ns).await?;
     let started = Instant::now();
@@ -405,6 +421,7 @@ async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result
 
 #[tokio::test(flavor = "multi_thread")]
 async fn role_follows_replicaof_and_back() -> Result<()> {
+    let _took = Took::start("role_follows_replicaof_and_back");
     let ns = TestNamespace::create("nc-role").await?;
     let _controller = start_controller(&ns).await?;
     create_node(&ns, "upstream", json!({})).await?;
@@ -494,6 +511,7 @@ async fn key_survives_pod_deletion(ns: &TestNamespace, name: &str) -> Result<()>
 
 #[tokio::test(flavor = "multi_thread")]
 async fn persistent_data_survives_pod_deletion_for_both_workload_types() -> Result<()> {
+    let _took = Took::start("persistent_data_survives_pod_deletion_for_both_workload_types");
     let ns = TestNamespace::create("nc-persist").await?;
     let _controller = start_controller(&ns).await?;
     let persistent =
@@ -522,6 +540,7 @@ async fn persistent_data_survives_pod_deletion_for_both_workload_types() -> Resu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_node_removes_its_children_and_keeps_its_volume() -> Result<()> {
+    let _took = Took::start("deleting_a_node_removes_its_children_and_keeps_its_volume");
     let ns = TestNamespace::create("nc-delete").await?;
     let _controller = start_controller(&ns).await?;
     create_node(
@@ -567,6 +586,7 @@ async fn deleting_a_node_removes_its_children_and_keeps_its_volume() -> Result<(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduling_constraints_reach_the_pod() -> Result<()> {
+    let _took = Took::start("scheduling_constraints_reach_the_pod");
     let ns = TestNamespace::create("nc-sched").await?;
     let _controller = start_controller(&ns).await?;
     let toleration = json!({"key": "e2e.valkey.io/dedicated", "operator": "Equal", "value": "valkey", "effect": "NoSchedule"});
@@ -636,6 +656,7 @@ async fn scheduling_constraints_reach_the_pod() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unchanged_node_costs_no_writes() -> Result<()> {
+    let _took = Took::start("an_unchanged_node_costs_no_writes");
     let ns = TestNamespace::create("nc-steady").await?;
     let controller = start_controller(&ns).await?;
     create_node(
@@ -957,6 +978,7 @@ async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Resu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<()> {
+    let _took = Took::start("a_held_pod_that_is_replaced_keeps_its_revision_and_config");
     let ns = TestNamespace::create("nc-heldpod").await?;
     let _controller = start_controller(&ns).await?;
     let config = json!({"config": {"maxmemory": "100mb"}});
@@ -973,6 +995,7 @@ async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
+    let _took = Took::start("a_config_change_waits_for_the_allowed_revision");
     let ns = TestNamespace::create("nc-revision").await?;
     let _controller = start_controller(&ns).await?;
     let config = json!({"config": {"maxmemory": "100mb"}});
@@ -1003,6 +1026,7 @@ async fn lease_holder(ns: &TestNamespace) -> Result<Option<String>> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
+    let _took = Took::start("only_the_leader_reconciles_and_a_standby_takes_over");
     let ns = TestNamespace::create("nc-leader").await?;
     install_crds().await?;
     let elect = ["--leader-elect"];
@@ -1119,6 +1143,7 @@ fn only_of(versions: BTreeMap<String, String>, name: &str) -> BTreeMap<String, S
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_image_that_cannot_be_pulled_is_reported() -> Result<()> {
+    let _took = Took::start("an_image_that_cannot_be_pulled_is_reported");
     let ns = TestNamespace::create("nc-image").await?;
     let _controller = start_controller(&ns).await?;
     create_node(
@@ -1147,6 +1172,7 @@ async fn an_image_that_cannot_be_pulled_is_reported() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_valkey_rejects_crash_loops_without_a_hot_loop() -> Result<()> {
+    let _took = Took::start("a_config_valkey_rejects_crash_loops_without_a_hot_loop");
     let ns = TestNamespace::create("nc-crash").await?;
     let controller = start_controller(&ns).await?;
     create_node(
@@ -1198,6 +1224,7 @@ async fn a_config_valkey_rejects_crash_loops_without_a_hot_loop() -> Result<()> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
+    let _took = Took::start("a_missing_secret_is_named_and_other_nodes_go_on");
     let ns = TestNamespace::create("nc-nosecret").await?;
     let mut controller = start_controller(&ns).await?;
     create_node(
@@ -1273,6 +1300,7 @@ async fn create_acl_secret(ns: &TestNamespace, name: &str, password: &str) -> Re
 
 #[tokio::test(flavor = "multi_thread")]
 async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
+    let _took = Took::start("children_deleted_or_edited_by_hand_are_put_back");
     let ns = TestNamespace::create("nc-repair").await?;
     let _controller = start_controller(&ns).await?;
     create_node(
@@ -1384,6 +1412,7 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
+    let _took = Took::start("a_controller_killed_mid_work_converges_after_restart");
     let ns = TestNamespace::create("nc-crashstop").await?;
     let mut controller = start_controller(&ns).await?;
     let nodes = [
@@ -1566,6 +1595,7 @@ async fn status_summary(ns: &TestNamespace) -> Result<(usize, Vec<String>)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> {
+    let _took = Took::start("credentials_authenticate_and_the_password_stays_secret");
     let ns = TestNamespace::create("nc-creds").await?;
     install_crds().await?;
     // Debug logs, so that the log check covers everything the controller could say.
