@@ -173,7 +173,14 @@ pub async fn run(
     let node_store = controller.store();
     let caches = stores.clone();
     tokio::spawn(async move {
-        let _ = futures::future::join(caches.all_ready(), node_store.wait_until_ready()).await;
+        // A Store's readiness wakes only the task that polled it last, and the Controller and the
+        // passes wait on these same Stores: a single wait here could sleep forever (and /ready
+        // with it), so look again every 500 ms.
+        let synced = || futures::future::join(caches.all_ready(), node_store.wait_until_ready());
+        while tokio::time::timeout(Duration::from_millis(500), synced())
+            .await
+            .is_err()
+        {}
         readiness.mark_synced();
         tracing::info!("watch caches synced");
     });
