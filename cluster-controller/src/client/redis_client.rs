@@ -3,6 +3,7 @@
 //! next command reconnects (a pod that restarted at the same address gets a fresh link).
 
 use std::collections::HashMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,7 +34,7 @@ impl Default for RedisClientConfig {
 }
 
 /// The real client. Cheap to clone; clones share the connection cache.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisClient {
     config: Arc<RedisClientConfig>,
     connections: Arc<Mutex<HashMap<SocketAddr, MultiplexedConnection>>>,
@@ -102,6 +103,18 @@ impl RedisClient {
     }
 }
 
+impl fmt::Debug for RedisClient {
+    /// The settings (whose password prints as `***`) and the addresses connected to.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut connected: Vec<SocketAddr> = self.cache().keys().copied().collect();
+        connected.sort();
+        f.debug_struct("RedisClient")
+            .field("config", &self.config)
+            .field("connected", &connected)
+            .finish()
+    }
+}
+
 impl ValkeyClient for RedisClient {
     async fn command(
         &self,
@@ -138,5 +151,30 @@ impl ValkeyClient for RedisClient {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn neither_debug_nor_errors_show_the_password() {
+        let client = RedisClient::new(RedisClientConfig {
+            credentials: Credentials::user("operator", "hunter2"),
+            connect_timeout: Duration::from_millis(200),
+        });
+        assert!(!format!("{client:?}").contains("hunter2"));
+        // Nothing listens on port 1 of loopback.
+        let error = client
+            .command(
+                "127.0.0.1:1".parse().expect("address"),
+                &redis::cmd("PING"),
+                Duration::from_millis(200),
+            )
+            .await
+            .expect_err("no server");
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+        assert!(!format!("{error:?}").contains("hunter2"), "{error:?}");
     }
 }

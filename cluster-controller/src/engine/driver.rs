@@ -62,15 +62,53 @@ impl<C: ValkeyClient> Engine<C> {
         let observation = observe(&self.client, members, self.config.observe_timeout).await;
         let decision = decide(desired, members, &observation);
         let outcome = match &decision {
-            Decision::Act { action, .. } => {
-                Some(execute(&self.client, action, &self.config.execute).await)
+            Decision::Act {
+                action,
+                reason,
+                message,
+            } => {
+                tracing::info!(%reason, %action, "{message}");
+                let outcome = execute(&self.client, action, &self.config.execute).await;
+                match &outcome {
+                    Err(error) => tracing::warn!(%reason, %action, %error, "action failed"),
+                    Ok(Outcome::Blocked(why)) => tracing::warn!(%reason, %action, "{why}"),
+                    Ok(Outcome::Progress(what)) => tracing::debug!(%reason, "{what}"),
+                    Ok(_) => {}
+                }
+                Some(outcome)
             }
-            _ => None,
+            other => {
+                tracing::debug!(reason = %other.reason(), "{}", other.message());
+                None
+            }
         };
         Pass {
             observation,
             decision,
             outcome,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::RedisClient;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    /// Controllers run reconciles on a multi-threaded runtime: a pass must be `Send`.
+    #[test]
+    fn a_pass_can_run_on_any_thread() {
+        let engine = Engine::new(
+            RedisClient::new(Default::default()),
+            EngineConfig::for_credentials(&Credentials::none()),
+        );
+        let desired = Desired {
+            shards: 1,
+            replicas: 0,
+        };
+        let pass = engine.pass(&desired, &[]);
+        assert_send(&pass);
     }
 }

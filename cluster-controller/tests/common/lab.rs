@@ -446,13 +446,21 @@ impl Lab {
         for member in self.members.iter().filter(|m| m.address.is_some()) {
             let nodes = self.cluster_nodes(&member.name).await;
             let me = nodes.myself().expect("myself");
-            assert!(
-                me.migrating.is_empty() && me.importing.is_empty(),
-                "{} has open slots: {:?} {:?}",
-                member.name,
-                me.migrating,
-                me.importing
-            );
+            if !(me.migrating.is_empty() && me.importing.is_empty()) {
+                self.dump();
+                panic!(
+                    "[{}] {} ({}) has open slots: migrating {:?} importing {:?}\n{nodes:?}",
+                    self.name,
+                    member.name,
+                    if me.is_primary() {
+                        "primary"
+                    } else {
+                        "replica"
+                    },
+                    me.migrating,
+                    me.importing
+                );
+            }
             let version = self.command(&member.name, &["INFO", "server"]).await;
             if value::text(&version).is_some_and(|t| t.contains("valkey_version:9")) {
                 let jobs = slot_migrations::parse(

@@ -14,7 +14,9 @@ use super::topology::Topology;
 
 /// A primary that serves slots and that some live node sees failing: wait for Valkey.
 pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
-    for viewer in &t.live {
+    // Only the staying members' views count: a leaving member that was already forgotten
+    // keeps an ageing view of a cluster that no longer talks to it.
+    for viewer in t.staying() {
         for entry in viewer.view().nodes.iter().filter(|n| failing_owner(n)) {
             let slots = &entry.slots;
             if let Some(member) = t.by_id(&entry.id) {
@@ -93,7 +95,7 @@ pub(super) fn unreachable(t: &Topology) -> Option<Decision> {
 pub(super) fn strangers(t: &Topology) -> Option<Decision> {
     let members: BTreeSet<&NodeId> = t.live.iter().map(|l| l.id()).collect();
     let mut strangers: Vec<&ClusterNode> = Vec::new();
-    for viewer in &t.live {
+    for viewer in t.staying() {
         for entry in &viewer.view().nodes {
             if !entry.flags.handshake
                 && !members.contains(&entry.id)
@@ -110,7 +112,7 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
             // A member still replicates it; attaching that member elsewhere comes first.
             continue;
         }
-        let views: Vec<&ClusterNode> = t.live.iter().filter_map(|l| l.entry(id)).collect();
+        let views: Vec<&ClusterNode> = t.staying().filter_map(|l| l.entry(id)).collect();
         let slots = views
             .iter()
             .fold(crate::plan::slots::SlotSet::new(), |acc, e| {
@@ -149,8 +151,7 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
             ));
         };
         let on = t
-            .live
-            .iter()
+            .staying()
             .find(|l| l.entry(id).is_some())
             .map(|l| l.node_ref())?;
         let message = format!("{message} (on {})", on.member);

@@ -11,8 +11,7 @@ pub(super) fn remove_leaving(t: &Topology) -> Option<Decision> {
     let leaving_live = t.live.iter().filter(|l| l.place != Place::Staying);
     for member in leaving_live.clone() {
         let serving = t
-            .live
-            .iter()
+            .staying()
             .filter_map(|l| l.entry(member.id()))
             .fold(member.slots().clone(), |acc, e| acc.union(&e.slots));
         if !serving.is_empty() {
