@@ -352,6 +352,63 @@ async fn wait_controller(
     .await
 }
 
+/// Waits until the Deployment has rolled out its current spec: every replica updated and ready,
+/// and no pod of an older ReplicaSet left.
+async fn wait_rollout(ns: &TestNamespace, name: &str) -> Result<()> {
+    let api = ns.api::<Deployment>();
+    wait_until(
+        CONTROLLERS_READY,
+        &format!("Deployment {name} rolled out"),
+        || {
+            let api = api.clone();
+            async move {
+                let d = api.get(name).await?;
+                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let status = d.status.clone().unwrap_or_default();
+                let done = status.observed_generation == d.metadata.generation
+                    && status.updated_replicas == Some(want)
+                    && status.ready_replicas == Some(want)
+                    && status.replicas == Some(want);
+                Ok(if done {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{status:?}"))
+                })
+            }
+        },
+    )
+    .await
+}
+
+/// Waits until the controller's Lease is held by one of `pods`; returns that pod's name.
+async fn wait_lease_holder(ns: &TestNamespace, lease: &str, pods: &[Pod]) -> Result<String> {
+    let leases = ns.api::<Lease>();
+    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    wait_until(
+        Duration::from_secs(60),
+        &format!("Lease {lease} held by one of {names:?}"),
+        || {
+            let (leases, names) = (leases.clone(), names.clone());
+            async move {
+                let holder = leases
+                    .get(lease)
+                    .await?
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default();
+                // The identity is the pod name and a random suffix.
+                Ok(
+                    match names.iter().find(|n| holder.starts_with(&format!("{n}-"))) {
+                        Some(n) => Poll::Ready(n.clone()),
+                        None => Poll::NotYet(format!("held by {holder:?}")),
+                    },
+                )
+            }
+        },
+    )
+    .await
+}
+
 async fn wait_cluster_ready(ns: &TestNamespace, name: &str) -> Result<ValkeyCluster> {
     wait_cluster(ns, name, CLUSTER_READY, "state Ready", |c| {
         c.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready)
@@ -405,6 +462,28 @@ async fn leader_gauge(pod: &Pod) -> std::result::Result<i64, String> {
         .lines()
         .find_map(|l| l.strip_prefix("leader ")?.trim().parse().ok())
         .ok_or_else(|| "no leader gauge in /metrics".into())
+}
+
+/// Prints how long each step of a test took (shown with `--nocapture`), for the timings in
+/// failures and reports.
+struct Steps {
+    test: &'static str,
+    last: std::time::Instant,
+}
+
+impl Steps {
+    fn new(test: &'static str) -> Self {
+        Self {
+            test,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn done(&mut self, step: &str) {
+        let now = std::time::Instant::now();
+        eprintln!("{}: {step} in {:.1?}", self.test, now - self.last);
+        self.last = now;
+    }
 }
 
 // ---- rendering ---------------------------------------------------------------------------------
@@ -882,12 +961,14 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
 /// between two replicas, and an uninstall that keeps the Valkey data volumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> Result<()> {
+    let mut steps = Steps::new("life");
     require_controller_images()?;
     install_crds().await?;
     let ns = TestNamespace::create("chart-life").await?;
     let mut release = Release::install("vo", &ns.name, &watching(&ns.name)).await?;
     let nc_pods = wait_controller(&ns, &release, NODE, 1).await?;
     let cc_pods = wait_controller(&ns, &release, CLUSTER, 1).await?;
+    steps.done("install and both controllers Ready");
     for (pod, component) in [(&nc_pods[0], NODE), (&cc_pods[0], CLUSTER)] {
         let spec = pod.spec.clone().unwrap_or_default();
         check(
@@ -899,6 +980,7 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
     // Two shards with a replica each: the smallest cluster that needs every verb the chart grants.
     ns.apply(&cluster_manifest("life", 2, 1)).await?;
     wait_cluster_ready(&ns, "life").await?;
+    steps.done("2x1 cluster Ready");
     // Events from both controllers prove their Events RBAC (a refused Event is only logged).
     let events = ns
         .kubectl(&[
@@ -922,7 +1004,9 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
     release
         .upgrade(&["clusterController.replicas=2".to_string()])
         .await?;
+    wait_rollout(&ns, &release.object(CLUSTER)).await?;
     let cc_pods = wait_controller(&ns, &release, CLUSTER, 2).await?;
+    steps.done("upgrade to 2 cluster-controllers, both Ready");
     let after = deployments.get(&release.object(NODE)).await?;
     check(
         after.metadata.generation == before.metadata.generation
@@ -975,6 +1059,7 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
     )
     .await?;
     eprintln!("cluster-controller leader: {leader}");
+    steps.done("exactly one leader");
     check(
         ns.api::<ValkeyCluster>()
             .get("life")
@@ -1000,6 +1085,7 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
         format!("4 data volumes expected: {volumes_before:?}"),
     )?;
     release.uninstall().await?;
+    steps.done("uninstall");
     let pods = ns.api::<Pod>();
     wait_until(
         Duration::from_secs(60),
@@ -1100,6 +1186,7 @@ async fn objects_of(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, O
 /// they run a cluster, and upgrading one leaves every object of the other as it was.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_releases_split_the_controllers_and_upgrade_independently() -> Result<()> {
+    let mut steps = Steps::new("split");
     require_controller_images()?;
     install_crds().await?;
     let ns = TestNamespace::create("chart-split").await?;
@@ -1127,15 +1214,18 @@ async fn two_releases_split_the_controllers_and_upgrade_independently() -> Resul
     )?;
     wait_controller(&ns, &nodes, NODE, 1).await?;
     wait_controller(&ns, &clusters, CLUSTER, 1).await?;
+    steps.done("two releases installed, controllers Ready");
 
     ns.apply(&cluster_manifest("split", 1, 1)).await?;
     wait_cluster_ready(&ns, "split").await?;
+    steps.done("1x1 cluster Ready");
 
     let before = objects_of(&ns, &nodes.object(NODE)).await?;
     let cc_before = deployments.get(&clusters.object(CLUSTER)).await?;
     clusters
         .upgrade(&["clusterController.logLevel=debug".to_string()])
         .await?;
+    steps.done("upgrade of the cluster-controller release");
     let cc_after = deployments.get(&clusters.object(CLUSTER)).await?;
     check(
         cc_after.metadata.generation > cc_before.metadata.generation,
@@ -1146,9 +1236,12 @@ async fn two_releases_split_the_controllers_and_upgrade_independently() -> Resul
         before == after,
         format!("the node-controller release changed: before {before:?}, after {after:?}"),
     )?;
-    // The new cluster-controller pod takes over and the cluster stays served.
-    wait_controller(&ns, &clusters, CLUSTER, 1).await?;
+    // The new pod takes the Lease over from the old one and the cluster stays served.
+    wait_rollout(&ns, &clusters.object(CLUSTER)).await?;
+    let pods = wait_controller(&ns, &clusters, CLUSTER, 1).await?;
+    wait_lease_holder(&ns, &clusters.object(CLUSTER), &pods).await?;
     wait_cluster_ready(&ns, "split").await?;
+    steps.done("new cluster-controller leads, cluster Ready");
     drop((nodes, clusters));
     Ok(())
 }
