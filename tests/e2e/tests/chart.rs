@@ -69,9 +69,13 @@ struct Output {
 }
 
 async fn run(program: &Path, args: &[&str]) -> Result<Output> {
-    let out = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    // `helm lint` and `helm template` need no cluster: run them without one too.
+    if let Ok(kubeconfig) = kubeconfig_path() {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    let out = command
         .args(args)
-        .env("KUBECONFIG", kubeconfig_path()?)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
