@@ -1013,7 +1013,7 @@ async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
 // ---- leader election ---------------------------------------------------------------------------
 
 async fn leading(controller: &ControllerProcess) -> Result<bool> {
-    Ok(controller.metric("leader").await? == 1.0)
+    Ok(controller.metric("leader ").await? == 1.0)
 }
 
 async fn lease_holder(ns: &TestNamespace) -> Result<Option<String>> {
