@@ -134,14 +134,43 @@ pub fn desired_node(
 }
 
 /// The parent's gate for an existing node: keep what it has; pin a node that has none to the
-/// revision it runs, so that a later spec change waits for the engine's `AllowRestart`.
+/// revision it runs, so that a later spec change waits for the engine's `AllowRestart`. A node
+/// that does not serve now (pending, crash-looping) has nothing to protect and would never be
+/// rolled by the engine, which rolls only a healthy cluster: it takes a new spec at once.
 pub fn allowed_revision(existing: Option<&ValkeyNode>) -> Option<String> {
     let node = existing?;
+    let status = node.status.as_ref().filter(|s| s.ready)?;
     node.spec
         .allowed_revision
         .clone()
         .filter(|r| !r.is_empty())
-        .or_else(|| node.status.as_ref()?.current_revision.clone())
+        .or_else(|| status.current_revision.clone())
+}
+
+/// Ready-condition reasons of a ValkeyNode that no amount of waiting fixes: a person must act.
+const STUCK_REASONS: &[&str] = &[
+    "Unschedulable",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "InvalidConfig",
+];
+
+/// The first member whose pod cannot run, as a problem for the cluster's status.
+pub fn stuck_member(nodes: &[ValkeyNode]) -> Option<super::status::Problem> {
+    let mut sorted: Vec<&ValkeyNode> = nodes.iter().collect();
+    sorted.sort_by_key(|n| n.name_any());
+    sorted.into_iter().find_map(|node| {
+        let conditions = node.status.as_ref()?.conditions.as_deref()?;
+        let ready = plumbing::conditions::find_condition(conditions, "Ready")?;
+        (ready.status == "False" && STUCK_REASONS.contains(&ready.reason.as_str())).then(|| {
+            super::status::Problem {
+                reason: ready.reason.clone(),
+                message: format!("ValkeyNode {}: {}", node.name_any(), ready.message),
+            }
+        })
+    })
 }
 
 /// The engine's view of a ValkeyNode; `None` for a node whose labels do not place it.
@@ -302,6 +331,23 @@ spec:
         node.metadata.generation = Some(3);
         let m = member(&node).unwrap_or_else(|| panic!("no member"));
         assert!(!m.ready && m.desired_revision.is_none());
+    }
+
+    #[test]
+    fn a_member_that_cannot_run_is_named() {
+        let mut node = desired_node(&cluster(CLUSTER), 0, 1, &NodeAuth::Open, None)
+            .unwrap_or_else(|| panic!("no node"));
+        assert_eq!(stuck_member(std::slice::from_ref(&node)), None);
+        node.status = Some(serde_json::from_value(serde_json::json!({"ready": false, "conditions": [{
+            "type": "Ready", "status": "False", "reason": "Unschedulable", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            "message": "Pod valkey-cache-0-1-0 cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+        }]})).unwrap_or_default());
+        let problem = stuck_member(&[node]).unwrap_or_else(|| panic!("not stuck"));
+        assert_eq!(problem.reason, "Unschedulable");
+        assert!(
+            problem.message.starts_with("ValkeyNode cache-0-1: ")
+                && problem.message.contains("anti-affinity")
+        );
     }
 
     #[test]

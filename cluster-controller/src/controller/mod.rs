@@ -288,9 +288,18 @@ async fn reconcile(
         tracing::debug!(error = %e, "could not publish an event");
     }
 
-    let outcome = Outcome::Decided {
-        decision,
-        health: None,
+    // A member the node-controller cannot run (unschedulable, image, crash loop) stops progress:
+    // say which and why, rather than "waiting for nodes" forever.
+    let stuck = match decision {
+        Decision::Steady(_) => None,
+        _ => members::stuck_member(&existing),
+    };
+    let outcome = match stuck {
+        Some(problem) => Outcome::Problem(problem),
+        None => Outcome::Decided {
+            decision,
+            health: None,
+        },
     };
     write_status(&ctx, cluster, &outcome, password_secret.as_deref()).await?;
     ctx.failures

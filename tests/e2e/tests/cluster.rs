@@ -426,3 +426,37 @@ async fn a_cluster_controller_killed_mid_scale_out_finishes_the_migration() -> R
     )?;
     c.verify(&before).await
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_placement_that_cannot_be_met_is_degraded_with_the_schedulers_reason() -> Result<()> {
+    // Four members of one shard, each in its own zone, on a cluster of three zones.
+    let c = ClusterFixture::start(
+        "cluster-zones",
+        "zones",
+        "{shards: 1, replicas: 3, placement: Required, persistence: {enabled: false}}",
+    )
+    .await?;
+    let degraded = e2e::operator::wait_cluster(
+        &c.ns,
+        "zones",
+        Duration::from_secs(180),
+        "Degraded: Unschedulable",
+        |cl| {
+            cl.status.as_ref().is_some_and(|s| {
+                s.state == Some(valkey_api::v1alpha1::ClusterState::Degraded)
+                    && s.reason.as_deref() == Some("Unschedulable")
+            })
+        },
+    )
+    .await?;
+    let message = degraded.status.and_then(|s| s.message).unwrap_or_default();
+    check(
+        message.contains("ValkeyNode zones-0-") && message.contains("anti-affinity"),
+        format!("message: {message}"),
+    )?;
+    // Relaxing the placement lets it recover: the pending member takes the new spec.
+    c.patch_spec(serde_json::json!({"placement": "Preferred"}))
+        .await?;
+    c.wait_ready(FORM).await?;
+    Ok(())
+}
