@@ -43,7 +43,7 @@ async fn three_shards_with_a_replica_each_form_across_zones() -> Result<()> {
         .collect();
     check(
         row.get(..4) == Some(&["cluster-sample", "Ready", "ClusterHealthy", "3"][..]),
-        format!("{wide}"),
+        wide.clone(),
     )?;
     let nodes = c.ns.kubectl(&["get", "valkeynode"]).await?;
     for shard in 0..3 {
@@ -57,7 +57,7 @@ async fn three_shards_with_a_replica_each_form_across_zones() -> Result<()> {
             let pod = format!("valkey-{name}-0");
             check(
                 cols.get(1) == Some(&"true") && cols.get(3) == Some(&pod.as_str()),
-                format!("{nodes}"),
+                nodes.clone(),
             )?;
         }
     }
@@ -95,7 +95,7 @@ async fn three_shards_with_a_replica_each_form_across_zones() -> Result<()> {
             .and_then(|p| p.metadata.name.clone())
             .unwrap_or_default();
         check(
-            zones.get(&name) != zones.get(&primary_name) && zones.get(&name).is_some(),
+            zones.get(&name) != zones.get(&primary_name) && zones.contains_key(&name),
             format!(
                 "replica {name} ({:?}) shares a zone with its primary {primary_name} ({:?})",
                 zones.get(&name),
