@@ -17,7 +17,9 @@ help:
 	@echo "make test             every check and test (what CI runs)"
 	@echo "make generate         regenerate CRDs and docs from schema/"
 	@echo "make check-generated  fail when generated files are stale"
-	@echo "make lint             cargo fmt --check and clippy -D warnings"
+	@echo "make lint             cargo fmt --check and clippy -D warnings (lint-dockerfiles: hadolint)"
+	@echo "make bench            benchmarks: speed and memory figures"
+	@echo "make images           container images of both controllers (needs a Docker engine)"
 	@echo "make localkube        start the local control plane;  make localkube-down stops it"
 
 ## ---- build and generated files ----------------------------------------------------------------
@@ -41,7 +43,7 @@ lint:
 .PHONY: test unit e2e
 # Everything the issues ask to be tested. With KUBECONFIG set, the end-to-end tests run on that
 # cluster; without it they start the local control plane and stop it (checking nothing is left).
-test: check-generated lint localkube-tools build unit
+test: check-generated lint lint-dockerfiles localkube-check localkube-tools build unit
 ifeq ($(strip $(KUBECONFIG)),)
 	$(MAKE) localkube localkube-images
 	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status
