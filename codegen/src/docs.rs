@@ -112,11 +112,7 @@ fn kind_doc(k: &crate::ir::Kind) -> KindDoc {
         status_subresource: if k.status.is_some() { "yes" } else { "no" },
         rules: rules_text(&k.validations),
         columns,
-        wide_columns: if wide.is_empty() {
-            "nothing more".into()
-        } else {
-            wide.join(", ")
-        },
+        wide_columns: wide.join(", "),
     }
 }
 
