@@ -20,9 +20,6 @@ pub enum EngineError {
     /// An action names a node that is not one of its participants.
     #[error("slot {slot}: the migration step names node {node}, which takes no part in it")]
     UnknownParticipant { slot: u16, node: String },
-    /// The slot machine kept asking for steps without finishing.
-    #[error("slot {slot}: no end after {steps} steps")]
-    Runaway { slot: u16, steps: usize },
     /// The action is for the Kubernetes side.
     #[error("{0} is a Kubernetes action; the engine does not carry it out")]
     NotValkey(String),

@@ -40,7 +40,7 @@ impl Default for ExecuteConfig {
             command_timeout: Duration::from_secs(5),
             pass_budget: Duration::from_secs(5),
             keys_per_migrate: 100,
-            parallel_slots: 32,
+            parallel_slots: 64,
             migrate_timeout: Duration::from_secs(5),
             migrate_auth: None,
             failover_wait: Duration::from_secs(10),

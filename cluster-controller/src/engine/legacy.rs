@@ -1,10 +1,15 @@
-//! Runs pre-9 slot migrations: for each slot, read the source's and target's views and key
-//! counts, ask the stateless machine of [`crate::plan::migration::legacy`] for the next
-//! step, take it, and read again. Stopping anywhere (the pass budget, an error, the process
-//! killed) leaves a state the machine resumes from.
+//! Runs pre-9 slot migrations: read the source's and target's views and the key counts of
+//! the slots under way, ask the stateless machine of [`crate::plan::migration::legacy`] for
+//! each slot's next step, take those steps side by side, and read again. Stopping anywhere
+//! (the pass budget, an error, the process killed) leaves a state the machine resumes from.
+//!
+//! The slots advance in lockstep so that one read of each view serves every slot under way:
+//! CLUSTER NODES is by far the most expensive read, and a per-slot loop would send it a few
+//! times per step of every slot.
 
-use futures::future::{self, join_all};
-use futures::stream::{self, StreamExt};
+use std::collections::BTreeMap;
+
+use futures::future::join_all;
 use redis::Value;
 use tokio::time::Instant;
 
@@ -21,9 +26,9 @@ use super::decision::{LegacyMigration, NodeRef};
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome};
 
-/// More steps than any slot needs (the key batches of a slot with millions of keys aside);
+/// More rounds than any batch needs (the key batches of a slot with millions of keys aside);
 /// reaching it means the views keep contradicting the machine.
-const MAX_STEPS_PER_SLOT: usize = 100_000;
+const MAX_ROUNDS: usize = 100_000;
 
 pub(super) async fn run(
     client: &impl ValkeyClient,
@@ -32,25 +37,44 @@ pub(super) async fn run(
 ) -> Result<Outcome, EngineError> {
     let started = Instant::now();
     let total = m.slots.count();
-    let budget = config.pass_budget;
-    // Each slot's machine waits on round trips far more than on the servers, so several
-    // slots run side by side; they share nothing but the nodes. No new slot starts once the
-    // budget is spent; the ones under way stop at their next step.
-    let mut ends = stream::iter(m.slots.iter())
-        .take_while(|_| future::ready(started.elapsed() < budget))
-        .map(|slot| async move { (slot, run_slot(client, m, slot, config, started).await) })
-        .buffer_unordered(config.parallel_slots.max(1));
+    let mut queue = m.slots.iter();
+    let mut active: Vec<Slot> = Vec::new();
     let mut finished = 0;
-    while let Some((slot, end)) = ends.next().await {
-        match end? {
-            SlotEnd::Finished => finished += 1,
-            SlotEnd::OutOfTime => {}
-            SlotEnd::Blocked(why) => {
-                return Ok(Outcome::Blocked(format!(
-                    "slot {slot} from {} to {}: {why}",
-                    m.source.member, m.target.member
-                )));
+    for _ in 0..MAX_ROUNDS {
+        // No new slot starts once the budget is spent; those under way stop where they are.
+        let in_time = started.elapsed() < config.pass_budget;
+        if in_time {
+            while active.len() < config.parallel_slots.max(1) {
+                match queue.next() {
+                    Some(slot) => active.push(slot),
+                    None => break,
+                }
             }
+        }
+        if active.is_empty() || !in_time {
+            break;
+        }
+        let steps = round(client, m, &active, config).await?;
+        let mut work = Vec::new();
+        for (slot, step) in steps {
+            match step {
+                Step::Done | Step::RolledBack => {
+                    finished += 1;
+                    active.retain(|s| *s != slot);
+                }
+                Step::Blocked(blocked) => {
+                    return Ok(Outcome::Blocked(format!(
+                        "slot {slot} from {} to {}: {}",
+                        m.source.member,
+                        m.target.member,
+                        describe(&blocked, m)
+                    )));
+                }
+                step => work.push(take(client, m, slot, step, config)),
+            }
+        }
+        for done in join_all(work).await {
+            done?;
         }
     }
     Ok(if finished == total {
@@ -63,58 +87,106 @@ pub(super) async fn run(
     })
 }
 
-enum SlotEnd {
-    Finished,
-    OutOfTime,
-    Blocked(String),
+/// One read of the source and target (and, when some slot is otherwise done, of the other
+/// primaries), and each active slot's next step.
+async fn round(
+    client: &impl ValkeyClient,
+    m: &LegacyMigration,
+    active: &[Slot],
+    config: &ExecuteConfig,
+) -> Result<Vec<(Slot, Step)>, EngineError> {
+    let counts = |node: &NodeRef| {
+        let addr = node.address;
+        join_all(active.iter().map(move |slot| async move {
+            let reply = client
+                .command(
+                    addr,
+                    &to_cmd(&countkeysinslot_args(*slot)),
+                    config.command_timeout,
+                )
+                .await?;
+            count_of(&reply, "CLUSTER COUNTKEYSINSLOT")
+        }))
+    };
+    let (source_view, target_view, in_source, in_target) = futures::join!(
+        view(client, &m.source, config),
+        view(client, &m.target, config),
+        counts(&m.source),
+        counts(&m.target),
+    );
+    let (source_view, target_view) = (source_view?, target_view?);
+    let mut observed: Vec<Observed> = Vec::with_capacity(active.len());
+    for ((slot, keys_in_source), keys_in_target) in active.iter().zip(in_source).zip(in_target) {
+        observed.push(Observed {
+            slot: *slot,
+            source: m.source.id.clone(),
+            target: m.target.id.clone(),
+            source_view: source_view.slot_view(*slot),
+            target_view: target_view.slot_view(*slot),
+            keys_in_source: keys_in_source?,
+            keys_in_target: keys_in_target?,
+            others: Vec::new(),
+            intent: m.intent,
+        });
+    }
+    let mut steps: Vec<(Slot, Step)> = observed.iter().map(|o| (o.slot, next_step(o))).collect();
+    // The other primaries matter only once a slot is otherwise done.
+    if steps.iter().any(|(_, step)| *step == Step::Done) && !m.others.is_empty() {
+        let views = join_all(m.others.iter().map(|o| view(client, o, config))).await;
+        let others: Vec<(NodeId, ClusterNodes)> = m
+            .others
+            .iter()
+            .zip(views)
+            .map(|(other, view)| view.map(|v| (other.id.clone(), v)))
+            .collect::<Result<_, _>>()?;
+        let owners: BTreeMap<Slot, Vec<(NodeId, Option<NodeId>)>> = steps
+            .iter()
+            .filter(|(_, step)| *step == Step::Done)
+            .map(|(slot, _)| {
+                let seen = others
+                    .iter()
+                    .map(|(id, view)| (id.clone(), view.slot_view(*slot).owner))
+                    .collect();
+                (*slot, seen)
+            })
+            .collect();
+        for (o, (_, step)) in observed.iter_mut().zip(steps.iter_mut()) {
+            if let Some(seen) = owners.get(&o.slot) {
+                o.others = seen.clone();
+                *step = next_step(o);
+            }
+        }
+    }
+    Ok(steps)
 }
 
-async fn run_slot(
+/// Sends the command of one step.
+async fn take(
     client: &impl ValkeyClient,
     m: &LegacyMigration,
     slot: Slot,
+    step: Step,
     config: &ExecuteConfig,
-    started: Instant,
-) -> Result<SlotEnd, EngineError> {
-    // The other primaries matter only at the very end; reading them on every step would
-    // triple the cost of a slot.
-    let mut with_others = false;
-    for _ in 0..MAX_STEPS_PER_SLOT {
-        let mut observed = observe_slot(client, m, slot, with_others, config).await?;
-        let mut step = next_step(&observed);
-        if step == Step::Done && !with_others {
-            with_others = true;
-            observed = observe_slot(client, m, slot, true, config).await?;
-            step = next_step(&observed);
+) -> Result<(), EngineError> {
+    match step {
+        Step::SetSlot { node, action } => {
+            let on = participant(m, &node, slot)?;
+            let reply = client
+                .command(
+                    on.address,
+                    &to_cmd(&action.args(slot)),
+                    config.command_timeout,
+                )
+                .await?;
+            expect_ok(&reply, "CLUSTER SETSLOT")
         }
-        match step {
-            Step::Done | Step::RolledBack => return Ok(SlotEnd::Finished),
-            Step::Blocked(blocked) => return Ok(SlotEnd::Blocked(describe(&blocked, m))),
-            Step::SetSlot { node, action } => {
-                let on = participant(m, &node, slot)?;
-                let reply = client
-                    .command(
-                        on.address,
-                        &to_cmd(&action.args(slot)),
-                        config.command_timeout,
-                    )
-                    .await?;
-                expect_ok(&reply, "CLUSTER SETSLOT")?;
-            }
-            Step::MigrateKeys { from, to } => {
-                let from = participant(m, &from, slot)?;
-                let to = participant(m, &to, slot)?;
-                migrate_batch(client, from, to, slot, config).await?;
-            }
+        Step::MigrateKeys { from, to } => {
+            let from = participant(m, &from, slot)?;
+            let to = participant(m, &to, slot)?;
+            migrate_batch(client, from, to, slot, config).await
         }
-        if started.elapsed() >= config.pass_budget {
-            return Ok(SlotEnd::OutOfTime);
-        }
+        Step::Done | Step::RolledBack | Step::Blocked(_) => Ok(()),
     }
-    Err(EngineError::Runaway {
-        slot,
-        steps: MAX_STEPS_PER_SLOT,
-    })
 }
 
 fn participant<'m>(
@@ -130,40 +202,6 @@ fn participant<'m>(
             slot,
             node: id.to_string(),
         })
-}
-
-async fn observe_slot(
-    client: &impl ValkeyClient,
-    m: &LegacyMigration,
-    slot: Slot,
-    with_others: bool,
-    config: &ExecuteConfig,
-) -> Result<Observed, EngineError> {
-    let count = to_cmd(&countkeysinslot_args(slot));
-    let (source_view, target_view, keys_in_source, keys_in_target) = futures::join!(
-        view(client, &m.source, config),
-        view(client, &m.target, config),
-        client.command(m.source.address, &count, config.command_timeout),
-        client.command(m.target.address, &count, config.command_timeout),
-    );
-    let mut others = Vec::new();
-    if with_others {
-        let views = join_all(m.others.iter().map(|o| view(client, o, config))).await;
-        for (other, nodes) in m.others.iter().zip(views) {
-            others.push((other.id.clone(), nodes?.slot_view(slot).owner));
-        }
-    }
-    Ok(Observed {
-        slot,
-        source: m.source.id.clone(),
-        target: m.target.id.clone(),
-        source_view: source_view?.slot_view(slot),
-        target_view: target_view?.slot_view(slot),
-        keys_in_source: count_of(&keys_in_source?, "CLUSTER COUNTKEYSINSLOT")?,
-        keys_in_target: count_of(&keys_in_target?, "CLUSTER COUNTKEYSINSLOT")?,
-        others,
-        intent: m.intent,
-    })
 }
 
 async fn view(
