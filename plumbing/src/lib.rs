@@ -3,6 +3,7 @@
 //! apply. [`Runtime::start`] wires them together.
 
 pub mod apply;
+pub mod backoff;
 pub mod cli;
 pub mod conditions;
 pub mod events;
@@ -15,5 +16,5 @@ pub mod telemetry;
 
 pub use cli::CommonArgs;
 pub use metrics::Metrics;
-pub use runtime::{Exit, Names, Runtime, RuntimeError};
+pub use runtime::{Exit, Handles, Names, Runtime, RuntimeError};
 pub use shutdown::Shutdown;

@@ -164,6 +164,67 @@ impl Runtime {
     }
 }
 
+/// What a binary's controllers run with, handed over by [`main`].
+pub struct Handles {
+    pub client: kube::Client,
+    /// The namespace to watch; `None` for all.
+    pub namespace: Option<String>,
+    pub metrics: Metrics,
+    pub events: EventPublisher,
+    pub readiness: Readiness,
+    /// Resolves on shutdown or lost leadership: pass it to `Controller::graceful_shutdown_on`.
+    pub stop: std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
+}
+
+/// The whole life of a controller binary: start the runtime, wait to lead, run `controllers`
+/// until they stop, release the Lease, and say how the process should exit (non-zero after lost
+/// leadership, so the pod restarts as a standby).
+pub async fn main<F, Fut>(
+    args: &CommonArgs,
+    names: Names<'_>,
+    controllers: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(Handles) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let runtime = match Runtime::start(args, names, Metrics::default()).await {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{}: {e}", names.controller);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.wait_for_leadership().await {
+        Ok(true) => {
+            let namespace = runtime.watch_namespace().map(str::to_owned);
+            tracing::info!(
+                namespace = namespace.as_deref().unwrap_or("(all)"),
+                "reconciling"
+            );
+            controllers(Handles {
+                client: runtime.client.clone(),
+                namespace,
+                metrics: runtime.metrics.clone(),
+                events: runtime.events.clone(),
+                readiness: runtime.readiness.clone(),
+                stop: Box::pin(runtime.stop_signal()),
+            })
+            .await;
+        }
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, "leader election failed"),
+    }
+    match runtime.finish().await {
+        Ok(Exit::Graceful) => std::process::ExitCode::SUCCESS,
+        Ok(Exit::LeadershipLost) => std::process::ExitCode::from(1),
+        Err(e) => {
+            tracing::error!(error = %e, "shutdown failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 async fn stop_signal(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     lost: impl Future<Output = ()> + Send + Sync + 'static,

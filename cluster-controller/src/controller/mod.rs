@@ -26,7 +26,6 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use plumbing::Metrics;
 use plumbing::events::EventPublisher;
-use plumbing::health::Readiness;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
@@ -69,17 +68,19 @@ pub struct Context {
     pub events: EventPublisher,
     /// One engine per cluster and operator password: it keeps Valkey connections between passes.
     engines: Mutex<HashMap<String, (String, Engine<RedisClient>)>>,
-    failures: Mutex<HashMap<String, u32>>,
+    backoff: plumbing::backoff::Backoff,
 }
 
-pub async fn run(
-    client: Client,
-    namespace: Option<&str>,
-    metrics: Metrics,
-    events: EventPublisher,
-    readiness: Readiness,
-    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
+pub async fn run(handles: plumbing::Handles) {
+    let plumbing::Handles {
+        client,
+        namespace,
+        metrics,
+        events,
+        readiness,
+        stop,
+    } = handles;
+    let namespace = namespace.as_deref();
     let (clusters, nodes) = match namespace {
         Some(ns) => (
             Api::<DeserializeGuard<ValkeyCluster>>::namespaced(client.clone(), ns),
@@ -111,7 +112,7 @@ pub async fn run(
         metrics,
         events,
         engines: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        backoff: plumbing::backoff::Backoff::default(),
     });
     controller
         .graceful_shutdown_on(stop)
@@ -140,13 +141,7 @@ fn error_policy(
     ctx.metrics
         .reconcile_failed(CONTROLLER, error.metric_label());
     let key = guarded.0.as_ref().map(key_of).unwrap_or_default();
-    let failures = {
-        let mut map = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
-    let delay = Duration::from_secs(1u64 << failures.min(8)).min(Duration::from_secs(300));
+    let delay = ctx.backoff.failed(&key);
     tracing::warn!(cluster = %key, error = %error, retry_in = ?delay, "reconcile failed");
     Requeue::requeue(delay)
 }
@@ -302,10 +297,7 @@ async fn reconcile(
         },
     };
     write_status(&ctx, cluster, &outcome, password_secret.as_deref()).await?;
-    ctx.failures
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&key_of(cluster));
+    ctx.backoff.succeeded(&key_of(cluster));
     Ok(Requeue::requeue(requeue))
 }
 

@@ -81,6 +81,7 @@ pub async fn setup(
     teardown(names).await;
     let addr = format!("{ip_addr}/{PREFIX_LEN}");
     let gw = gateway.to_string();
+    let mac = mac_of(ip_addr);
     let ns = names.netns.as_str();
     ip(&["netns", "add", ns]).await?;
     ip(&[
@@ -92,6 +93,8 @@ pub async fn setup(
         "peer",
         "name",
         "eth0",
+        "address",
+        &mac,
         "netns",
         ns,
     ])
@@ -105,6 +108,14 @@ pub async fn setup(
     ])
     .await?;
     Ok(())
+}
+
+/// The pod interface's MAC, derived from its IP as Docker does: a pod that gets an IP again also
+/// gets the same MAC, so no ARP cache (the host's, other pods') holds a stale entry for it, and a
+/// replaced pod is reachable at once rather than after the neighbour entry expires.
+pub fn mac_of(ip: Ipv4Addr) -> String {
+    let [a, b, c, d] = ip.octets();
+    format!("02:42:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
 }
 
 /// Removes the namespace and veth; missing pieces are not an error.
@@ -200,6 +211,7 @@ mod tests {
         let n = PodNetNames::for_uid("3f2a9c1e-7b4d-4e2a-9f00-112233445566");
         assert_eq!(n.netns, "lk-3f2a9c1e7b");
         assert_eq!(n.host_veth, "lkv3f2a9c1e7b");
+        assert_eq!(mac_of(Ipv4Addr::new(10, 213, 2, 7)), "02:42:0a:d5:02:07");
         assert!(n.host_veth.len() <= 15);
     }
 
