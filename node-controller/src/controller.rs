@@ -18,7 +18,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use plumbing::Metrics;
 use plumbing::events::EventPublisher;
-use plumbing::health::Readiness;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
@@ -108,19 +107,20 @@ pub struct Context {
     /// Per child: the hash of what this process last applied and the resourceVersion that came
     /// back. When both still match, the child is as applied and the pass sends nothing.
     applied: Mutex<HashMap<String, (String, String)>>,
-    /// Consecutive failures per ValkeyNode, for back-off.
-    failures: Mutex<HashMap<String, u32>>,
+    backoff: plumbing::backoff::Backoff,
 }
 
 /// Runs the controller until `stop` resolves.
-pub async fn run(
-    client: Client,
-    namespace: Option<&str>,
-    metrics: Metrics,
-    events: EventPublisher,
-    readiness: Readiness,
-    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
+pub async fn run(handles: plumbing::Handles) {
+    let plumbing::Handles {
+        client,
+        namespace,
+        metrics,
+        events,
+        readiness,
+        stop,
+    } = handles;
+    let namespace = namespace.as_deref();
     fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
@@ -191,7 +191,7 @@ pub async fn run(
         events,
         stores,
         applied: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        backoff: plumbing::backoff::Backoff::default(),
     });
     controller
         .owns_stream(sts_stream)
@@ -231,14 +231,7 @@ fn error_policy(
     ctx.metrics
         .reconcile_failed(CONTROLLER, error.metric_label());
     let key = guarded.0.as_ref().map(key_of).unwrap_or_default();
-    let failures = {
-        let mut map = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
-    // 1 s, 2 s, 4 s ... capped at 5 minutes, so a broken object never spins.
-    let delay = Duration::from_secs(1u64 << failures.min(8)).min(Duration::from_secs(300));
+    let delay = ctx.backoff.failed(&key);
     tracing::warn!(node = %key, error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -371,10 +364,7 @@ async fn reconcile(
     let new_status = status::compute(node.status.as_ref(), &observed, &now);
     ctx.write_status(node, &namespace, &name, &new_status)
         .await?;
-    ctx.failures
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&key_of(node));
+    ctx.backoff.succeeded(&key_of(node));
 
     Ok(Action::requeue(if new_status.ready {
         REREAD_READY

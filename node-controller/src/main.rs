@@ -9,7 +9,7 @@ mod render;
 mod status;
 
 use clap::Parser;
-use plumbing::{CommonArgs, Exit, Metrics, Names, Runtime};
+use plumbing::{CommonArgs, Names};
 
 #[derive(Parser)]
 #[command(
@@ -29,38 +29,5 @@ async fn main() -> std::process::ExitCode {
         controller: controller::CONTROLLER,
         default_lease: controller::CONTROLLER,
     };
-    let runtime = match Runtime::start(&cli.common, names, Metrics::default()).await {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("node-controller: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match runtime.wait_for_leadership().await {
-        Ok(true) => {
-            tracing::info!(
-                namespace = runtime.watch_namespace().unwrap_or("(all)"),
-                "reconciling ValkeyNodes"
-            );
-            controller::run(
-                runtime.client.clone(),
-                runtime.watch_namespace(),
-                runtime.metrics.clone(),
-                runtime.events.clone(),
-                runtime.readiness.clone(),
-                runtime.stop_signal(),
-            )
-            .await;
-        }
-        Ok(false) => {}
-        Err(e) => tracing::error!(error = %e, "leader election failed"),
-    }
-    match runtime.finish().await {
-        Ok(Exit::Graceful) => std::process::ExitCode::SUCCESS,
-        Ok(Exit::LeadershipLost) => std::process::ExitCode::from(1),
-        Err(e) => {
-            tracing::error!(error = %e, "shutdown failed");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    plumbing::runtime::main(&cli.common, names, controller::run).await
 }
