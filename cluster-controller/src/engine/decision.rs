@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use crate::plan::migration::legacy::Intent;
-use crate::plan::slots::{Slot, SlotRange, SlotSet};
+use crate::plan::slots::{SlotRange, SlotSet};
 use crate::valkey::cluster_nodes::NodeId;
 
 /// A member's Valkey node, as far as an action needs it: who (for messages), where (to send
@@ -59,8 +59,10 @@ pub enum Action {
     },
     /// `CLUSTER CANCELSLOTMIGRATIONS ALL` on `on`.
     CancelMigrations { on: NodeRef },
-    /// `CLUSTER SETSLOT <slot> STABLE` on `on`: a migration marker whose peer no longer exists.
-    ClearSlot { on: NodeRef, slot: Slot },
+    /// `CLUSTER SETSLOT <slot> STABLE` on `on` for each slot: migration markers whose peer no
+    /// longer exists, or markers left on `on`'s replicas (a primary replicates SETSLOT to
+    /// them) after the primary closed the slot.
+    ClearSlot { on: NodeRef, slots: SlotSet },
     /// A planned `CLUSTER FAILOVER` on `on_replica`, which takes over from `primary`.
     Failover {
         on_replica: NodeRef,
@@ -106,7 +108,9 @@ impl fmt::Display for Action {
                 SlotSet::from_ranges(ranges.iter().copied())
             ),
             Action::CancelMigrations { on } => write!(f, "CLUSTER CANCELSLOTMIGRATIONS on {on}"),
-            Action::ClearSlot { on, slot } => write!(f, "CLUSTER SETSLOT {slot} STABLE on {on}"),
+            Action::ClearSlot { on, slots } => {
+                write!(f, "CLUSTER SETSLOT {slots} STABLE on {on}")
+            }
             Action::Failover {
                 on_replica,
                 primary,

@@ -118,10 +118,13 @@ pub async fn execute(
             cmd.arg("CANCELSLOTMIGRATIONS").arg("ALL");
             ok(run(on, cmd).await?, "CLUSTER CANCELSLOTMIGRATIONS")
         }
-        Action::ClearSlot { on, slot } => {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(*slot).arg("STABLE");
-            ok(run(on, cmd).await?, "CLUSTER SETSLOT")
+        Action::ClearSlot { on, slots } => {
+            for slot in slots.iter() {
+                let mut cmd = redis::cmd("CLUSTER");
+                cmd.arg("SETSLOT").arg(slot).arg("STABLE");
+                ok(run(on, cmd).await?, "CLUSTER SETSLOT")?;
+            }
+            Ok(Outcome::Done)
         }
         Action::Failover { on_replica, .. } => failover(client, on_replica, config).await,
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),

@@ -21,7 +21,49 @@ pub const ATOMIC_MAX_ATTEMPTS: u32 = 3;
 /// Migrations already under way: atomic jobs to wait for, legacy slots left open to finish
 /// (or roll back when their target is leaving).
 pub(super) fn open_migrations(t: &Topology) -> Option<Decision> {
-    atomic_jobs(t).or_else(|| legacy_markers(t))
+    atomic_jobs(t)
+        .or_else(|| legacy_markers(t))
+        .or_else(|| replica_markers(t))
+}
+
+/// Valkey 8 replicates SETSLOT to replicas, so they carry the markers of their primary; a
+/// replica can keep one its primary no longer has (seen when a SETSLOT waiting for the
+/// replica's acknowledgement was cut short). A replica refuses SETSLOT itself, but a
+/// `SETSLOT STABLE` on its primary, a no-op there, reaches it by replication. Runs once no
+/// primary has a slot open.
+fn replica_markers(t: &Topology) -> Option<Decision> {
+    for replica in t.live.iter().filter(|l| !l.is_primary()) {
+        let me = replica.me();
+        let marked: SlotSet = me
+            .migrating
+            .iter()
+            .chain(&me.importing)
+            .map(|(slot, _)| *slot)
+            .fold(SlotSet::new(), |mut acc, slot| {
+                acc.insert(slot);
+                acc
+            });
+        if marked.is_empty() {
+            continue;
+        }
+        let Some(primary) = replica.primary_id().and_then(|id| t.by_id(id)) else {
+            continue;
+        };
+        return Some(Decision::act(
+            Action::ClearSlot {
+                on: primary.node_ref(),
+                slots: marked.clone(),
+            },
+            Reason::MigratingSlots,
+            format!(
+                "{} still shows slots {marked} open, which its primary {} closed; clearing them \
+                 through replication",
+                replica.name(),
+                primary.name()
+            ),
+        ));
+    }
+    None
 }
 
 fn atomic_jobs(t: &Topology) -> Option<Decision> {
@@ -124,15 +166,15 @@ fn legacy_markers(t: &Topology) -> Option<Decision> {
                 (None, Some(target)) => (target, source_id),
                 _ => return None,
             };
-            let slot = slots.iter().next()?;
             Some(Decision::act(
                 Action::ClearSlot {
                     on: on.node_ref(),
-                    slot,
+                    slots: slots.clone(),
                 },
                 Reason::MigratingSlots,
                 format!(
-                    "slot {slot} on {} was open towards node {gone}, which is gone; closing it",
+                    "slots {slots} on {} were open towards node {gone}, which is gone; closing \
+                     them",
                     on.name()
                 ),
             ))
