@@ -555,3 +555,68 @@ fn fresh_nodes_are_met_through_one_seed_then_given_even_slots() {
         other => panic!("{other}"),
     }
 }
+
+#[test]
+fn a_marker_left_on_a_replica_is_cleared_through_its_primary() {
+    // Every primary's own view is the captured one before anything was opened; the replica
+    // .74 still shows slot 2853 importing (its line as the source's capture had it open).
+    let mut world = v8_mid_migration();
+    for (name, ip, capture) in [
+        ("c-0-0", "127.0.0.71", "source"),
+        ("c-1-0", "127.0.0.72", "target"),
+        ("c-2-0", "127.0.0.73", "other"),
+    ] {
+        let text = common::text(&format!("v8/setslot_0_stable_{capture}"));
+        let state = node("v8", &text, ip, &[]);
+        world
+            .observed
+            .members
+            .insert(name.into(), Reach::Up(Box::new(state)));
+    }
+    let stale = view_of(
+        &common::text("v8/setslot_0_stable_other"),
+        "127.0.0.74",
+        &[],
+    )
+    .lines()
+    .map(|line| {
+        if line.contains("myself") {
+            format!("{line} [2853-<-9cfebe444372109dd2edae2ff5be7eea1e5c914d]")
+        } else {
+            line.to_owned()
+        }
+    })
+    .collect::<Vec<_>>()
+    .join("\n");
+    let nodes = cluster_nodes::parse(&stale).expect("view");
+    let state = NodeState::new(
+        addr("127.0.0.74"),
+        nodes,
+        info::parse(&common::text("v8/info_replica")).expect("info"),
+        cluster_info::parse(&common::text("v8/cluster_info_ok")).expect("cluster info"),
+        100,
+        Vec::new(),
+    )
+    .expect("state");
+    world
+        .observed
+        .members
+        .insert("c-0-1".into(), Reach::Up(Box::new(state)));
+    match world.decide(Desired {
+        shards: 3,
+        replicas: 0,
+    }) {
+        Decision::Act {
+            action: Action::ClearSlot { on, slots },
+            reason: Reason::MigratingSlots,
+            ..
+        } => {
+            assert_eq!(
+                on.member, "c-0-0",
+                "the replica's primary replicates the STABLE"
+            );
+            assert_eq!(slots.to_string(), "2853");
+        }
+        other => panic!("{other}"),
+    }
+}
