@@ -84,6 +84,46 @@ impl ClusterFixture {
         Ok(list.items)
     }
 
+    /// Waits until the ValkeyNodes report `primaries` primaries and `replicas` replicas (a node
+    /// re-reads its role every few seconds, so its status may trail Valkey's own view briefly).
+    pub async fn wait_roles(
+        &self,
+        primaries: usize,
+        replicas: usize,
+        within: Duration,
+    ) -> Result<Vec<ValkeyNode>> {
+        wait_until(
+            within,
+            &format!("{primaries} primaries and {replicas} replicas"),
+            || async move {
+                let nodes = self.nodes().await?;
+                let count = |role| {
+                    nodes
+                        .iter()
+                        .filter(|n| {
+                            n.status
+                                .as_ref()
+                                .is_some_and(|s| s.ready && s.role == Some(role))
+                        })
+                        .count()
+                };
+                let (p, r) = (
+                    count(valkey_api::v1alpha1::Role::Primary),
+                    count(valkey_api::v1alpha1::Role::Replica),
+                );
+                Ok(if p == primaries && r == replicas && nodes.len() == p + r {
+                    Poll::Ready(nodes)
+                } else {
+                    Poll::NotYet(format!(
+                        "{p} primaries, {r} replicas, {} nodes",
+                        nodes.len()
+                    ))
+                })
+            },
+        )
+        .await
+    }
+
     /// The clients' password (from the Secret the status names), if auth is on.
     pub async fn password(&self) -> Result<Option<String>> {
         let cluster = self.api().get(&self.name).await?;

@@ -63,8 +63,8 @@ async fn three_shards_with_a_replica_each_form_across_zones() -> Result<()> {
     }
 
     // Each replica's primary is in another zone.
+    let members = c.wait_roles(3, 3, Duration::from_secs(60)).await?;
     let zones = c.zones().await?;
-    let members = c.nodes().await?;
     let mut replicas = 0;
     for member in &members {
         let status = member.status.clone().unwrap_or_default();
@@ -168,19 +168,8 @@ async fn replicas_scale_1_2_0() -> Result<()> {
             .await?;
         c.wait_ready(Duration::from_secs(300)).await?;
         wait_writes(&writer, 50, Duration::from_secs(30)).await?;
-        let members = c.nodes().await?;
-        check(
-            members.len() == 2 * (replicas + 1),
-            format!("{} ValkeyNodes for replicas={replicas}", members.len()),
-        )?;
-        let primaries = members
-            .iter()
-            .filter(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Primary))
-            .count();
-        check(
-            primaries == 2,
-            format!("{primaries} primaries for replicas={replicas}"),
-        )?;
+        c.wait_roles(2, 2 * replicas, Duration::from_secs(60))
+            .await?;
     }
     let (acked, _) = writer.stop().await;
     c.verify(&before).await?;
@@ -228,25 +217,7 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
         healed.status.map(|s| s.ready_shards) == Some(3),
         "3 ready shards",
     )?;
-    let roles: BTreeMap<_, _> = c
-        .nodes()
-        .await?
-        .into_iter()
-        .map(|m| {
-            (
-                m.metadata.name.unwrap_or_default(),
-                m.status.and_then(|s| s.role),
-            )
-        })
-        .collect();
-    check(
-        roles
-            .values()
-            .filter(|r| **r == Some(Role::Replica))
-            .count()
-            == 3,
-        format!("replica count restored: {roles:?}"),
-    )?;
+    c.wait_roles(3, 3, Duration::from_secs(60)).await?;
     c.verify(&before).await?;
     c.verify(&acked).await
 }
