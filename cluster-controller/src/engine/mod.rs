@@ -5,6 +5,16 @@
 //!
 //! Level-triggered: nothing is remembered between passes, so an engine dropped at any point
 //! and started again converges to the same place from what Valkey reports.
+//!
+//! What the engine expects of every node's configuration (the Kubernetes side writes it):
+//! - `cluster-enabled yes`, port 6379, cluster bus 16379;
+//! - `cluster-allow-replica-migration no`: the engine owns the topology, and Valkey moving a
+//!   replica to another shard by itself would be undone by the next pass, back and forth;
+//! - `masteruser`/`masterauth` of a replication user when ACLs are on; on Valkey 9 atomic slot
+//!   migration connects as that user and replays the migrated writes with it, so it needs
+//!   the key-space commands too, not only `PSYNC`/`REPLCONF`;
+//! - the operator's own user (the [`crate::client::Credentials`] of the client) may run
+//!   CLUSTER, INFO, DBSIZE, MIGRATE, and MIGRATE's `AUTH2` lets it write on the target.
 
 mod decide;
 mod decision;

@@ -52,7 +52,38 @@ fn binary(env: &str, image: &str) -> Binary {
         .and_then(Path::parent)
         .map(|image| image.join("lib"))
         .filter(|lib| lib.is_dir());
-    Binary { path, libs }
+    Binary {
+        path: private_copy(&path, image),
+        libs,
+    }
+}
+
+/// A copy of the binary outside `.localkube/`: `localkube stop` sweeps every process whose
+/// executable lives under its image folder, and would take these tests' servers with it.
+/// The copy is keyed by the original's size and modification time and written atomically,
+/// so parallel tests share it and a rebuilt image gets a new one.
+fn private_copy(original: &Path, image: &str) -> PathBuf {
+    let meta =
+        std::fs::metadata(original).unwrap_or_else(|e| panic!("{}: {e}", original.display()));
+    let stamp = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let dir = std::env::temp_dir()
+        .join("valkey-engine-tests")
+        .join("bin")
+        .join(format!("{image}-{}-{stamp}", meta.len()));
+    let copy = dir.join("valkey-server");
+    if copy.is_file() {
+        return copy;
+    }
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let partial = dir.join(format!("valkey-server.{}", std::process::id()));
+    std::fs::copy(original, &partial)
+        .unwrap_or_else(|e| panic!("copying {}: {e}", original.display()));
+    std::fs::rename(&partial, &copy).unwrap_or_else(|e| panic!("{}: {e}", copy.display()));
+    copy
 }
 
 /// Valkey 9.x: `VALKEY_SERVER_9`, or the image `make localkube-tools` builds.
