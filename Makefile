@@ -59,3 +59,16 @@ unit:
 
 e2e:
 	$(CARGO) test -p e2e -- --test-threads=$(E2E_THREADS)
+
+## ---- benchmarks -------------------------------------------------------------------------------
+
+.PHONY: bench
+# Speed and memory figures, printed: time to form a cluster, to scale it out with keys (Valkey 9
+# and 8 migration paths), the controllers' resident memory. On KUBECONFIG, else on localkube.
+bench: localkube-tools build
+ifeq ($(strip $(KUBECONFIG)),)
+	$(MAKE) localkube
+	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(CARGO) test -p e2e --test bench -- --ignored --nocapture --test-threads=1
+else
+	$(CARGO) test -p e2e --test bench -- --ignored --nocapture --test-threads=1
+endif

@@ -198,6 +198,20 @@ impl ControllerProcess {
             .map_err(|e| E2eError::Check(format!("{}: {e}", self.log.display())))
     }
 
+    /// Resident memory of the process (VmRSS), in KiB, from /proc.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status.lines().find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()
