@@ -1,5 +1,10 @@
-//! The cluster-controller's pure core: what Valkey says, parsed ([`valkey`]), and the decisions
-//! built on it ([`plan`]). Nothing here does I/O, so all of it is tested from captured replies.
+//! The cluster-controller, in layers:
+//! - [`valkey`]: what Valkey says, parsed (pure, tested from captured replies);
+//! - [`plan`]: slot sets, rebalancing and the per-slot migration machines (pure);
+//! - [`client`]: the one small trait the engine talks to Valkey through, and its redis impl;
+//! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
+//!   against real valkey-server processes, no Kubernetes);
+//! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out.
 
 pub mod client;
 pub mod controller;

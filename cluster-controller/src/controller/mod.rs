@@ -289,7 +289,15 @@ async fn reconcile(
         Decision::Steady(_) => None,
         _ => members::stuck_member(&existing),
     };
-    let outcome = match stuck {
+    // A step the slot machine refused to take safely needs a person as much as a stuck member.
+    let blocked_step = match &pass.outcome {
+        Some(Ok(crate::engine::Outcome::Blocked(why))) => Some(Problem {
+            reason: "MigrationBlocked".into(),
+            message: format!("{why}; the operator will not move this slot until it is resolved."),
+        }),
+        _ => None,
+    };
+    let outcome = match stuck.or(blocked_step) {
         Some(problem) => Outcome::Problem(problem),
         None => Outcome::Decided {
             decision,

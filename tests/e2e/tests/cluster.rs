@@ -107,7 +107,68 @@ async fn three_shards_with_a_replica_each_form_across_zones() -> Result<()> {
 
     // And it serves.
     let keys = c.write_keys("form", 200).await?;
-    c.verify(&keys).await
+    c.verify(&keys).await?;
+    no_secret_leaves_its_secret(&c).await
+}
+
+/// No password lands in a ConfigMap, a status, an Event or a controller's log line.
+async fn no_secret_leaves_its_secret(c: &ClusterFixture) -> Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let mut secrets = vec![c.password().await?.unwrap_or_default()];
+    let acl = c.ns.api::<Secret>().get(&format!("{}-acl", c.name)).await?;
+    for key in [
+        "operator-password",
+        "healthcheck-password",
+        "replication-password",
+    ] {
+        let value = acl
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned());
+        secrets.push(value.unwrap_or_default());
+    }
+    check(
+        secrets.iter().all(|s| s.len() >= 16),
+        "every password was found",
+    )?;
+    let config_maps = c.ns.api::<ConfigMap>().list(&Default::default()).await?;
+    let mut places = vec![
+        (
+            "ConfigMaps".to_owned(),
+            serde_json::to_string(&config_maps.items).unwrap_or_default(),
+        ),
+        (
+            "ValkeyCluster".to_owned(),
+            serde_json::to_string(&c.api().get(&c.name).await?).unwrap_or_default(),
+        ),
+        (
+            "ValkeyNodes".to_owned(),
+            serde_json::to_string(&c.nodes().await?).unwrap_or_default(),
+        ),
+        (
+            "Events".to_owned(),
+            c.ns.kubectl(&["get", "events", "-o", "json"]).await?,
+        ),
+        (
+            "node-controller log".to_owned(),
+            c.node_controller.log_text()?,
+        ),
+        (
+            "cluster-controller log".to_owned(),
+            c.cluster_controller.log_text()?,
+        ),
+    ];
+    places.retain(|(_, text)| !text.is_empty());
+    for (place, text) in &places {
+        for secret in &secrets {
+            check(
+                !text.contains(secret.as_str()),
+                format!("a password appears in the {place}"),
+            )?;
+        }
+    }
+    check(places.len() == 6, "every place was read")
 }
 
 /// Scales shards through `steps` with a writer running; nothing acknowledged may be lost.
