@@ -1,0 +1,68 @@
+//! Golden files of everything the codegen emits for the Widget fixture kind: the Rust types, the
+//! CRD and the API reference. `UPDATE_GOLDEN=1 cargo test -p codegen` rewrites them after an
+//! intended change; review the diff.
+
+use std::path::{Path, PathBuf};
+
+fn fixture() -> codegen::Api {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/widget");
+    codegen::load_dir(&dir).unwrap_or_else(|e| panic!("fixture: {e}"))
+}
+
+fn assert_golden(name: &str, actual: &str) {
+    let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "{} differs from what codegen emits (UPDATE_GOLDEN=1 to accept):\n{actual}",
+        path.display()
+    );
+}
+
+#[test]
+fn rust_types_match_golden() {
+    let source = codegen::rust::generate(&fixture()).unwrap_or_else(|e| panic!("{e}"));
+    assert_golden("widget.rs", &source);
+}
+
+#[test]
+fn crd_matches_golden() {
+    let crds = codegen::crd::generate(&fixture()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(crds.len(), 1);
+    assert_eq!(crds[0].0, "example.valkey.io_widgets.yaml");
+    assert_golden("widget.crd.yaml", &crds[0].1);
+}
+
+#[test]
+fn docs_match_golden() {
+    let docs = codegen::docs::generate(&fixture()).unwrap_or_else(|e| panic!("{e}"));
+    assert_golden("widget.md", &docs);
+}
+
+#[test]
+fn a_schema_error_names_the_file_and_the_field() {
+    let bad = "kind: Bad\ngroup: g\nversion: v1\nplural: bads\ndescription: d\nspec: BadSpec\ntypes:\n  BadSpec:\n    description: d\n    fields:\n      count:\n        type: integr\n        description: d\n";
+    let err = codegen::load_sources(&[("bad.yaml".into(), bad.into())])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("bad.yaml: BadSpec.count") && err.contains("unknown type `integr`"),
+        "{err}"
+    );
+
+    let no_description = bad.replace(
+        "type: integr\n        description: d",
+        "type: integer\n        description: ' '",
+    );
+    let err = codegen::load_sources(&[("bad.yaml".into(), no_description)])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("BadSpec.count: needs a description"), "{err}");
+}
