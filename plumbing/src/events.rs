@@ -88,6 +88,31 @@ impl EventPublisher {
         .await
     }
 
+    /// A `Normal` event about `object` that concerns `related` too (a child, a member). The
+    /// related object also keeps events with the same reason about different children apart:
+    /// the API folds events with the same reason, action and objects into one series.
+    pub async fn normal_related<K>(
+        &self,
+        object: &K,
+        related: ObjectReference,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish_related(
+            &object.object_ref(&()),
+            Some(related),
+            EventType::Normal,
+            reason,
+            action,
+            note,
+        )
+        .await
+    }
+
     /// An event about any referenced object. Over-long fields are truncated to what the API
     /// accepts rather than rejected. **No secret values.**
     pub async fn publish(
@@ -98,12 +123,26 @@ impl EventPublisher {
         action: &str,
         note: &str,
     ) -> Result<(), EventError> {
+        self.publish_related(reference, None, type_, reason, action, note)
+            .await
+    }
+
+    /// [`EventPublisher::publish`] with a related object.
+    pub async fn publish_related(
+        &self,
+        reference: &ObjectReference,
+        related: Option<ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError> {
         let event = Event {
             type_,
             reason: truncate(reason, MAX_REASON_BYTES).to_owned(),
             action: truncate(action, MAX_REASON_BYTES).to_owned(),
             note: Some(truncate(note, MAX_NOTE_BYTES).to_owned()).filter(|n| !n.is_empty()),
-            secondary: None,
+            secondary: related,
         };
         self.recorder
             .publish(&event, reference)

@@ -222,8 +222,9 @@ async fn reconcile(
         if current.is_none()
             && let Err(e) = ctx
                 .events
-                .normal(
+                .normal_related(
                     cluster,
+                    node_reference(&namespace, &member_name),
                     "NodeCreated",
                     "Create",
                     &format!("Created ValkeyNode {member_name} (shard {shard}, member {index})."),
@@ -267,7 +268,13 @@ async fn reconcile(
         );
         if let Err(e) = ctx
             .events
-            .normal(cluster, reason.as_str(), action_verb(action), &note)
+            .normal_related(
+                cluster,
+                node_reference(&namespace, action_member(action)),
+                reason.as_str(),
+                action_verb(action),
+                &note,
+            )
             .await
         {
             tracing::debug!(error = %e, "could not publish an event");
@@ -307,6 +314,32 @@ async fn reconcile(
     write_status(&ctx, cluster, &outcome, password_secret.as_deref()).await?;
     ctx.backoff.succeeded(&key_of(cluster));
     Ok(Requeue::requeue(requeue))
+}
+
+/// The member an action is about, for the Event's related object.
+fn action_member(action: &Action) -> &str {
+    match action {
+        Action::Meet { on, .. }
+        | Action::AddSlots { on, .. }
+        | Action::Replicate { on, .. }
+        | Action::Forget { on, .. }
+        | Action::CancelMigrations { on }
+        | Action::ClearSlot { on, .. } => &on.member,
+        Action::MigrateSlots(m) => &m.target.member,
+        Action::StartAtomicMigration { target, .. } => &target.member,
+        Action::Failover { on_replica, .. } => &on_replica.member,
+        Action::AllowRestart { member } | Action::DeleteMember { member } => member,
+    }
+}
+
+fn node_reference(namespace: &str, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("valkey.io/v1alpha1".into()),
+        kind: Some("ValkeyNode".into()),
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        ..Default::default()
+    }
 }
 
 fn action_verb(action: &Action) -> &'static str {
