@@ -59,6 +59,8 @@ unit:
 
 e2e:
 	$(CARGO) test -p e2e -- --test-threads=$(E2E_THREADS)
+	# Leader election and server-side apply against the real API server.
+	$(CARGO) test -p plumbing -- --ignored --test-threads=1
 
 ## ---- benchmarks -------------------------------------------------------------------------------
 

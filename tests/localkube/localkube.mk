@@ -59,12 +59,12 @@ localkube-valkey-images:
 
 ## The project's controllers as images (copies of the debug binaries).
 localkube-images:
-	$(CARGO) build -p node-controller -p cluster-controller
+	$(CARGO) build --workspace --bins
 	bash $(LOCALKUBE_SRC)/images.sh controllers
 
 ## Start the cluster (tools, the process kubelet, then "localkube start"); returns when it is ready.
 localkube: localkube-tools
-	$(CARGO) build -p localkube-kubelet
+	$(CARGO) build --workspace --bins
 	$(LOCALKUBE_BIN) start --kubelet $(LOCALKUBE_KUBELET)
 	@echo "export KUBECONFIG=$(LOCALKUBE_KUBECONFIG)"
 
