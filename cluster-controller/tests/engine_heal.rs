@@ -201,3 +201,38 @@ async fn a_shard_without_a_surviving_copy_gets_its_slots_back_empty() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_shard_cluster_takes_over_when_no_election_can_happen() {
+    // With two primaries, losing one leaves one vote of two: Valkey cannot elect a replica.
+    let (mut lab, keys) = formed(
+        "heal-takeover",
+        112,
+        Desired {
+            shards: 2,
+            replicas: 1,
+        },
+    )
+    .await;
+    lab.kill("c-0-0");
+    let started = Instant::now();
+    lab.run_until(Duration::from_secs(90), |pass| {
+        pass.observation
+            .state("c-0-1")
+            .is_some_and(|s| s.myself().is_primary() && !s.myself().slots.is_empty())
+    })
+    .await;
+    eprintln!(
+        "[heal-takeover] c-0-1 took over after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        lab.history.iter().any(|l| l.contains("TAKEOVER")),
+        "the engine took over once no election came"
+    );
+    lab.start("c-0-0", Address::New);
+    let health = lab.converge(Duration::from_secs(60)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (2, 2));
+    lab.assert_topology().await;
+    traffic::verify(&lab.addresses(), &keys).await;
+}

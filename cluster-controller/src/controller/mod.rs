@@ -327,7 +327,9 @@ fn action_member(action: &Action) -> &str {
         | Action::ClearSlot { on, .. } => &on.member,
         Action::MigrateSlots(m) => &m.target.member,
         Action::StartAtomicMigration { target, .. } => &target.member,
-        Action::Failover { on_replica, .. } => &on_replica.member,
+        Action::Failover { on_replica, .. } | Action::Takeover { on_replica, .. } => {
+            &on_replica.member
+        }
         Action::AllowRestart { member } | Action::DeleteMember { member } => member,
     }
 }
@@ -351,6 +353,7 @@ fn action_verb(action: &Action) -> &'static str {
         Action::MigrateSlots(_) | Action::StartAtomicMigration { .. } => "MigrateSlots",
         Action::CancelMigrations { .. } | Action::ClearSlot { .. } => "CleanUpMigration",
         Action::Failover { .. } => "Failover",
+        Action::Takeover { .. } => "Takeover",
         Action::AllowRestart { .. } => "AllowRestart",
         Action::DeleteMember { .. } => "DeleteNode",
     }

@@ -68,6 +68,10 @@ pub enum Action {
         on_replica: NodeRef,
         primary: NodeRef,
     },
+    /// `CLUSTER FAILOVER TAKEOVER` on `on_replica`: its primary `failed` has been down for
+    /// longer than an election takes and no election happened (too few primaries left to vote,
+    /// as in a two-shard cluster). The replica takes the slots without a vote.
+    Takeover { on_replica: NodeRef, failed: NodeId },
     /// Kubernetes: set the member's `allowedRevision` to its desired revision.
     AllowRestart { member: String },
     /// Kubernetes: delete the member's ValkeyNode (drained and forgotten).
@@ -117,6 +121,10 @@ impl fmt::Display for Action {
             } => write!(
                 f,
                 "CLUSTER FAILOVER on {on_replica} (taking over from {primary})"
+            ),
+            Action::Takeover { on_replica, failed } => write!(
+                f,
+                "CLUSTER FAILOVER TAKEOVER on {on_replica} (its primary {failed} failed and no election happened)"
             ),
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
             Action::DeleteMember { member } => write!(f, "delete {member}"),

@@ -126,7 +126,10 @@ pub async fn execute(
             }
             Ok(Outcome::Done)
         }
-        Action::Failover { on_replica, .. } => failover(client, on_replica, config).await,
+        Action::Failover { on_replica, .. } => failover(client, on_replica, None, config).await,
+        Action::Takeover { on_replica, .. } => {
+            failover(client, on_replica, Some("TAKEOVER"), config).await
+        }
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
     }
 }
@@ -146,10 +149,14 @@ fn ok(reply: Value, command: &str) -> Result<Outcome, EngineError> {
 async fn failover(
     client: &impl ValkeyClient,
     replica: &NodeRef,
+    mode: Option<&str>,
     config: &ExecuteConfig,
 ) -> Result<Outcome, EngineError> {
     let mut cmd = redis::cmd("CLUSTER");
     cmd.arg("FAILOVER");
+    if let Some(mode) = mode {
+        cmd.arg(mode);
+    }
     ok(
         client
             .command(replica.address, &cmd, config.command_timeout)

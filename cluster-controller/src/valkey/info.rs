@@ -88,6 +88,15 @@ impl Info {
         }
     }
 
+    /// The server's clock (`server_time_usec`), in Unix milliseconds: the engine measures how
+    /// long a node has been failing on Valkey's clock, so its decisions need no clock of their own.
+    pub fn server_time_ms(&self) -> Option<u64> {
+        self.get("server_time_usec")?
+            .parse::<u64>()
+            .ok()
+            .map(|us| us / 1000)
+    }
+
     /// The server's own version: `valkey_version`, or `redis_version` on servers that predate
     /// it (Valkey keeps `redis_version` at 7.2.4 for client compatibility, so it is only a
     /// fallback).

@@ -2,7 +2,10 @@
 //!
 //! Valkey replaces a failed primary itself (its replicas elect one); the engine waits for
 //! that, and never forgets a failed primary while a replica of it could still be elected,
-//! since a forgotten primary's slots could no longer be taken over.
+//! since a forgotten primary's slots could no longer be taken over. An election needs the votes
+//! of most primaries, which a small cluster that lost one of two cannot give: when a primary
+//! has been failed (FAIL, by Valkey's own clock) for longer than an election takes, its most
+//! caught-up replica takes over without a vote.
 
 use std::collections::BTreeSet;
 
@@ -10,7 +13,7 @@ use crate::engine::decision::{Action, Decision, Reason};
 use crate::engine::member::Place;
 use crate::valkey::cluster_nodes::{ClusterNode, NodeId};
 
-use super::topology::Topology;
+use super::topology::{Live, Topology};
 
 /// A primary that serves slots and that some live node sees failing: wait for Valkey.
 pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
@@ -29,12 +32,27 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
                     ),
                 ));
             }
-            let electors: Vec<&str> = t
+            let electors: Vec<_> = t
                 .live
                 .iter()
                 .filter(|l| l.primary_id() == Some(&entry.id))
-                .map(|l| l.name())
                 .collect();
+            if let Some(best) = takeover_candidate(viewer, entry, &electors) {
+                return Some(Decision::act(
+                    Action::Takeover {
+                        on_replica: best.node_ref(),
+                        failed: entry.id.clone(),
+                    },
+                    Reason::FailingOver,
+                    format!(
+                        "primary {} of slots {slots} failed {} s ago and no replica was elected; {} takes over",
+                        entry.id,
+                        failed_for_ms(viewer, entry).unwrap_or(0) / 1000,
+                        best.name()
+                    ),
+                ));
+            }
+            let electors: Vec<&str> = electors.iter().map(|l| l.name()).collect();
             if !electors.is_empty() {
                 return Some(Decision::wait(
                     Reason::FailingOver,
@@ -61,6 +79,36 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
         }
     }
     None
+}
+
+/// How long an election may take before the engine stops waiting for one: Valkey starts it
+/// about one node timeout (5 s as configured by the operator) after the failure.
+pub const TAKEOVER_AFTER_MS: u64 = 20_000;
+
+/// How long `viewer` has seen `entry` silent, on the viewer's own clock.
+fn failed_for_ms(viewer: &Live<'_>, entry: &ClusterNode) -> Option<u64> {
+    let now = viewer.state.info().server_time_ms()?;
+    Some(now.saturating_sub(entry.pong_received))
+}
+
+/// The replica to take over from a primary that failed without an election: only once the
+/// primary has been silent for longer than [`TAKEOVER_AFTER_MS`] and the engine cannot reach it
+/// either (the caller only asks about primaries no live member is). A failure may stay PFAIL for
+/// ever when too few primaries are left to agree on FAIL, so PFAIL counts. The replica with the
+/// most replicated data wins.
+fn takeover_candidate<'a>(
+    viewer: &Live<'_>,
+    entry: &ClusterNode,
+    electors: &[&'a Live<'a>],
+) -> Option<&'a Live<'a>> {
+    if failed_for_ms(viewer, entry)? < TAKEOVER_AFTER_MS {
+        return None;
+    }
+    electors
+        .iter()
+        .filter(|l| l.staying())
+        .max_by_key(|l| (l.state.replication_offset(), std::cmp::Reverse(l.name())))
+        .copied()
 }
 
 fn failing_owner(node: &ClusterNode) -> bool {
