@@ -79,6 +79,7 @@ impl World {
     /// Every member sees `capture` (minus `drop`).
     fn new(version: &str, capture: &str, members: Vec<Member>, drop: &[&str]) -> Self {
         let observed = Observation {
+            fence_user: None,
             members: members
                 .iter()
                 .map(|m| {
@@ -619,4 +620,64 @@ fn a_marker_left_on_a_replica_is_cleared_through_its_primary() {
         }
         other => panic!("{other}"),
     }
+}
+
+#[test]
+fn a_fenced_node_is_admitted_only_once_settled() {
+    // Every node of a healthy cluster restarted with the replication user off: each settled
+    // node (a slot-serving primary, or a replica of a live member) is let in, one per pass.
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    world.observed.fence_user = Some("replication".into());
+    for reach in world.observed.members.values_mut() {
+        if let Reach::Up(state) = reach {
+            let fenced = (**state).clone().with_replication_admitted(Some(false));
+            **state = fenced;
+        }
+    }
+    match world.decide(THREE_BY_ONE) {
+        Decision::Act {
+            action: Action::AdmitReplication { on, user },
+            ..
+        } => {
+            assert_eq!(user, "replication");
+            assert!(on.member.starts_with("c-"), "{on}");
+        }
+        other => panic!("{other}"),
+    }
+    // Admitted everywhere: the cluster is steady again; without fencing the rule says nothing.
+    for reach in world.observed.members.values_mut() {
+        if let Reach::Up(state) = reach {
+            **state = (**state).clone().with_replication_admitted(Some(true));
+        }
+    }
+    assert!(matches!(world.decide(THREE_BY_ONE), Decision::Steady(_)));
+    world.observed.fence_user = None;
+    assert!(matches!(world.decide(THREE_BY_ONE), Decision::Steady(_)));
+}
+
+#[test]
+fn a_primary_without_slots_is_not_admitted() {
+    // The member met but empty (.67) is a primary that serves nothing: it stays fenced, so no
+    // replica can mistake it for the primary it replaced.
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let mut world = World::new("v9", &v9_primary(), members, &[]);
+    world.observed.fence_user = Some("replication".into());
+    if let Some(Reach::Up(state)) = world.observed.members.get_mut("c-3-0") {
+        **state = (**state).clone().with_replication_admitted(Some(false));
+    }
+    let decision = world.decide(Desired {
+        shards: 4,
+        replicas: 0,
+    });
+    assert!(
+        !matches!(
+            &decision,
+            Decision::Act {
+                action: Action::AdmitReplication { .. },
+                ..
+            }
+        ),
+        "{decision}"
+    );
 }

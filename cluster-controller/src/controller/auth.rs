@@ -35,7 +35,8 @@ pub const CLIENT_PASSWORD_KEY: &str = "password";
 
 /// What each operator user may do. Least privilege: the operator manages the cluster and moves
 /// keys but cannot run arbitrary data commands; health checks can only PING and read INFO.
-const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get";
+// ACL GETUSER/SETUSER: to see and lift the replication user's fence (see below).
+const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get +acl|getuser +acl|setuser";
 const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
 // Valkey 9's atomic slot migration authenticates between primaries as the replication user, and
 // the importing primary runs the exported keys' commands (SELECT, RESTORE, any write) under that
@@ -121,7 +122,10 @@ pub fn acl_file(client_password: &str, p: &OperatorPasswords) -> String {
             hashed(&p.healthcheck)
         ),
         format!(
-            "user {REPLICATION_USER} on #{} {REPLICATION_RULES}",
+            // Off on every start: the engine enables it once the node is settled in the cluster,
+            // so a node that restarts empty at its old address cannot wipe the replicas that
+            // find it there (see the engine's fencing rule).
+            "user {REPLICATION_USER} off #{} {REPLICATION_RULES}",
             hashed(&p.replication)
         ),
     ]

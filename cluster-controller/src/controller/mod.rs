@@ -324,6 +324,7 @@ fn action_member(action: &Action) -> &str {
         | Action::Replicate { on, .. }
         | Action::Forget { on, .. }
         | Action::CancelMigrations { on }
+        | Action::AdmitReplication { on, .. }
         | Action::ClearSlot { on, .. } => &on.member,
         Action::MigrateSlots(m) => &m.target.member,
         Action::StartAtomicMigration { target, .. } => &target.member,
@@ -354,6 +355,7 @@ fn action_verb(action: &Action) -> &'static str {
         Action::CancelMigrations { .. } | Action::ClearSlot { .. } => "CleanUpMigration",
         Action::Failover { .. } => "Failover",
         Action::Takeover { .. } => "Takeover",
+        Action::AdmitReplication { .. } => "AdmitReplication",
         Action::AllowRestart { .. } => "AllowRestart",
         Action::DeleteMember { .. } => "DeleteNode",
     }
@@ -376,7 +378,15 @@ impl Context {
             credentials: credentials.clone(),
             ..RedisClientConfig::default()
         });
-        let engine = Engine::new(client, EngineConfig::for_credentials(credentials));
+        // With authentication the replication user is fenced (off in the ACL file at every start).
+        let config = EngineConfig {
+            fence_user: credentials
+                .username
+                .as_ref()
+                .map(|_| auth::REPLICATION_USER.to_owned()),
+            ..EngineConfig::for_credentials(credentials)
+        };
+        let engine = Engine::new(client, config);
         engines.insert(key.to_owned(), (fingerprint, engine.clone()));
         engine
     }

@@ -72,6 +72,9 @@ pub enum Action {
     /// longer than an election takes and no election happened (too few primaries left to vote,
     /// as in a two-shard cluster). The replica takes the slots without a vote.
     Takeover { on_replica: NodeRef, failed: NodeId },
+    /// `ACL SETUSER <user> on` on `on`: the node is settled in the cluster, so replicas (and slot
+    /// imports) may log in to it as the replication user.
+    AdmitReplication { on: NodeRef, user: String },
     /// Kubernetes: set the member's `allowedRevision` to its desired revision.
     AllowRestart { member: String },
     /// Kubernetes: delete the member's ValkeyNode (drained and forgotten).
@@ -126,6 +129,12 @@ impl fmt::Display for Action {
                 f,
                 "CLUSTER FAILOVER TAKEOVER on {on_replica} (its primary {failed} failed and no election happened)"
             ),
+            Action::AdmitReplication { on, user } => {
+                write!(
+                    f,
+                    "ACL SETUSER {user} on on {on} (it may now serve replicas)"
+                )
+            }
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
             Action::DeleteMember { member } => write!(f, "delete {member}"),
         }

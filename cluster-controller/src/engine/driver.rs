@@ -9,13 +9,16 @@ use super::decision::Decision;
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome, execute};
 use super::member::{Desired, Member};
-use super::observe::{Observation, observe};
+use super::observe::{Observation, observe_fenced};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Timeout of each command of the observation.
     pub observe_timeout: Duration,
     pub execute: ExecuteConfig,
+    /// The replication user, when the ACL file starts it disabled: a node admits replicas only
+    /// once the engine has seen it settled in the cluster (see `decide`'s fencing rule).
+    pub fence_user: Option<String>,
 }
 
 impl EngineConfig {
@@ -27,6 +30,7 @@ impl EngineConfig {
                 migrate_auth: credentials.migrate_auth(),
                 ..ExecuteConfig::default()
             },
+            fence_user: None,
         }
     }
 }
@@ -59,7 +63,13 @@ impl<C: ValkeyClient> Engine<C> {
 
     /// Observes, decides and, for a Valkey action, acts.
     pub async fn pass(&self, desired: &Desired, members: &[Member]) -> Pass {
-        let observation = observe(&self.client, members, self.config.observe_timeout).await;
+        let observation = observe_fenced(
+            &self.client,
+            members,
+            self.config.observe_timeout,
+            self.config.fence_user.as_deref(),
+        )
+        .await;
         let decision = decide(desired, members, &observation);
         let outcome = match &decision {
             Decision::Act {

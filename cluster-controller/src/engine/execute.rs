@@ -127,6 +127,16 @@ pub async fn execute(
             Ok(Outcome::Done)
         }
         Action::Failover { on_replica, .. } => failover(client, on_replica, None, config).await,
+        Action::AdmitReplication { on, user } => {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER").arg(user).arg("on");
+            ok(
+                client
+                    .command(on.address, &cmd, config.command_timeout)
+                    .await?,
+                "ACL SETUSER",
+            )
+        }
         Action::Takeover { on_replica, .. } => {
             failover(client, on_replica, Some("TAKEOVER"), config).await
         }

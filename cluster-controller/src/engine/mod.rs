@@ -31,4 +31,4 @@ pub use driver::{Engine, EngineConfig, Pass};
 pub use error::EngineError;
 pub use execute::{ExecuteConfig, Outcome, execute};
 pub use member::{Desired, Member, Place};
-pub use observe::{NodeState, Observation, Reach, observe};
+pub use observe::{NodeState, Observation, Reach, observe, observe_fenced};

@@ -31,6 +31,8 @@ pub struct NodeState {
     version: Version,
     keys: u64,
     migrations: Vec<SlotMigrationJob>,
+    /// Whether the replication user may log in here (`ACL GETUSER`), when the engine fences it.
+    replication_admitted: Option<bool>,
 }
 
 impl NodeState {
@@ -59,7 +61,20 @@ impl NodeState {
             version,
             keys,
             migrations,
+            replication_admitted: None,
         })
+    }
+
+    /// The same state, with what `ACL GETUSER <replication user>` said.
+    pub fn with_replication_admitted(mut self, admitted: Option<bool>) -> Self {
+        self.replication_admitted = admitted;
+        self
+    }
+
+    /// Whether replicas (and slot imports) may log in to this node as the replication user;
+    /// `None` when the engine does not fence that user.
+    pub fn replication_admitted(&self) -> Option<bool> {
+        self.replication_admitted
     }
 
     /// The address the member was reached at.
@@ -157,6 +172,8 @@ impl Reach {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observation {
     pub members: BTreeMap<String, Reach>,
+    /// The replication user, when the engine fences it (see `decide`).
+    pub fence_user: Option<String>,
 }
 
 impl Observation {
@@ -175,10 +192,20 @@ pub async fn observe(
     members: &[Member],
     timeout: Duration,
 ) -> Observation {
+    observe_fenced(client, members, timeout, None).await
+}
+
+/// [`observe`], also reading whether `fence_user` (the replication user) may log in.
+pub async fn observe_fenced(
+    client: &impl ValkeyClient,
+    members: &[Member],
+    timeout: Duration,
+    fence_user: Option<&str>,
+) -> Observation {
     let reads = members.iter().map(|member| async move {
         let reach = match member.address {
             None => Reach::NoAddress,
-            Some(address) => match read_node(client, address, timeout).await {
+            Some(address) => match read_node(client, address, timeout, fence_user).await {
                 Ok(state) => Reach::Up(Box::new(state)),
                 Err(error) => Reach::Unreachable { address, error },
             },
@@ -187,6 +214,7 @@ pub async fn observe(
     });
     Observation {
         members: join_all(reads).await.into_iter().collect(),
+        fence_user: fence_user.map(str::to_owned),
     }
 }
 
@@ -194,6 +222,7 @@ async fn read_node(
     client: &impl ValkeyClient,
     address: SocketAddr,
     timeout: Duration,
+    fence_user: Option<&str>,
 ) -> Result<NodeState, String> {
     let run = |args: &'static [&'static str]| async move {
         let mut cmd = redis::Cmd::new();
@@ -224,7 +253,44 @@ async fn read_node(
     } else {
         Vec::new()
     };
-    NodeState::new(address, nodes, info, cluster_info, keys, migrations).map_err(say)
+    let admitted = match fence_user {
+        None => None,
+        Some(user) => {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("GETUSER").arg(user);
+            let reply = client.command(address, &cmd, timeout).await.map_err(say)?;
+            Some(
+                user_enabled(&reply)
+                    .ok_or_else(|| format!("ACL GETUSER {user}: no flags in the reply"))?,
+            )
+        }
+    };
+    Ok(
+        NodeState::new(address, nodes, info, cluster_info, keys, migrations)
+            .map_err(say)?
+            .with_replication_admitted(admitted),
+    )
+}
+
+/// Whether an `ACL GETUSER` reply's flags say `on` (RESP2 list or RESP3 map). Only the flags are
+/// read: the reply also holds password hashes, which go nowhere.
+fn user_enabled(reply: &Value) -> Option<bool> {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|c| Some((c.first()?, c.get(1)?)))
+            .collect(),
+        Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    let (_, flags) = pairs
+        .into_iter()
+        .find(|(k, _)| value::text(k).as_deref() == Some("flags"))?;
+    let flags: Vec<String> = match flags {
+        Value::Array(items) | Value::Set(items) => items.iter().filter_map(value::text).collect(),
+        _ => return None,
+    };
+    Some(flags.iter().any(|f| f == "on"))
 }
 
 fn text(reply: &str, value: Value) -> Result<String, String> {

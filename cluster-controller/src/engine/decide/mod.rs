@@ -7,16 +7,18 @@
 //! 3. failed primaries are being replaced by Valkey (wait), every staying member is live;
 //! 4. node ids that belong to no member are forgotten (slots of a dead primary without a
 //!    replica are declared lost);
-//! 5. open migrations are finished or rolled back;
-//! 6. every slot has an owner (ADDSLOTS at formation or after a loss);
-//! 7. replicas replicate their shard's primary;
-//! 8. slots move until the wanted shards hold them evenly (leaving shards are drained);
-//! 9. leaving members hand over, are forgotten, and deleted;
-//! 10. the cluster is whole (replicas in sync, `cluster_state:ok`, everyone connected);
-//! 11. outdated members restart one at a time;
-//! 12. otherwise the cluster is steady.
+//! 5. settled nodes admit replicas (the replication user is fenced on every start);
+//! 6. open migrations are finished or rolled back;
+//! 7. every slot has an owner (ADDSLOTS at formation or after a loss);
+//! 8. replicas replicate their shard's primary;
+//! 9. slots move until the wanted shards hold them evenly (leaving shards are drained);
+//! 10. leaving members hand over, are forgotten, and deleted;
+//! 11. the cluster is whole (replicas in sync, `cluster_state:ok`, everyone connected);
+//! 12. outdated members restart one at a time;
+//! 13. otherwise the cluster is steady.
 
 mod failure;
+mod fence;
 mod health;
 mod membership;
 mod removal;
@@ -44,6 +46,7 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         .or_else(|| failure::failing_primaries(&t))
         .or_else(|| failure::unreachable(&t))
         .or_else(|| failure::strangers(&t))
+        .or_else(|| fence::admit(&t, observed.fence_user.as_deref()))
         .or_else(|| slots::open_migrations(&t))
         .or_else(|| slots::coverage(&t))
         .or_else(|| replicas::attach(&t))
