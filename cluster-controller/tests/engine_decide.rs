@@ -656,28 +656,26 @@ fn a_fenced_node_is_admitted_only_once_settled() {
 }
 
 #[test]
-fn a_primary_without_slots_is_not_admitted() {
-    // The member met but empty (.67) is a primary that serves nothing: it stays fenced, so no
-    // replica can mistake it for the primary it replaced.
-    let mut members = v9_members();
-    members.push(member(3, 0, "127.0.0.67"));
-    let mut world = World::new("v9", &v9_primary(), members, &[]);
+fn a_node_that_replaced_a_primary_at_its_address_stays_fenced() {
+    // c-0-0 came back empty at .61 with a new id; its replica c-0-1 still replicates the old id
+    // at .61, and would resync from (and be wiped by) the newcomer if it let replicas in. Whatever
+    // rule speaks first (meeting the newcomer, waiting for the failover), it must not be this.
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
     world.observed.fence_user = Some("replication".into());
-    if let Some(Reach::Up(state)) = world.observed.members.get_mut("c-3-0") {
-        **state = (**state).clone().with_replication_admitted(Some(false));
-    }
-    let decision = world.decide(Desired {
-        shards: 4,
-        replicas: 0,
-    });
+    let view = "0123456789abcdef0123456789abcdef01234567 127.0.0.61:6379@16379 myself,master - 0 0 0 connected";
+    let nodes = cluster_nodes::parse(view).expect("view");
+    let info = info::parse(&common::text("v9/info_primary")).expect("info");
+    let cluster_info = cluster_info::parse(&common::text("v9/cluster_info_ok")).expect("info");
+    let newcomer = NodeState::new(addr("127.0.0.61"), nodes, info, cluster_info, 0, Vec::new())
+        .expect("state")
+        .with_replication_admitted(Some(false));
+    world
+        .observed
+        .members
+        .insert("c-0-0".into(), Reach::Up(Box::new(newcomer)));
+    let decision = world.decide(THREE_BY_ONE);
     assert!(
-        !matches!(
-            &decision,
-            Decision::Act {
-                action: Action::AdmitReplication { .. },
-                ..
-            }
-        ),
+        !matches!(&decision, Decision::Act { action: Action::AdmitReplication { on, .. }, .. } if on.member == "c-0-0"),
         "{decision}"
     );
 }

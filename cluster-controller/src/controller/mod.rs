@@ -199,6 +199,17 @@ async fn reconcile(
 
     // Every member the spec wants exists with the spec it should have. Members the spec no longer
     // wants stay as they are until the engine has drained and forgotten them.
+    // Before the cluster first forms it holds no data, so nothing needs a restart gate: a
+    // corrected spec (a placement that could not be met) reaches every member at once.
+    // (`status.shards` counts shards that served slots when the cluster was last steady.)
+    let forming = cluster.status.as_ref().is_none_or(|s| s.shards == 0);
+    let gate = |current: Option<&ValkeyNode>| {
+        if forming {
+            None
+        } else {
+            members::allowed_revision(current)
+        }
+    };
     let desired = Desired {
         shards: cluster.spec.shards.max(1) as u32,
         replicas: cluster.spec.replicas.max(0) as u32,
@@ -206,13 +217,7 @@ async fn reconcile(
     for (shard, index) in desired.slots_of_members() {
         let member_name = labels::member_name(&name, shard, index);
         let current = by_name.get(&member_name).copied();
-        let Some(want) = members::desired_node(
-            cluster,
-            shard,
-            index,
-            &auth,
-            members::allowed_revision(current),
-        ) else {
+        let Some(want) = members::desired_node(cluster, shard, index, &auth, gate(current)) else {
             continue;
         };
         if current.is_some_and(|c| c.spec == want.spec) {
