@@ -11,7 +11,7 @@ mod common;
 use std::net::SocketAddr;
 
 use cluster_controller::engine::{
-    Action, Decision, Desired, Member, NodeState, Observation, Reach, Reason, decide,
+    Action, Decision, Desired, Member, NodeState, Observation, Reach, Reason, decide, health,
 };
 use cluster_controller::plan::migration::legacy::Intent;
 use cluster_controller::valkey::{cluster_info, cluster_nodes, info, slot_migrations};
@@ -142,6 +142,18 @@ fn a_healthy_capture_is_steady_and_costs_nothing() {
         }
         other => panic!("{other}"),
     }
+}
+
+#[test]
+fn health_is_read_on_every_pass_not_only_when_steady() {
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    world.down("c-1-1");
+    let decision = world.decide(THREE_BY_ONE);
+    assert!(!matches!(decision, Decision::Steady(_)), "{decision}");
+    let h = health(&THREE_BY_ONE, &world.members, &world.observed).expect("health");
+    assert_eq!((h.shards, h.ready_shards), (3, 2), "{h:?}");
+    assert_eq!(h.replicas_in_sync, 2);
+    assert_eq!(h.slots_assigned, 16384);
 }
 
 #[test]

@@ -176,7 +176,10 @@ async fn reconcile(
                 write_status(
                     &ctx,
                     cluster,
-                    &Outcome::Problem(problem),
+                    &Outcome::Problem {
+                        problem,
+                        health: None,
+                    },
                     password_secret.as_deref(),
                 )
                 .await?;
@@ -310,10 +313,13 @@ async fn reconcile(
         _ => None,
     };
     let outcome = match stuck.or(blocked_step) {
-        Some(problem) => Outcome::Problem(problem),
+        Some(problem) => Outcome::Problem {
+            problem,
+            health: pass.health.clone(),
+        },
         None => Outcome::Decided {
             decision,
-            health: None,
+            health: pass.health.clone(),
         },
     };
     write_status(&ctx, cluster, &outcome, password_secret.as_deref()).await?;

@@ -27,7 +27,12 @@ pub enum Outcome<'a> {
         decision: &'a Decision,
         health: Option<Health>,
     },
-    Problem(Problem),
+    /// Something stops the engine's progress; `health` is how the cluster stood, when the engine
+    /// could look.
+    Problem {
+        problem: Problem,
+        health: Option<Health>,
+    },
 }
 
 pub fn compute(
@@ -88,7 +93,7 @@ pub fn compute(
             false,
             true,
         ),
-        Outcome::Problem(p) => (
+        Outcome::Problem { problem: p, .. } => (
             ClusterState::Degraded,
             p.reason.clone(),
             p.message.clone(),
@@ -129,14 +134,14 @@ pub fn compute(
             decision: Decision::Steady(h),
             ..
         } => Some(h.clone()),
-        Outcome::Decided { health, .. } => health.clone(),
-        Outcome::Problem(_) => None,
+        Outcome::Decided { health, .. } | Outcome::Problem { health, .. } => health.clone(),
     };
     ValkeyClusterStatus {
         state: Some(state),
         reason: Some(reason),
         message: Some(message),
-        // Without a fresh look at Valkey, the last counts stand (they describe Valkey, not us).
+        // Counts come from this pass's look at Valkey; without one, the last counts stand (they
+        // describe Valkey, not the operator).
         shards: health
             .as_ref()
             .map_or_else(|| previous.map_or(0, |s| s.shards), |h| to_i32(h.shards)),
@@ -300,14 +305,69 @@ mod tests {
             &at(1),
         );
         assert_eq!(s.state, Some(ClusterState::Failed));
-        let p = Outcome::Problem(Problem {
-            reason: "PasswordSecretNotFound".into(),
-            message: "Secret x is missing".into(),
-        });
+        let p = Outcome::Problem {
+            problem: Problem {
+                reason: "PasswordSecretNotFound".into(),
+                message: "Secret x is missing".into(),
+            },
+            health: None,
+        };
         let s = compute(None, Some(1), &p, None, &at(1));
         assert_eq!(
             (s.state, s.reason.as_deref()),
             (Some(ClusterState::Degraded), Some("PasswordSecretNotFound"))
         );
+    }
+
+    #[test]
+    fn counts_follow_valkey_while_work_is_in_progress() {
+        let ready = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &Decision::Steady(health()),
+                health: None,
+            },
+            None,
+            &at(1),
+        );
+        let hurt = Health {
+            ready_shards: 2,
+            replicas_in_sync: 2,
+            ..health()
+        };
+        let waiting = Decision::Wait {
+            reason: Reason::ReplicaSyncing,
+            message: "c-1-1 is syncing".into(),
+        };
+        let s = compute(
+            Some(&ready),
+            Some(1),
+            &Outcome::Decided {
+                decision: &waiting,
+                health: Some(hurt.clone()),
+            },
+            None,
+            &at(2),
+        );
+        assert_eq!((s.shards, s.ready_shards), (3, 2));
+        let stuck = compute(
+            Some(&s),
+            Some(1),
+            &Outcome::Problem {
+                problem: Problem {
+                    reason: "Unschedulable".into(),
+                    message: "c-1-1 cannot be scheduled".into(),
+                },
+                health: Some(Health {
+                    ready_shards: 1,
+                    ..hurt
+                }),
+            },
+            None,
+            &at(3),
+        );
+        assert_eq!((stuck.shards, stuck.ready_shards), (3, 1));
+        assert_eq!(stuck.state, Some(ClusterState::Degraded));
     }
 }

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::client::{Credentials, ValkeyClient};
 
-use super::decide::decide;
-use super::decision::Decision;
+use super::decide::{decide, health};
+use super::decision::{Decision, Health};
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome, execute};
 use super::member::{Desired, Member};
@@ -40,6 +40,8 @@ impl EngineConfig {
 pub struct Pass {
     pub observation: Observation,
     pub decision: Decision,
+    /// How the cluster stands, from the same observation (see [`health`]).
+    pub health: Option<Health>,
     /// The result of executing a Valkey action; `Some(Ok(Outcome::Delegated))` for a
     /// Kubernetes action; `None` when the decision was not to act.
     pub outcome: Option<Result<Outcome, EngineError>>,
@@ -71,6 +73,7 @@ impl<C: ValkeyClient> Engine<C> {
         )
         .await;
         let decision = decide(desired, members, &observation);
+        let health = health(desired, members, &observation);
         let outcome = match &decision {
             Decision::Act {
                 action,
@@ -95,6 +98,7 @@ impl<C: ValkeyClient> Engine<C> {
         Pass {
             observation,
             decision,
+            health,
             outcome,
         }
     }

@@ -25,7 +25,7 @@ mod legacy;
 mod member;
 mod observe;
 
-pub use decide::{ATOMIC_MAX_ATTEMPTS, decide};
+pub use decide::{ATOMIC_MAX_ATTEMPTS, decide, health};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass};
 pub use error::EngineError;

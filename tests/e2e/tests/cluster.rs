@@ -254,6 +254,19 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
     let victim_pod = victim.status.and_then(|s| s.pod_name).unwrap_or_default();
     c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"])
         .await?;
+    // The status says so while it heals: the hurt shard is not counted ready.
+    e2e::operator::wait_cluster(
+        &c.ns,
+        &c.name,
+        Duration::from_secs(60),
+        "a shard reported not ready",
+        |cluster| {
+            cluster.status.as_ref().is_some_and(|s| {
+                s.ready_shards < 3 && s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)
+            })
+        },
+    )
+    .await?;
     // A replica takes over (Valkey's own failover); the old primary returns as a replica.
     e2e::operator::wait_node(
         &c.ns,

@@ -73,8 +73,14 @@ pub(super) fn health(t: &Topology) -> Health {
             ready_shards += 1;
         }
     }
+    // Shards that own slots now: during a scale-in the leaving shards count until drained.
+    let owning = t
+        .live
+        .iter()
+        .filter(|l| l.is_primary() && !l.slots().is_empty())
+        .count();
     Health {
-        shards: t.desired.shards,
+        shards: u32::try_from(owning).unwrap_or(u32::MAX),
         ready_shards,
         slots_assigned: t.claimed().count(),
         replicas_wanted: t.desired.shards * t.desired.replicas,

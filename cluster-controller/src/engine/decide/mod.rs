@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 pub use slots::ATOMIC_MAX_ATTEMPTS;
 
-use super::decision::{Decision, Reason};
+use super::decision::{Decision, Health, Reason};
 use super::member::{Desired, Member};
 use super::observe::Observation;
 use topology::Topology;
@@ -56,6 +56,13 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         .or_else(|| health::gates(&t))
         .or_else(|| rolling::roll(&t))
         .unwrap_or_else(|| Decision::Steady(health::health(&t)))
+}
+
+/// How the cluster stands this pass, whatever the next step is: the status reports it on every
+/// pass, so `readyShards` drops while a shard is hurt instead of keeping its last steady value.
+/// `None` for a spec no topology can be built from.
+pub fn health(desired: &Desired, members: &[Member], observed: &Observation) -> Option<Health> {
+    (desired.shards > 0).then(|| health::health(&Topology::new(desired, members, observed)))
 }
 
 fn check_spec(desired: &Desired, members: &[Member]) -> Option<Decision> {
