@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{NodeCredentials, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 
@@ -135,16 +135,20 @@ pub fn desired_node(
 
 /// The parent's gate for an existing node: keep what it has; pin a node that has none to the
 /// revision it runs, so that a later spec change waits for the engine's `AllowRestart`. A node
-/// that does not serve now (pending, crash-looping) has nothing to protect and would never be
-/// rolled by the engine, which rolls only a healthy cluster: it takes a new spec at once.
+/// whose pod cannot run (unschedulable, image, crash loop) has nothing to protect and would never
+/// be rolled by the engine, which rolls only a healthy cluster: it takes a new spec at once.
+/// A node that is merely not ready this moment (a restart, a slow probe) keeps its gate: letting
+/// it go would restart it beside the member the engine is rolling.
 pub fn allowed_revision(existing: Option<&ValkeyNode>) -> Option<String> {
     let node = existing?;
-    let status = node.status.as_ref().filter(|s| s.ready)?;
+    if stuck_condition(node).is_some() {
+        return None;
+    }
     node.spec
         .allowed_revision
         .clone()
         .filter(|r| !r.is_empty())
-        .or_else(|| status.current_revision.clone())
+        .or_else(|| node.status.as_ref()?.current_revision.clone())
 }
 
 /// Ready-condition reasons of a ValkeyNode that no amount of waiting fixes: a person must act.
@@ -157,18 +161,21 @@ const STUCK_REASONS: &[&str] = &[
     "InvalidConfig",
 ];
 
+/// The node's Ready condition, when it says the pod cannot run.
+fn stuck_condition(node: &ValkeyNode) -> Option<&Condition> {
+    let status = node.status.as_ref().filter(|s| !s.ready)?;
+    let ready = plumbing::conditions::find_condition(status.conditions.as_deref()?, "Ready")?;
+    (ready.status == "False" && STUCK_REASONS.contains(&ready.reason.as_str())).then_some(ready)
+}
+
 /// The first member whose pod cannot run, as a problem for the cluster's status.
 pub fn stuck_member(nodes: &[ValkeyNode]) -> Option<super::status::Problem> {
     let mut sorted: Vec<&ValkeyNode> = nodes.iter().collect();
     sorted.sort_by_key(|n| n.name_any());
     sorted.into_iter().find_map(|node| {
-        let conditions = node.status.as_ref()?.conditions.as_deref()?;
-        let ready = plumbing::conditions::find_condition(conditions, "Ready")?;
-        (ready.status == "False" && STUCK_REASONS.contains(&ready.reason.as_str())).then(|| {
-            super::status::Problem {
-                reason: ready.reason.clone(),
-                message: format!("ValkeyNode {}: {}", node.name_any(), ready.message),
-            }
+        stuck_condition(node).map(|ready| super::status::Problem {
+            reason: ready.reason.clone(),
+            message: format!("ValkeyNode {}: {}", node.name_any(), ready.message),
         })
     })
 }
@@ -363,5 +370,39 @@ spec:
         node.spec.allowed_revision = Some("r0".into());
         assert_eq!(allowed_revision(Some(&node)).as_deref(), Some("r0"));
         assert_eq!(allowed_revision(None), None);
+    }
+
+    #[test]
+    fn a_node_not_ready_for_a_moment_keeps_its_gate_but_a_stuck_one_lets_go() {
+        let mut node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::Open, Some("r0".into()))
+            .unwrap_or_else(|| panic!("no node"));
+        let status = |reason: &str| {
+            serde_json::from_value(
+                serde_json::json!({"ready": false, "currentRevision": "r0", "conditions": [{
+                    "type": "Ready", "status": "False", "reason": reason, "message": "m",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"
+                }]}),
+            )
+            .unwrap_or_default()
+        };
+        for transient in [
+            "PodNotReady",
+            "ValkeyNotResponding",
+            "PodTerminating",
+            "ContainerWaiting",
+        ] {
+            node.status = Some(status(transient));
+            assert_eq!(
+                allowed_revision(Some(&node)).as_deref(),
+                Some("r0"),
+                "{transient}"
+            );
+        }
+        node.spec.allowed_revision = None;
+        assert_eq!(allowed_revision(Some(&node)).as_deref(), Some("r0"));
+        for stuck in ["CrashLoopBackOff", "Unschedulable", "ImagePullBackOff"] {
+            node.status = Some(status(stuck));
+            assert_eq!(allowed_revision(Some(&node)), None, "{stuck}");
+        }
     }
 }

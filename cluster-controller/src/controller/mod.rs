@@ -204,7 +204,7 @@ async fn reconcile(
     // wants stay as they are until the engine has drained and forgotten them.
     // Before the cluster first forms it holds no data, so nothing needs a restart gate: a
     // corrected spec (a placement that could not be met) reaches every member at once.
-    // (`status.shards` counts shards that served slots when the cluster was last steady.)
+    // (`status.shards` counts the shards that served slots when a member last answered.)
     let forming = cluster.status.as_ref().is_none_or(|s| s.shards == 0);
     let gate = |current: Option<&ValkeyNode>| {
         if forming {
@@ -225,6 +225,15 @@ async fn reconcile(
         };
         if current.is_some_and(|c| c.spec == want.spec) {
             continue;
+        }
+        if !forming
+            && current.is_some_and(|c| c.spec.allowed_revision.is_some())
+            && want.spec.allowed_revision.is_none()
+        {
+            tracing::info!(
+                node = %member_name,
+                "the node's pod cannot run; it takes the new spec without waiting its turn"
+            );
         }
         apply_node(&nodes_api, &want).await?;
         if current.is_none()

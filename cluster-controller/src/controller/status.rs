@@ -135,7 +135,11 @@ pub fn compute(
             ..
         } => Some(h.clone()),
         Outcome::Decided { health, .. } | Outcome::Problem { health, .. } => health.clone(),
-    };
+    }
+    // A pass in which no member answered learnt nothing about Valkey. Keeping the last counts
+    // matters: the restart gate reads `shards` to tell a formed cluster from a new one, and a
+    // formed cluster must never have every member released at once.
+    .filter(|h| h.nodes > 0);
     ValkeyClusterStatus {
         state: Some(state),
         reason: Some(reason),
@@ -369,5 +373,41 @@ mod tests {
         );
         assert_eq!((stuck.shards, stuck.ready_shards), (3, 1));
         assert_eq!(stuck.state, Some(ClusterState::Degraded));
+    }
+
+    #[test]
+    fn a_pass_where_no_member_answered_keeps_the_last_counts() {
+        let ready = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &Decision::Steady(health()),
+                health: None,
+            },
+            None,
+            &at(1),
+        );
+        let blind = Decision::Wait {
+            reason: Reason::WaitingForNodes,
+            message: "nobody answers".into(),
+        };
+        let s = compute(
+            Some(&ready),
+            Some(1),
+            &Outcome::Decided {
+                decision: &blind,
+                health: Some(Health {
+                    shards: 0,
+                    ready_shards: 0,
+                    slots_assigned: 0,
+                    replicas_in_sync: 0,
+                    nodes: 0,
+                    ..health()
+                }),
+            },
+            None,
+            &at(2),
+        );
+        assert_eq!((s.shards, s.ready_shards), (3, 3));
     }
 }
