@@ -154,6 +154,10 @@ fn health_is_read_on_every_pass_not_only_when_steady() {
     assert_eq!((h.shards, h.ready_shards), (3, 2), "{h:?}");
     assert_eq!(h.replicas_in_sync, 2);
     assert_eq!(h.slots_assigned, 16384);
+    // A primary that is down still owns its slots in the others' views.
+    world.down("c-2-0");
+    let h = health(&THREE_BY_ONE, &world.members, &world.observed).expect("health");
+    assert_eq!((h.shards, h.ready_shards), (3, 1), "{h:?}");
 }
 
 #[test]

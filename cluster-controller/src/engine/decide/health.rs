@@ -73,12 +73,15 @@ pub(super) fn health(t: &Topology) -> Health {
             ready_shards += 1;
         }
     }
-    // Shards that own slots now: during a scale-in the leaving shards count until drained.
+    // Shards that own slots now, as the cluster itself sees it (the largest count in any live
+    // node's view): a primary that is down still owns its slots until a replica takes them, and
+    // during a scale-in the leaving shards count until drained.
     let owning = t
         .live
         .iter()
-        .filter(|l| l.is_primary() && !l.slots().is_empty())
-        .count();
+        .map(|l| l.view().primaries().filter(|p| !p.slots.is_empty()).count())
+        .max()
+        .unwrap_or(0);
     Health {
         shards: u32::try_from(owning).unwrap_or(u32::MAX),
         ready_shards,
