@@ -415,6 +415,39 @@ async fn max_down_per_shard(c: &ClusterFixture, within: Duration) -> Result<usiz
     }
 }
 
+/// Pauses every client of one replica for `seconds` and waits until its ValkeyNode reports it
+/// not ready; returns the member's name and its pod's name and uid.
+async fn pause_a_replica(
+    c: &ClusterFixture,
+    seconds: u64,
+) -> Result<(String, (String, Option<String>))> {
+    let replica = c
+        .nodes()
+        .await?
+        .into_iter()
+        .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Replica))
+        .ok_or_else(|| e2e::E2eError::Check("no replica".into()))?;
+    let name = replica.metadata.name.clone().unwrap_or_default();
+    let status = replica.status.unwrap_or_default();
+    let pod = c.ns.pod(&status.pod_name.unwrap_or_default()).await?;
+    let ip = status.pod_ip.unwrap_or_default();
+    let millis = (seconds * 1000).to_string();
+    c.command_on(&ip, &["CLIENT", "PAUSE", &millis, "ALL"])
+        .await?;
+    e2e::operator::wait_node(
+        &c.ns,
+        &name,
+        Duration::from_secs(seconds),
+        "not ready while paused",
+        |n| n.status.as_ref().is_some_and(|s| !s.ready),
+    )
+    .await?;
+    Ok((
+        name,
+        (pod.metadata.name.unwrap_or_default(), pod.metadata.uid),
+    ))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_image_change_loses_no_acknowledged_write() -> Result<()> {
     let c = ClusterFixture::start(
@@ -438,8 +471,33 @@ async fn a_rolling_image_change_loses_no_acknowledged_write() -> Result<()> {
         .collect();
     let writer = c.start_writer().await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    // A member that is not ready for a moment (a paused server: the probes and the controllers'
+    // PINGs time out) keeps its restart gate: the new spec must not restart it out of turn.
+    let (paused, paused_pod) = pause_a_replica(&c, 25).await?;
     c.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1.2"}))
         .await?;
+    e2e::wait_until(
+        Duration::from_secs(90),
+        "the paused member ready again without having restarted",
+        || async {
+            let pod = c.ns.pod(&paused_pod.0).await?;
+            if pod.metadata.uid != paused_pod.1 {
+                return Err(e2e::E2eError::Check(format!(
+                    "{paused} restarted while it was not ready"
+                )));
+            }
+            let node =
+                c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
+                    .get(&paused)
+                    .await?;
+            Ok(if node.status.as_ref().is_some_and(|s| s.ready) {
+                e2e::Poll::Ready(())
+            } else {
+                e2e::Poll::NotYet(format!("allowedRevision {:?}", node.spec.allowed_revision))
+            })
+        },
+    )
+    .await?;
     let worst = max_down_per_shard(&c, Duration::from_secs(480)).await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
     let (acked, refused) = writer.stop().await;
