@@ -183,6 +183,22 @@ mod tests {
         }
     }
 
+    /// The status after a pass that decided `decision`, at generation 1, without a password Secret.
+    fn decided(
+        previous: Option<&ValkeyClusterStatus>,
+        decision: &Decision,
+        health: Option<Health>,
+        secs: i64,
+    ) -> ValkeyClusterStatus {
+        compute(
+            previous,
+            Some(1),
+            &Outcome::Decided { decision, health },
+            None,
+            &at(secs),
+        )
+    }
+
     fn condition<'a>(s: &'a ValkeyClusterStatus, t: &str) -> &'a Condition {
         s.conditions
             .as_deref()
@@ -229,28 +245,10 @@ mod tests {
             reason: Reason::Forming,
             message: "meeting".into(),
         };
-        let first = compute(
-            None,
-            Some(1),
-            &Outcome::Decided {
-                decision: &d,
-                health: None,
-            },
-            None,
-            &at(1),
-        );
+        let first = decided(None, &d, None, 1);
         assert_eq!(first.state, Some(ClusterState::Initializing));
         assert_eq!(condition(&first, PROGRESSING).reason, "Forming");
-        let ready = compute(
-            Some(&first),
-            Some(1),
-            &Outcome::Decided {
-                decision: &Decision::Steady(health()),
-                health: None,
-            },
-            None,
-            &at(2),
-        );
+        let ready = decided(Some(&first), &Decision::Steady(health()), None, 2);
         let moving = Decision::Wait {
             reason: Reason::MigratingSlots,
             message: "moving".into(),
@@ -282,32 +280,14 @@ mod tests {
             reason: Reason::DrainBlocked,
             message: "cannot drain".into(),
         };
-        let s = compute(
-            None,
-            Some(1),
-            &Outcome::Decided {
-                decision: &d,
-                health: None,
-            },
-            None,
-            &at(1),
-        );
+        let s = decided(None, &d, None, 1);
         assert_eq!(s.state, Some(ClusterState::Degraded));
         assert_eq!(condition(&s, DEGRADED).reason, "DrainBlocked");
         let lost = Decision::Blocked {
             reason: Reason::SlotsLost,
             message: "gone".into(),
         };
-        let s = compute(
-            None,
-            Some(1),
-            &Outcome::Decided {
-                decision: &lost,
-                health: None,
-            },
-            None,
-            &at(1),
-        );
+        let s = decided(None, &lost, None, 1);
         assert_eq!(s.state, Some(ClusterState::Failed));
         let p = Outcome::Problem {
             problem: Problem {
@@ -325,16 +305,7 @@ mod tests {
 
     #[test]
     fn counts_follow_valkey_while_work_is_in_progress() {
-        let ready = compute(
-            None,
-            Some(1),
-            &Outcome::Decided {
-                decision: &Decision::Steady(health()),
-                health: None,
-            },
-            None,
-            &at(1),
-        );
+        let ready = decided(None, &Decision::Steady(health()), None, 1);
         let hurt = Health {
             ready_shards: 2,
             replicas_in_sync: 2,
@@ -344,16 +315,7 @@ mod tests {
             reason: Reason::ReplicaSyncing,
             message: "c-1-1 is syncing".into(),
         };
-        let s = compute(
-            Some(&ready),
-            Some(1),
-            &Outcome::Decided {
-                decision: &waiting,
-                health: Some(hurt.clone()),
-            },
-            None,
-            &at(2),
-        );
+        let s = decided(Some(&ready), &waiting, Some(hurt.clone()), 2);
         assert_eq!((s.shards, s.ready_shards), (3, 2));
         let stuck = compute(
             Some(&s),
@@ -377,16 +339,7 @@ mod tests {
 
     #[test]
     fn a_pass_where_no_member_answered_keeps_the_last_counts() {
-        let ready = compute(
-            None,
-            Some(1),
-            &Outcome::Decided {
-                decision: &Decision::Steady(health()),
-                health: None,
-            },
-            None,
-            &at(1),
-        );
+        let ready = decided(None, &Decision::Steady(health()), None, 1);
         let blind = Decision::Wait {
             reason: Reason::WaitingForNodes,
             message: "nobody answers".into(),

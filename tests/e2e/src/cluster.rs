@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
-use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyNode};
+use valkey_api::v1alpha1::{ClusterState, Role, ValkeyCluster, ValkeyNode};
 
 use crate::operator::{ControllerProcess, install_crds, wait_cluster};
 use crate::{E2eError, Poll, Result, TestNamespace, check, wait_until};
@@ -82,6 +82,15 @@ impl ClusterFixture {
             )
             .await?;
         Ok(list.items)
+    }
+
+    /// One member whose ValkeyNode reports `role`.
+    pub async fn member_with_role(&self, role: Role) -> Result<ValkeyNode> {
+        self.nodes()
+            .await?
+            .into_iter()
+            .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(role))
+            .ok_or_else(|| E2eError::Check(format!("no member reports {role:?}")))
     }
 
     /// Waits until the ValkeyNodes report `primaries` primaries and `replicas` replicas (a node

@@ -244,12 +244,7 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
     let before = c.write_keys("pre", 300).await?;
     let writer = c.start_writer().await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
-    let victim = c
-        .nodes()
-        .await?
-        .into_iter()
-        .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Primary))
-        .ok_or_else(|| e2e::E2eError::Check("no primary".into()))?;
+    let victim = c.member_with_role(Role::Primary).await?;
     let victim_name = victim.metadata.name.clone().unwrap_or_default();
     let victim_pod = victim.status.and_then(|s| s.pod_name).unwrap_or_default();
     c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"])
@@ -421,12 +416,7 @@ async fn pause_a_replica(
     c: &ClusterFixture,
     seconds: u64,
 ) -> Result<(String, (String, Option<String>))> {
-    let replica = c
-        .nodes()
-        .await?
-        .into_iter()
-        .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Replica))
-        .ok_or_else(|| e2e::E2eError::Check("no replica".into()))?;
+    let replica = c.member_with_role(Role::Replica).await?;
     let name = replica.metadata.name.clone().unwrap_or_default();
     let status = replica.status.unwrap_or_default();
     let pod = c.ns.pod(&status.pod_name.unwrap_or_default()).await?;
@@ -618,12 +608,7 @@ async fn a_member_that_returns_empty_replaces_its_predecessor() -> Result<()> {
     .await?;
     c.wait_ready(FORM).await?;
     let before = c.write_keys("pre", 300).await?;
-    let victim = c
-        .nodes()
-        .await?
-        .into_iter()
-        .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(Role::Primary))
-        .ok_or_else(|| e2e::E2eError::Check("no primary".into()))?;
+    let victim = c.member_with_role(Role::Primary).await?;
     let name = victim.metadata.name.clone().unwrap_or_default();
     let ip = victim
         .status
