@@ -21,6 +21,16 @@ impl Backoff {
         delay(*n)
     }
 
+    /// How many times in a row `key` has failed.
+    pub fn failures(&self, key: &str) -> u32 {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Forgets `key`'s failures.
     pub fn succeeded(&self, key: &str) {
         self.failures
@@ -43,8 +53,10 @@ mod tests {
         let b = Backoff::default();
         let delays: Vec<u64> = (0..11).map(|_| b.failed("a").as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(b.failures("a"), 11);
         assert_eq!(b.failed("other").as_secs(), 1, "per key");
         b.succeeded("a");
+        assert_eq!(b.failures("a"), 0);
         assert_eq!(b.failed("a").as_secs(), 1);
     }
 }

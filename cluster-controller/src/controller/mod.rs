@@ -62,13 +62,22 @@ fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { what, source }
 }
 
+/// The longest wait before retrying a Valkey action that keeps failing.
+const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
+/// Failures in a row of a Valkey action before the cluster is reported Degraded: one or two are
+/// the normal noise of pods restarting; three mean a person should look.
+const ACTION_FAILURES_BEFORE_DEGRADED: u32 = 3;
+
 pub struct Context {
     pub client: Client,
     pub metrics: Metrics,
     pub events: EventPublisher,
     /// One engine per cluster and operator password: it keeps Valkey connections between passes.
     engines: Mutex<HashMap<String, (String, Engine<RedisClient>)>>,
+    /// Failed reconciles (the API, a Secret), per cluster.
     backoff: plumbing::backoff::Backoff,
+    /// Valkey actions that failed in a row, per cluster: each retry waits longer.
+    action_failures: plumbing::backoff::Backoff,
 }
 
 pub async fn run(handles: plumbing::Handles) {
@@ -113,6 +122,7 @@ pub async fn run(handles: plumbing::Handles) {
         events,
         engines: Mutex::new(HashMap::new()),
         backoff: plumbing::backoff::Backoff::default(),
+        action_failures: plumbing::backoff::Backoff::default(),
     });
     controller
         .graceful_shutdown_on(stop)
@@ -255,15 +265,35 @@ async fn reconcile(
     let members: Vec<Member> = existing.iter().filter_map(members::member).collect();
     let engine = ctx.engine(&key_of(cluster), &credentials);
     let pass = engine.pass(&desired, &members).await;
-    if let Some(Err(e)) = &pass.outcome {
-        tracing::info!(error = %e, "the step failed; the next pass looks again");
-    }
     let decision = &pass.decision;
     let mut requeue = match decision {
         Decision::Act { .. } => Duration::from_millis(500),
         Decision::Wait { .. } => Duration::from_secs(2),
         Decision::Steady(_) => Duration::from_secs(15),
         Decision::Blocked { .. } => Duration::from_secs(10),
+    };
+    // A Valkey action that fails again and again is retried ever more slowly, and from the
+    // third failure in a row the status says what Valkey answered. Any other pass clears it.
+    let key = key_of(cluster);
+    let failing = match (&pass.outcome, decision) {
+        (Some(Err(error)), Decision::Act { action, .. }) => {
+            requeue = ctx.action_failures.failed(&key).min(MAX_ACTION_RETRY);
+            let times = ctx.action_failures.failures(&key);
+            tracing::info!(%error, times, retry_in = ?requeue, "the step failed; the next pass looks again");
+            (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
+                reason: "ActionFailing".into(),
+                // No count in the words: a status that changed on every failure would be
+                // written, and its own watch event would start the next pass at once.
+                message: format!(
+                    "{action} keeps failing: {error}. The operator retries, at most every {}s.",
+                    MAX_ACTION_RETRY.as_secs()
+                ),
+            })
+        }
+        _ => {
+            ctx.action_failures.succeeded(&key);
+            None
+        }
     };
     if let Decision::Act { action, reason, .. } = decision {
         match action {
@@ -276,9 +306,6 @@ async fn reconcile(
             _ => {}
         }
         let failed = matches!(pass.outcome, Some(Err(_)));
-        if failed {
-            requeue = Duration::from_secs(2);
-        }
         let note = format!(
             "{action}{}",
             if failed { " (failed; retrying)" } else { "" }
@@ -321,7 +348,7 @@ async fn reconcile(
         }),
         _ => None,
     };
-    let outcome = match stuck.or(blocked_step) {
+    let outcome = match stuck.or(blocked_step).or(failing) {
         Some(problem) => Outcome::Problem {
             problem,
             health: pass.health.clone(),
@@ -332,7 +359,7 @@ async fn reconcile(
         },
     };
     write_status(&ctx, cluster, &outcome, password_secret.as_deref()).await?;
-    ctx.backoff.succeeded(&key_of(cluster));
+    ctx.backoff.succeeded(&key);
     Ok(Requeue::requeue(requeue))
 }
 

@@ -667,3 +667,62 @@ async fn a_member_that_returns_empty_replaces_its_predecessor() -> Result<()> {
     }
     c.verify(&before).await
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() -> Result<()> {
+    let c = ClusterFixture::start("cluster-refused", "refused", "{shards: 2, replicas: 0}").await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 200).await?;
+    // Every server refuses the operator's CLUSTER MEET, so a new shard cannot join.
+    let ips: Vec<String> = c
+        .nodes()
+        .await?
+        .into_iter()
+        .filter_map(|n| n.status?.pod_ip)
+        .collect();
+    for ip in &ips {
+        c.command_on(ip, &["ACL", "SETUSER", "operator", "-cluster|meet"])
+            .await?;
+    }
+    c.patch_spec(serde_json::json!({"shards": 3})).await?;
+    let degraded = e2e::operator::wait_cluster(
+        &c.ns,
+        &c.name,
+        Duration::from_secs(180),
+        "Degraded with Valkey's refusal",
+        |cluster| {
+            cluster.status.as_ref().is_some_and(|s| {
+                s.state == Some(valkey_api::v1alpha1::ClusterState::Degraded)
+                    && s.reason.as_deref() == Some("ActionFailing")
+            })
+        },
+    )
+    .await?;
+    let message = degraded.status.and_then(|s| s.message).unwrap_or_default();
+    check(
+        message.contains("CLUSTER MEET") && message.contains("no permissions"),
+        format!("the message names the command and Valkey's answer: {message}"),
+    )?;
+    // Retried ever more slowly (1, 2, 4, 8, 16 s ... at most 30 s), not in a loop: a pass per
+    // retry and per change of the new member's status. A hot loop would count hundreds.
+    // (35 s: longer than the longest wait, so at least one retry falls inside.)
+    let window = Duration::from_secs(35);
+    let from = c.cluster_controller.metric("reconciles_total").await?;
+    tokio::time::sleep(window).await;
+    let grown = c.cluster_controller.metric("reconciles_total").await? - from;
+    eprintln!("{grown} reconciles in {window:?} while the action kept failing");
+    check(
+        (1.0..=15.0).contains(&grown),
+        format!("{grown} reconciles in {window:?}: expected a few back-off retries"),
+    )?;
+    // Nothing was lost or taken away meanwhile; once Valkey allows it again the shard joins.
+    check(c.nodes().await?.len() == 3, "all three members exist")?;
+    for ip in &ips {
+        c.command_on(ip, &["ACL", "SETUSER", "operator", "+cluster|meet"])
+            .await?;
+    }
+    c.wait_ready(Duration::from_secs(300)).await?;
+    c.wait_roles(3, 0, Duration::from_secs(60)).await?;
+    c.assert_no_open_slots().await?;
+    c.verify(&before).await
+}
