@@ -112,24 +112,6 @@ pub struct Context {
 
 /// Runs the controller until `stop` resolves.
 pub async fn run(handles: plumbing::Handles) {
-    let plumbing::Handles {
-        client,
-        namespace,
-        metrics,
-        events,
-        readiness,
-        stop,
-    } = handles;
-    let namespace = namespace.as_deref();
-    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     // Only our own children are cached: pods by their node label, the rest by managed-by.
     let ours =
         watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
@@ -140,23 +122,23 @@ pub async fn run(handles: plumbing::Handles) {
     let (deployments, deploy_writer) = reflector::store();
     let (config_maps, cm_writer) = reflector::store();
     let (pvcs, pvc_writer) = reflector::store();
-    let pod_stream = watcher(api::<Pod>(&client, namespace), pods_cfg)
+    let pod_stream = watcher(handles.api::<Pod>(), pods_cfg)
         .default_backoff()
         .reflect(pods_writer)
         .touched_objects();
-    let sts_stream = watcher(api::<StatefulSet>(&client, namespace), ours.clone())
+    let sts_stream = watcher(handles.api::<StatefulSet>(), ours.clone())
         .default_backoff()
         .reflect(sts_writer)
         .touched_objects();
-    let deploy_stream = watcher(api::<Deployment>(&client, namespace), ours.clone())
+    let deploy_stream = watcher(handles.api::<Deployment>(), ours.clone())
         .default_backoff()
         .reflect(deploy_writer)
         .touched_objects();
-    let cm_stream = watcher(api::<ConfigMap>(&client, namespace), ours.clone())
+    let cm_stream = watcher(handles.api::<ConfigMap>(), ours.clone())
         .default_backoff()
         .reflect(cm_writer)
         .touched_objects();
-    let pvc_stream = watcher(api::<PersistentVolumeClaim>(&client, namespace), ours)
+    let pvc_stream = watcher(handles.api::<PersistentVolumeClaim>(), ours)
         .default_backoff()
         .reflect(pvc_writer)
         .touched_objects();
@@ -168,21 +150,21 @@ pub async fn run(handles: plumbing::Handles) {
         config_maps,
         pvcs,
     };
-    let nodes = api::<DeserializeGuard<ValkeyNode>>(&client, namespace);
+    let nodes = handles.api::<DeserializeGuard<ValkeyNode>>();
     let controller = Controller::new(nodes, watcher::Config::default());
     let node_store = controller.store();
     let caches = stores.clone();
-    tokio::spawn(async move {
-        // A Store's readiness wakes only the task that polled it last, and the Controller and the
-        // passes wait on these same Stores: a single wait here could sleep forever (and /ready
-        // with it), so look again every 500 ms.
-        let synced = || futures::future::join(caches.all_ready(), node_store.wait_until_ready());
-        while tokio::time::timeout(Duration::from_millis(500), synced())
-            .await
-            .is_err()
-        {}
-        readiness.mark_synced();
-        tracing::info!("watch caches synced");
+    let plumbing::Handles {
+        client,
+        metrics,
+        events,
+        readiness,
+        stop,
+        ..
+    } = handles;
+    readiness.mark_synced_when(move || {
+        let (caches, node_store) = (caches.clone(), node_store.clone());
+        async move { futures::future::join(caches.all_ready(), node_store.wait_until_ready()).await }
     });
 
     let ctx = Arc::new(Context {

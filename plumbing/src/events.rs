@@ -59,6 +59,7 @@ impl EventPublisher {
     {
         self.publish(
             &object.object_ref(&()),
+            None,
             EventType::Normal,
             reason,
             action,
@@ -80,6 +81,7 @@ impl EventPublisher {
     {
         self.publish(
             &object.object_ref(&()),
+            None,
             EventType::Warning,
             reason,
             action,
@@ -102,7 +104,7 @@ impl EventPublisher {
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish_related(
+        self.publish(
             &object.object_ref(&()),
             Some(related),
             EventType::Normal,
@@ -113,22 +115,9 @@ impl EventPublisher {
         .await
     }
 
-    /// An event about any referenced object. Over-long fields are truncated to what the API
-    /// accepts rather than rejected. **No secret values.**
+    /// An event about any referenced object, with an optional related one. Over-long fields are
+    /// truncated to what the API accepts rather than rejected. **No secret values.**
     pub async fn publish(
-        &self,
-        reference: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Result<(), EventError> {
-        self.publish_related(reference, None, type_, reason, action, note)
-            .await
-    }
-
-    /// [`EventPublisher::publish`] with a related object.
-    pub async fn publish_related(
         &self,
         reference: &ObjectReference,
         related: Option<ObjectReference>,

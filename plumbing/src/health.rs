@@ -63,6 +63,26 @@ impl Readiness {
         self.set_synced(true);
     }
 
+    /// Marks the watches synced once `synced()` resolves, from a task of its own. The future is
+    /// made again every 500 ms: a kube `Store`'s readiness wakes only the task that polled it last,
+    /// and the controller waits on the same stores, so a single wait could sleep forever (and
+    /// `/ready` with it).
+    pub fn mark_synced_when<F, Fut>(&self, synced: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future + Send,
+    {
+        let readiness = self.clone();
+        tokio::spawn(async move {
+            while tokio::time::timeout(std::time::Duration::from_millis(500), synced())
+                .await
+                .is_err()
+            {}
+            readiness.mark_synced();
+            tracing::info!("watch caches synced");
+        });
+    }
+
     pub fn set_synced(&self, synced: bool) {
         self.inner.synced.store(synced, Ordering::SeqCst);
     }

@@ -176,6 +176,19 @@ pub struct Handles {
     pub stop: std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
 }
 
+impl Handles {
+    /// The API of `K` in the watched namespace, or in all namespaces.
+    pub fn api<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+}
+
 /// The whole life of a controller binary: start the runtime, wait to lead, run `controllers`
 /// until they stop, release the Lease, and say how the process should exit (non-zero after lost
 /// leadership, so the pod restarts as a standby).

@@ -81,40 +81,23 @@ pub struct Context {
 }
 
 pub async fn run(handles: plumbing::Handles) {
+    let clusters = handles.api::<DeserializeGuard<ValkeyCluster>>();
+    let nodes = handles.api::<ValkeyNode>();
     let plumbing::Handles {
         client,
-        namespace,
         metrics,
         events,
         readiness,
         stop,
+        ..
     } = handles;
-    let namespace = namespace.as_deref();
-    let (clusters, nodes) = match namespace {
-        Some(ns) => (
-            Api::<DeserializeGuard<ValkeyCluster>>::namespaced(client.clone(), ns),
-            Api::<ValkeyNode>::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns(nodes, watcher::Config::default().labels(CLUSTER_LABEL));
     let store = controller.store();
-    tokio::spawn(async move {
-        // A Store's readiness wakes only the task that polled it last, and the Controller waits
-        // on this same Store: a single wait here could sleep forever, so look again every 500 ms.
-        loop {
-            let wait = tokio::time::timeout(Duration::from_millis(500), store.wait_until_ready());
-            match wait.await {
-                Ok(Ok(())) => {
-                    readiness.mark_synced();
-                    tracing::info!("watch caches synced");
-                    break;
-                }
-                Ok(Err(_)) => break, // the writer is gone: the controller is stopping
-                Err(_) => continue,
-            }
-        }
+    // (An error means the store's writer is gone: the controller is stopping anyway.)
+    readiness.mark_synced_when(move || {
+        let store = store.clone();
+        async move { store.wait_until_ready().await }
     });
     let ctx = Arc::new(Context {
         client,
