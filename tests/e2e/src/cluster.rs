@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
-use valkey_api::v1alpha1::{ClusterState, Role, ValkeyCluster, ValkeyNode};
+use valkey_api::v1alpha1::{ClusterState, Role, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 
 use crate::operator::{ControllerProcess, install_crds, wait_cluster};
 use crate::{E2eError, Poll, Result, TestNamespace, check, wait_until};
@@ -61,6 +61,32 @@ impl ClusterFixture {
             })
         })
         .await
+    }
+
+    /// Waits until the cluster's status satisfies `check`, returning the cluster.
+    pub async fn wait_status<F>(
+        &self,
+        within: Duration,
+        what: &str,
+        check: F,
+    ) -> Result<ValkeyCluster>
+    where
+        F: Fn(&ValkeyClusterStatus) -> bool,
+    {
+        wait_cluster(&self.ns, &self.name, within, what, |c| {
+            c.status.as_ref().is_some_and(&check)
+        })
+        .await
+    }
+
+    /// Waits until the cluster is Degraded for `reason`; returns the status message.
+    pub async fn wait_degraded(&self, reason: &str, within: Duration) -> Result<String> {
+        let degraded = self
+            .wait_status(within, &format!("Degraded: {reason}"), |s| {
+                s.state == Some(ClusterState::Degraded) && s.reason.as_deref() == Some(reason)
+            })
+            .await?;
+        Ok(degraded.status.and_then(|s| s.message).unwrap_or_default())
     }
 
     /// A merge patch of the cluster's spec.

@@ -250,17 +250,9 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
     c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"])
         .await?;
     // The status says so while it heals: the hurt shard is not counted ready.
-    e2e::operator::wait_cluster(
-        &c.ns,
-        &c.name,
-        Duration::from_secs(60),
-        "a shard reported not ready",
-        |cluster| {
-            cluster.status.as_ref().is_some_and(|s| {
-                s.ready_shards < 3 && s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)
-            })
-        },
-    )
+    c.wait_status(Duration::from_secs(60), "a shard reported not ready", |s| {
+        s.ready_shards < 3 && s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)
+    })
     .await?;
     // A replica takes over (Valkey's own failover); the old primary returns as a replica.
     e2e::operator::wait_node(
@@ -540,13 +532,9 @@ async fn a_cluster_controller_killed_mid_scale_out_finishes_the_migration() -> R
     c.wait_ready(FORM).await?;
     let before = c.write_keys("pre", 10_000).await?;
     c.patch_spec(serde_json::json!({"shards": 4})).await?;
-    e2e::operator::wait_cluster(
-        &c.ns,
-        "kill",
-        Duration::from_secs(180),
-        "migrating slots",
-        |cl| cl.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("MigratingSlots"),
-    )
+    c.wait_status(Duration::from_secs(180), "migrating slots", |s| {
+        s.reason.as_deref() == Some("MigratingSlots")
+    })
     .await?;
     c.cluster_controller.kill().await?;
     let ns_name = c.ns.name.clone();
@@ -572,20 +560,9 @@ async fn a_placement_that_cannot_be_met_is_degraded_with_the_schedulers_reason()
         "{shards: 1, replicas: 3, placement: Required, persistence: {enabled: false}}",
     )
     .await?;
-    let degraded = e2e::operator::wait_cluster(
-        &c.ns,
-        "zones",
-        Duration::from_secs(180),
-        "Degraded: Unschedulable",
-        |cl| {
-            cl.status.as_ref().is_some_and(|s| {
-                s.state == Some(valkey_api::v1alpha1::ClusterState::Degraded)
-                    && s.reason.as_deref() == Some("Unschedulable")
-            })
-        },
-    )
-    .await?;
-    let message = degraded.status.and_then(|s| s.message).unwrap_or_default();
+    let message = c
+        .wait_degraded("Unschedulable", Duration::from_secs(180))
+        .await?;
     check(
         message.contains("ValkeyNode zones-0-") && message.contains("anti-affinity"),
         format!("message: {message}"),
@@ -685,20 +662,9 @@ async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() 
             .await?;
     }
     c.patch_spec(serde_json::json!({"shards": 3})).await?;
-    let degraded = e2e::operator::wait_cluster(
-        &c.ns,
-        &c.name,
-        Duration::from_secs(180),
-        "Degraded with Valkey's refusal",
-        |cluster| {
-            cluster.status.as_ref().is_some_and(|s| {
-                s.state == Some(valkey_api::v1alpha1::ClusterState::Degraded)
-                    && s.reason.as_deref() == Some("ActionFailing")
-            })
-        },
-    )
-    .await?;
-    let message = degraded.status.and_then(|s| s.message).unwrap_or_default();
+    let message = c
+        .wait_degraded("ActionFailing", Duration::from_secs(180))
+        .await?;
     check(
         message.contains("CLUSTER MEET") && message.contains("no permissions"),
         format!("the message names the command and Valkey's answer: {message}"),

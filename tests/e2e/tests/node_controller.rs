@@ -62,6 +62,15 @@ async fn create_node(ns: &TestNamespace, name: &str, spec: Value) -> Result<Valk
         .await?)
 }
 
+/// Creates `<prefix>-sts` and `<prefix>-dep` with the same `spec`, one of each workload type.
+async fn create_node_of_each_workload(ns: &TestNamespace, prefix: &str, spec: Value) -> Result<()> {
+    create_node(ns, &format!("{prefix}-sts"), spec.clone()).await?;
+    let mut dep = spec;
+    merge(&mut dep, &json!({"workloadType": "Deployment"}));
+    create_node(ns, &format!("{prefix}-dep"), dep).await?;
+    Ok(())
+}
+
 fn condition<'a>(node: &'a ValkeyNode, type_: &str) -> Option<&'a Condition> {
     node.status
         .as_ref()?
@@ -516,10 +525,7 @@ async fn persistent_data_survives_pod_deletion_for_both_workload_types() -> Resu
     let _controller = start_controller(&ns).await?;
     let persistent =
         json!({"persistence": {"enabled": true, "size": "1Gi"}, "config": {"appendonly": "yes"}});
-    create_node(&ns, "durable-sts", persistent.clone()).await?;
-    let mut dep = persistent;
-    merge(&mut dep, &json!({"workloadType": "Deployment"}));
-    create_node(&ns, "durable-dep", dep).await?;
+    create_node_of_each_workload(&ns, "durable", persistent).await?;
     tokio::try_join!(
         key_survives_pod_deletion(&ns, "durable-sts"),
         key_survives_pod_deletion(&ns, "durable-dep"),
@@ -982,10 +988,7 @@ async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<(
     let ns = TestNamespace::create("nc-heldpod").await?;
     let _controller = start_controller(&ns).await?;
     let config = json!({"config": {"maxmemory": "100mb"}});
-    create_node(&ns, "kept-sts", config.clone()).await?;
-    let mut dep = config;
-    merge(&mut dep, &json!({"workloadType": "Deployment"}));
-    create_node(&ns, "kept-dep", dep).await?;
+    create_node_of_each_workload(&ns, "kept", config).await?;
     tokio::try_join!(
         a_held_pod_comes_back_as_it_was(&ns, "kept-sts"),
         a_held_pod_comes_back_as_it_was(&ns, "kept-dep"),
@@ -999,10 +1002,7 @@ async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
     let ns = TestNamespace::create("nc-revision").await?;
     let _controller = start_controller(&ns).await?;
     let config = json!({"config": {"maxmemory": "100mb"}});
-    create_node(&ns, "held-sts", config.clone()).await?;
-    let mut dep = config;
-    merge(&mut dep, &json!({"workloadType": "Deployment"}));
-    create_node(&ns, "held-dep", dep).await?;
+    create_node_of_each_workload(&ns, "held", config).await?;
     tokio::try_join!(
         config_change_waits_for_its_revision(&ns, "held-sts"),
         config_change_waits_for_its_revision(&ns, "held-dep"),
