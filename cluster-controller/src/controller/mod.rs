@@ -246,7 +246,8 @@ async fn reconcile(
     }
 
     let members: Vec<Member> = existing.iter().filter_map(members::member).collect();
-    let engine = ctx.engine(&key_of(cluster), &credentials);
+    let key = key_of(cluster);
+    let engine = ctx.engine(&key, &credentials);
     let pass = engine.pass(&desired, &members).await;
     let decision = &pass.decision;
     let mut requeue = match decision {
@@ -257,7 +258,6 @@ async fn reconcile(
     };
     // A Valkey action that fails again and again is retried ever more slowly, and from the
     // third failure in a row the status says what Valkey answered. Any other pass clears it.
-    let key = key_of(cluster);
     let failing = match (&pass.outcome, decision) {
         (Some(Err(error)), Decision::Act { action, .. }) => {
             requeue = ctx.action_failures.failed(&key).min(MAX_ACTION_RETRY);
