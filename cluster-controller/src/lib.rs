@@ -1,10 +1,12 @@
-//! The cluster-controller, in layers:
-//! - [`valkey`]: what Valkey says, parsed (pure, tested from captured replies);
-//! - [`plan`]: slot sets, rebalancing and the per-slot migration machines (pure);
-//! - [`client`]: the one small trait the engine talks to Valkey through, and its redis impl;
+//! The cluster-controller, in layers; each imports only the layers listed before it:
+//! - [`valkey`]: slot sets and what Valkey says, parsed (pure, tested from captured replies);
+//! - [`plan`]: rebalancing and the per-slot migration machines (pure; imports `valkey`);
+//! - [`client`]: the one small trait the engine talks to Valkey through, and its redis impl
+//!   (imports nothing of this crate: it carries commands and replies);
 //! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
-//!   against real valkey-server processes, no Kubernetes);
-//! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out.
+//!   against real valkey-server processes, no Kubernetes; imports the three above);
+//! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out
+//!   (imports the engine and the client's credentials).
 
 pub mod client;
 pub mod controller;

@@ -4,9 +4,9 @@
 mod common;
 
 use cluster_controller::plan::migration::atomic::{Observed, Step, next_step};
-use cluster_controller::plan::slots::SlotSet;
 use cluster_controller::valkey::cluster_nodes::{self, ClusterNodes};
 use cluster_controller::valkey::slot_migrations::{self, SlotMigrationJob};
+use cluster_controller::valkey::slots::SlotSet;
 
 fn nodes(name: &str) -> ClusterNodes {
     cluster_nodes::parse(&common::text(name)).unwrap()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use cluster_controller::client::{Credentials, RedisClient, RedisClientConfig};
 use cluster_controller::engine::{
-    Action, Decision, Desired, Engine, EngineConfig, ExecuteConfig, execute,
+    Action, Decision, Desired, Engine, EngineConfig, ExecuteConfig, execute, migrate_auth,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -66,7 +66,7 @@ async fn legacy_migration_resumes_after_the_engine_dies_anywhere() {
     // Engines that die after a random few milliseconds, mid-command or between commands.
     let mut rng = StdRng::seed_from_u64(0x5107);
     let config = ExecuteConfig {
-        migrate_auth: Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD).migrate_auth(),
+        migrate_auth: migrate_auth(&Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD)),
         ..ExecuteConfig::default()
     };
     let mut interrupted = 0;

@@ -2,12 +2,12 @@
 
 mod common;
 
-use cluster_controller::plan::slots::SlotSet;
 use cluster_controller::valkey::cluster_info::{self, ClusterState};
 use cluster_controller::valkey::cluster_nodes::{self, ClusterNodes, LinkState};
 use cluster_controller::valkey::cluster_shards::{self, Health, ShardRole};
 use cluster_controller::valkey::info::{self, LinkStatus, Role};
 use cluster_controller::valkey::slot_migrations::{self, JobState, Operation};
+use cluster_controller::valkey::slots::SlotSet;
 use cluster_controller::valkey::{Version, supports_atomic_slot_migration};
 
 fn nodes(name: &str) -> ClusterNodes {

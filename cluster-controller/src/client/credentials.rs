@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use crate::plan::migration::command::MigrateAuth;
-
 /// A secret string. `Debug` prints `***`; the value is only reachable through
 /// [`Secret::expose`], which call sites use to hand it to the server.
 #[derive(Clone, PartialEq, Eq)]
@@ -51,18 +49,6 @@ impl Credentials {
             password: Some(Secret::new(password)),
         }
     }
-
-    /// What MIGRATE must carry so the destination accepts the keys as this same user.
-    pub fn migrate_auth(&self) -> Option<MigrateAuth> {
-        let password = self.password.as_ref()?.expose().to_owned();
-        Some(match &self.username {
-            Some(username) => MigrateAuth::User {
-                username: username.clone(),
-                password,
-            },
-            None => MigrateAuth::Password(password),
-        })
-    }
 }
 
 #[cfg(test)]
@@ -75,19 +61,5 @@ mod tests {
         let text = format!("{credentials:?}");
         assert!(text.contains("operator"));
         assert!(!text.contains("hunter2"), "{text}");
-        assert!(!format!("{:?}", credentials.migrate_auth()).contains("hunter2"));
-    }
-
-    #[test]
-    fn migrate_auth_follows_the_user() {
-        assert_eq!(Credentials::none().migrate_auth(), None);
-        let default_user = Credentials {
-            username: None,
-            password: Some(Secret::new("p")),
-        };
-        assert_eq!(
-            default_user.migrate_auth(),
-            Some(MigrateAuth::Password("p".into()))
-        );
     }
 }

@@ -5,8 +5,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use crate::plan::migration::legacy::Intent;
-use crate::plan::slots::{SlotRange, SlotSet};
 use crate::valkey::cluster_nodes::NodeId;
+use crate::valkey::slots::{SlotRange, SlotSet};
 
 /// A member's Valkey node, as far as an action needs it: who (for messages), where (to send
 /// the command) and which cluster identity (to check it is still the same node).

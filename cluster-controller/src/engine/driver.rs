@@ -7,7 +7,7 @@ use crate::client::{Credentials, ValkeyClient};
 use super::decide::{decide, health};
 use super::decision::{Decision, Health};
 use super::error::EngineError;
-use super::execute::{ExecuteConfig, Outcome, execute};
+use super::execute::{ExecuteConfig, Outcome, execute, migrate_auth};
 use super::member::{Desired, Member};
 use super::observe::{Observation, observe_fenced};
 
@@ -27,7 +27,7 @@ impl EngineConfig {
         Self {
             observe_timeout: Duration::from_secs(2),
             execute: ExecuteConfig {
-                migrate_auth: credentials.migrate_auth(),
+                migrate_auth: migrate_auth(credentials),
                 ..ExecuteConfig::default()
             },
             fence_user: None,

@@ -21,7 +21,6 @@ mod decision;
 mod driver;
 mod error;
 mod execute;
-mod legacy;
 mod member;
 mod observe;
 
@@ -29,6 +28,6 @@ pub use decide::{ATOMIC_MAX_ATTEMPTS, decide, health};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass};
 pub use error::EngineError;
-pub use execute::{ExecuteConfig, Outcome, execute};
+pub use execute::{ExecuteConfig, Outcome, execute, migrate_auth};
 pub use member::{Desired, Member, Place};
 pub use observe::{NodeState, Observation, Reach, observe, observe_fenced};

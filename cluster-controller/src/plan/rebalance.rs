@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
-use super::slots::{SLOT_COUNT, SlotSet, balanced_sizes};
+use crate::valkey::slots::{SLOT_COUNT, SlotSet, balanced_sizes};
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RebalanceError {
@@ -175,8 +175,8 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    use super::super::slots::{SlotRange, even_split};
     use super::*;
+    use crate::valkey::slots::{SlotRange, even_split};
 
     fn shards(n: usize, prefix: &str) -> Vec<String> {
         (0..n).map(|i| format!("{prefix}{i}")).collect()

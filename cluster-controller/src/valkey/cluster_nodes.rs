@@ -7,7 +7,7 @@
 use std::fmt;
 
 use super::ParseError;
-use crate::plan::slots::{Slot, SlotRange, SlotSet};
+use super::slots::{Slot, SlotRange, SlotSet};
 
 /// A node's 40-character hexadecimal cluster identity.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -6,8 +6,8 @@ use redis::Value;
 
 use super::ParseError;
 use super::cluster_nodes::NodeId;
+use super::slots::{Slot, SlotRange, SlotSet};
 use super::value::{self, bad, field, opt_int, opt_text, shape};
-use crate::plan::slots::{Slot, SlotRange, SlotSet};
 
 const REPLY: &str = "CLUSTER SHARDS";
 

@@ -1,5 +1,7 @@
-//! Parsers for Valkey's replies. No I/O: the text or `redis::Value` a client received goes in,
-//! typed data comes out, and malformed input is a [`ParseError`], never a panic.
+//! Valkey's vocabulary, the bottom layer: hash slots and slot sets ([`slots`]), and parsers for
+//! Valkey's replies. No I/O: the text or `redis::Value` a client received goes in, typed data
+//! comes out, and malformed input is a [`ParseError`], never a panic. Imports nothing of this
+//! crate.
 
 pub mod cluster_info;
 pub mod cluster_nodes;
@@ -8,6 +10,7 @@ mod error;
 pub mod info;
 mod kv;
 pub mod slot_migrations;
+pub mod slots;
 pub mod value;
 pub mod version;
 

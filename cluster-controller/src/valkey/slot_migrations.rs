@@ -11,8 +11,8 @@ use redis::Value;
 
 use super::ParseError;
 use super::cluster_nodes::NodeId;
+use super::slots::{SlotRange, SlotSet};
 use super::value::{self, bad, field, opt_int, opt_text, shape};
-use crate::plan::slots::{SlotRange, SlotSet};
 
 const REPLY: &str = "CLUSTER GETSLOTMIGRATIONS";
 

@@ -163,7 +163,7 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
         let views: Vec<&ClusterNode> = t.staying().filter_map(|l| l.entry(id)).collect();
         let slots = views
             .iter()
-            .fold(crate::plan::slots::SlotSet::new(), |acc, e| {
+            .fold(crate::valkey::slots::SlotSet::new(), |acc, e| {
                 acc.union(&e.slots)
             });
         let (reason, message) = if slots.is_empty() {

@@ -8,10 +8,10 @@ use crate::engine::member::Place;
 use crate::plan::migration::atomic;
 use crate::plan::migration::legacy::Intent;
 use crate::plan::rebalance;
-use crate::plan::slots::SlotSet;
 use crate::valkey::cluster_info::ClusterState;
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slot_migrations::{Operation, SlotMigrationJob};
+use crate::valkey::slots::SlotSet;
 
 use super::topology::{Live, Topology};
 

@@ -6,8 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use crate::engine::decision::NodeRef;
 use crate::engine::member::{Desired, Member, Place};
 use crate::engine::observe::{NodeState, Observation, Reach};
-use crate::plan::slots::SlotSet;
 use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, NodeId};
+use crate::valkey::slots::SlotSet;
 
 /// A member that is ready and answered this pass.
 #[derive(Debug, Clone, Copy)]

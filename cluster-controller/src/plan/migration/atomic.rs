@@ -7,9 +7,9 @@
 //! succeeded, then reported. The job log is bounded by the server
 //! (`cluster-slot-migration-log-max-len`), so the attempt count is a lower bound.
 
-use crate::plan::slots::{SlotRange, SlotSet};
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slot_migrations::{JobState, Operation, SlotMigrationJob};
+use crate::valkey::slots::{SlotRange, SlotSet};
 
 use super::command::migrateslots_args;
 

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::plan::slots::{Slot, SlotRange};
 use crate::valkey::cluster_nodes::NodeId;
+use crate::valkey::slots::{Slot, SlotRange};
 
 /// `CLUSTER SETSLOT <slot> <action>`.
 #[derive(Debug, Clone, PartialEq, Eq)]

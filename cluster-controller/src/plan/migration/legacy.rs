@@ -15,8 +15,8 @@
 //! the hand-off the target owns the slot, so finishing is the only clean way out and an abort
 //! is carried forward.
 
-use crate::plan::slots::Slot;
 use crate::valkey::cluster_nodes::{NodeId, SlotView};
+use crate::valkey::slots::Slot;
 
 use super::command::SetSlot;
 

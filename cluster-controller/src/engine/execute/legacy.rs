@@ -18,13 +18,14 @@ use crate::plan::migration::command::{
     countkeysinslot_args, getkeysinslot_args, migrate_args, to_cmd,
 };
 use crate::plan::migration::legacy::{Blocked, Observed, Step, next_step};
-use crate::plan::slots::Slot;
-use crate::valkey::cluster_nodes::{self, ClusterNodes, NodeId};
+use crate::valkey::cluster_nodes::{ClusterNodes, NodeId};
+use crate::valkey::slots::Slot;
 use crate::valkey::value;
 
-use super::decision::{LegacyMigration, NodeRef};
-use super::error::EngineError;
-use super::execute::{ExecuteConfig, Outcome};
+use super::config::{ExecuteConfig, Outcome};
+use super::reply::{cluster_nodes_of, count, expect_ok, parse_error, unexpected};
+use crate::engine::decision::{LegacyMigration, NodeRef};
+use crate::engine::error::EngineError;
 
 /// More rounds than any batch needs (the key batches of a slot with millions of keys aside);
 /// reaching it means the views keep contradicting the machine.
@@ -105,7 +106,7 @@ async fn round(
                     config.command_timeout,
                 )
                 .await?;
-            count_of(&reply, "CLUSTER COUNTKEYSINSLOT")
+            count(&reply, "CLUSTER COUNTKEYSINSLOT")
         }))
     };
     let (source_view, target_view, in_source, in_target) = futures::join!(
@@ -209,15 +210,7 @@ async fn view(
     node: &NodeRef,
     config: &ExecuteConfig,
 ) -> Result<ClusterNodes, EngineError> {
-    let cmd = redis::cmd("CLUSTER").arg("NODES").clone();
-    let reply = client
-        .command(node.address, &cmd, config.command_timeout)
-        .await?;
-    let text = value::text(&reply).ok_or_else(|| unexpected("CLUSTER NODES", &reply))?;
-    let nodes = cluster_nodes::parse(&text).map_err(|source| EngineError::Parse {
-        context: format!("CLUSTER NODES of {}", node.member),
-        source,
-    })?;
+    let nodes = cluster_nodes_of(client, node, config.command_timeout).await?;
     // The address must still be the node the action was decided for.
     match nodes.myself() {
         Ok(me) if me.id == node.id => Ok(nodes),
@@ -225,10 +218,7 @@ async fn view(
             command: "CLUSTER NODES".into(),
             reply: format!("{} is now node {}, not {}", node.address, me.id, node.id),
         }),
-        Err(source) => Err(EngineError::Parse {
-            context: format!("CLUSTER NODES of {}", node.member),
-            source,
-        }),
+        Err(source) => Err(parse_error(node, source)),
     }
 }
 
@@ -277,26 +267,6 @@ async fn migrate_batch(
     match value::text(&reply).as_deref() {
         Some("OK" | "NOKEY") => Ok(()),
         _ => Err(unexpected("MIGRATE", &reply)),
-    }
-}
-
-fn count_of(reply: &Value, command: &str) -> Result<u64, EngineError> {
-    value::int(reply)
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| unexpected(command, reply))
-}
-
-fn expect_ok(reply: &Value, command: &str) -> Result<(), EngineError> {
-    match value::text(reply).as_deref() {
-        Some("OK") => Ok(()),
-        _ => Err(unexpected(command, reply)),
-    }
-}
-
-fn unexpected(command: &str, reply: &Value) -> EngineError {
-    EngineError::UnexpectedReply {
-        command: command.to_owned(),
-        reply: value::describe(reply),
     }
 }
 

@@ -2,64 +2,22 @@
 //! migration, which runs the per-slot machine for as many slots as fit in the pass's time
 //! budget, and a failover, which waits (bounded) until the replica reports it took over.
 
+mod config;
+mod legacy;
+mod reply;
+
 use std::time::Duration;
 
 use redis::{Cmd, Value};
 use tokio::time::Instant;
 
 use crate::client::ValkeyClient;
-use crate::plan::migration::command::{MigrateAuth, migrateslots_args, to_cmd};
-use crate::valkey::{cluster_nodes, value};
+use crate::plan::migration::command::{migrateslots_args, to_cmd};
 
 use super::decision::{Action, NodeRef};
 use super::error::EngineError;
-use super::legacy;
-
-/// How actions are carried out.
-#[derive(Debug, Clone)]
-pub struct ExecuteConfig {
-    /// Timeout of ordinary commands.
-    pub command_timeout: Duration,
-    /// How long one pass may spend moving slots the legacy way before it returns.
-    pub pass_budget: Duration,
-    /// Keys per MIGRATE.
-    pub keys_per_migrate: u32,
-    /// How many slots a legacy migration moves side by side.
-    pub parallel_slots: usize,
-    /// MIGRATE's own timeout (the time the destination may take per batch).
-    pub migrate_timeout: Duration,
-    /// Credentials MIGRATE passes to the destination.
-    pub migrate_auth: Option<MigrateAuth>,
-    /// How long to wait for a planned failover to show before returning.
-    pub failover_wait: Duration,
-}
-
-impl Default for ExecuteConfig {
-    fn default() -> Self {
-        Self {
-            command_timeout: Duration::from_secs(5),
-            pass_budget: Duration::from_secs(5),
-            keys_per_migrate: 100,
-            parallel_slots: 64,
-            migrate_timeout: Duration::from_secs(5),
-            migrate_auth: None,
-            failover_wait: Duration::from_secs(10),
-        }
-    }
-}
-
-/// What executing an action achieved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The command was accepted (or the batch finished).
-    Done,
-    /// Part of the work is done; the next pass continues.
-    Progress(String),
-    /// The slot machine cannot go on safely; a person must look.
-    Blocked(String),
-    /// A Kubernetes action: the caller carries it out.
-    Delegated,
-}
+pub use config::{ExecuteConfig, Outcome, migrate_auth};
+use reply::{cluster_nodes_of, expect_ok, parse_error};
 
 /// Carries out `action`. Kubernetes actions return [`Outcome::Delegated`] untouched.
 pub async fn execute(
@@ -145,13 +103,7 @@ pub async fn execute(
 }
 
 fn ok(reply: Value, command: &str) -> Result<Outcome, EngineError> {
-    match value::text(&reply).as_deref() {
-        Some("OK") => Ok(Outcome::Done),
-        _ => Err(EngineError::UnexpectedReply {
-            command: command.to_owned(),
-            reply: value::describe(&reply),
-        }),
-    }
+    expect_ok(&reply, command).map(|()| Outcome::Done)
 }
 
 /// `CLUSTER FAILOVER` on the replica, then polls its own CLUSTER NODES line until it is a
@@ -174,23 +126,11 @@ async fn failover(
         "CLUSTER FAILOVER",
     )?;
     let deadline = Instant::now() + config.failover_wait;
-    let nodes = redis::cmd("CLUSTER").arg("NODES").clone();
     loop {
-        let reply = client
-            .command(replica.address, &nodes, config.command_timeout)
-            .await?;
-        let text = value::text(&reply).ok_or_else(|| EngineError::UnexpectedReply {
-            command: "CLUSTER NODES".into(),
-            reply: value::describe(&reply),
-        })?;
-        let view = cluster_nodes::parse(&text).map_err(|source| EngineError::Parse {
-            context: format!("CLUSTER NODES of {}", replica.member),
-            source,
-        })?;
-        let me = view.myself().map_err(|source| EngineError::Parse {
-            context: format!("CLUSTER NODES of {}", replica.member),
-            source,
-        })?;
+        let view = cluster_nodes_of(client, replica, config.command_timeout).await?;
+        let me = view
+            .myself()
+            .map_err(|source| parse_error(replica, source))?;
         if me.is_primary() && !me.slots.is_empty() {
             return Ok(Outcome::Done);
         }
