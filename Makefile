@@ -4,8 +4,11 @@ SHELL := /bin/bash
 
 CARGO ?= cargo
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
-# Parallel end-to-end tests: each runs in its own namespace with its own controller processes.
-E2E_THREADS ?= 6
+# End-to-end tests run as one pool: each in its own namespace with its own controller processes,
+# light tests on E2E_THREADS threads, heavy ones (a Valkey cluster, a chart install) at most
+# E2E_HEAVY at once (default: one per core plus one; see tests/e2e/src/pool.rs).
+E2E_THREADS ?= 10
+E2E_HEAVY ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 # The local control plane (build, start, stop) lives with its own README.
 include tests/localkube/localkube.mk
@@ -53,14 +56,18 @@ else
 endif
 
 # Unit and component tests: no cluster needed (the cluster-controller's engine tests run real
-# valkey-server processes from the localkube image table).
-unit:
-	$(CARGO) test --workspace --exclude e2e
+# valkey-server processes from the localkube image table; the chart's static checks run helm).
+unit: $(HELM)
+	$(CARGO) test --workspace --exclude e2e --no-fail-fast
+	$(CARGO) test -p e2e --test chart_static
 
+# Every end-to-end test runs, whatever fails first; the exit status says whether any failed.
 e2e:
-	$(CARGO) test -p e2e -- --test-threads=$(E2E_THREADS)
-	# Leader election and server-side apply against the real API server.
-	$(CARGO) test -p plumbing -- --ignored --test-threads=1
+	@status=0; \
+	E2E_HEAVY=$(E2E_HEAVY) $(CARGO) test -p e2e --no-fail-fast --test suite --test localkube -- --test-threads=$(E2E_THREADS) || status=1; \
+	echo "# Leader election and server-side apply against the real API server."; \
+	$(CARGO) test -p plumbing -- --ignored --test-threads=1 || status=1; \
+	exit $$status
 
 ## ---- benchmarks -------------------------------------------------------------------------------
 

@@ -24,12 +24,15 @@ pub struct ClusterFixture {
     pub name: String,
     pub node_controller: ControllerProcess,
     pub cluster_controller: ControllerProcess,
+    /// A heavy test's turn (see [`crate::pool`]), held while the cluster lives.
+    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
 }
 
 impl ClusterFixture {
     /// Creates a namespace, starts both controllers in it and applies the ValkeyCluster `name`
     /// with `spec` (YAML of the spec mapping).
     pub async fn start(prefix: &str, name: &str, spec: &str) -> Result<Self> {
+        let turn = crate::pool::heavy().await;
         install_crds().await?;
         let ns = TestNamespace::create(prefix).await?;
         let node_controller = ControllerProcess::start("node-controller", &ns, &[]).await?;
@@ -43,6 +46,7 @@ impl ClusterFixture {
             name: name.to_owned(),
             node_controller,
             cluster_controller,
+            _turn: turn,
         })
     }
 
@@ -110,13 +114,38 @@ impl ClusterFixture {
         Ok(list.items)
     }
 
-    /// One member whose ValkeyNode reports `role`.
+    /// One ready member that Valkey itself says has `role` (a ValkeyNode re-reads its role every
+    /// few seconds, so right after formation its status may still say primary for a replica).
     pub async fn member_with_role(&self, role: Role) -> Result<ValkeyNode> {
-        self.nodes()
-            .await?
-            .into_iter()
-            .find(|m| m.status.as_ref().and_then(|s| s.role) == Some(role))
-            .ok_or_else(|| E2eError::Check(format!("no member reports {role:?}")))
+        let wanted = match role {
+            Role::Primary => "role:master",
+            Role::Replica => "role:slave",
+        };
+        wait_until(
+            Duration::from_secs(60),
+            &format!("a member that Valkey says is {role:?}"),
+            || async move {
+                for node in self.nodes().await? {
+                    let Some(ip) = node
+                        .status
+                        .as_ref()
+                        .filter(|s| s.ready)
+                        .and_then(|s| s.pod_ip.clone())
+                    else {
+                        continue;
+                    };
+                    let info = self
+                        .command_on(&ip, &["INFO", "replication"])
+                        .await
+                        .unwrap_or_default();
+                    if info.lines().any(|l| l.trim() == wanted) {
+                        return Ok(Poll::Ready(node));
+                    }
+                }
+                Ok(Poll::NotYet(format!("no ready member is {wanted}")))
+            },
+        )
+        .await
     }
 
     /// Waits until the ValkeyNodes report `primaries` primaries and `replicas` replicas (a node

@@ -6,7 +6,9 @@
 //! deleted when the guard drops, so independent tests can run in parallel.
 
 pub mod cluster;
+pub mod helm;
 pub mod operator;
+pub mod pool;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -1,23 +1,22 @@
-//! The Helm chart (`charts/valkey-operator`): it lints, renders exactly the golden files, rejects a
-//! typo in values, and installs for real: the kubelet runs both controllers as pods under their
+//! The Helm chart (`charts/valkey-operator`) installed for real (its static checks, lint, golden
+//! files and values schema, are `tests/chart_static.rs`): the kubelet runs both controllers as pods under their
 //! own ServiceAccounts, and a ValkeyCluster applied afterwards becomes Ready (the RBAC is enough),
 //! while `kubectl auth can-i` shows it is no more than that. Upgrades touch only what changed,
 //! leader election keeps one of two replicas reconciling, uninstall keeps the data volumes, and
 //! two releases can split the controllers between them.
 //!
 //! Every release watches only its test namespace and keeps its Leases there, so these tests run
-//! beside the others. `UPDATE_GOLDEN=1` rewrites the golden files.
+//! beside the others.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use e2e::helm::{chart, helm, helm_fails, helm_program, run};
 use e2e::operator::{install_crds, wait_cluster};
 use e2e::{
     E2eError, Poll, Result, TestNamespace, check, describe_pod, is_localkube, kubeconfig_path,
-    kubectl_program, localkube_container_log, localkube_dir, pod_ip, pod_ready, repo_root,
-    wait_until,
+    kubectl_program, localkube_container_log, localkube_dir, pod_ip, pod_ready, wait_until,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -30,7 +29,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use serde_yaml::Value;
 use valkey_api::v1alpha1::{ClusterState, ValkeyCluster};
 
 const NODE: &str = "node-controller";
@@ -40,84 +38,6 @@ const CONTROLLERS_READY: Duration = Duration::from_secs(120);
 const CLUSTER_READY: Duration = Duration::from_secs(300);
 
 // ---- helm and kubectl --------------------------------------------------------------------------
-
-fn chart_dir() -> PathBuf {
-    repo_root().join("charts/valkey-operator")
-}
-
-fn chart() -> String {
-    chart_dir().display().to_string()
-}
-
-/// helm to use: `$HELM`, else the local control plane's, else `helm` on PATH.
-fn helm_program() -> PathBuf {
-    if let Some(h) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
-        return PathBuf::from(h);
-    }
-    let local = localkube_dir().join("bin/helm");
-    if local.exists() {
-        return local;
-    }
-    PathBuf::from("helm")
-}
-
-/// What a command printed and whether it succeeded.
-struct Output {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
-async fn run(program: &Path, args: &[&str]) -> Result<Output> {
-    let mut command = tokio::process::Command::new(program);
-    // `helm lint` and `helm template` need no cluster: run them without one too.
-    if let Ok(kubeconfig) = kubeconfig_path() {
-        command.env("KUBECONFIG", kubeconfig);
-    }
-    let out = command
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|source| E2eError::Spawn {
-            program: program.display().to_string(),
-            source,
-        })?;
-    Ok(Output {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
-}
-
-/// Runs helm; its stdout, or an error with its stderr.
-async fn helm(args: &[&str]) -> Result<String> {
-    let out = run(&helm_program(), args).await?;
-    if out.success {
-        Ok(out.stdout)
-    } else {
-        Err(E2eError::Check(format!(
-            "`helm {}` failed: {}",
-            args.join(" "),
-            out.stderr.trim()
-        )))
-    }
-}
-
-/// `helm <args>` must fail; its stderr.
-async fn helm_fails(args: &[&str]) -> Result<String> {
-    let out = run(&helm_program(), args).await?;
-    if out.success {
-        return Err(E2eError::Check(format!(
-            "`helm {}` succeeded; it should have failed",
-            args.join(" ")
-        )));
-    }
-    Ok(out.stderr)
-}
 
 /// `kubectl auth can-i <verb> <resource> -n <ns> --as <user>`; `<resource>/status` asks about the
 /// status subresource (elsewhere `/x` names an object).
@@ -490,280 +410,13 @@ impl Steps {
     }
 }
 
-// ---- rendering ---------------------------------------------------------------------------------
-
-/// Each golden file and the `helm template` arguments that render it.
-fn golden_variants() -> Vec<(&'static str, Vec<&'static str>)> {
-    vec![
-        ("default", vec![]),
-        (
-            "one-namespace",
-            vec![
-                "--set",
-                "nodeController.watchNamespaces={team-a}",
-                "--set",
-                "clusterController.watchNamespaces={team-a}",
-                "--set",
-                "clusterController.replicas=2",
-                "--set",
-                "nodeController.metrics.serviceMonitor.enabled=true",
-                "--set",
-                "clusterController.metrics.serviceMonitor.enabled=true",
-            ],
-        ),
-    ]
-}
-
-async fn render(extra: &[&str]) -> Result<String> {
-    let chart = chart();
-    let mut args = vec![
-        "template",
-        "valkey-operator",
-        chart.as_str(),
-        "-n",
-        "valkey-operator-system",
-    ];
-    args.extend_from_slice(extra);
-    helm(&args).await
-}
-
-fn documents(yaml: &str) -> Result<Vec<Value>> {
-    let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value = <Value as serde::Deserialize>::deserialize(doc)
-            .map_err(|e| E2eError::Check(format!("rendered YAML does not parse: {e}")))?;
-        if !value.is_null() {
-            out.push(value);
-        }
-    }
-    Ok(out)
-}
-
-fn field<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
-    path.iter()
-        .fold(value, |v, key| v.get(*key).unwrap_or(&Value::Null))
-}
-
-fn text(value: &Value, path: &[&str]) -> String {
-    field(value, path).as_str().unwrap_or_default().to_owned()
-}
-
-/// resource → verbs, over the rules of the (Cluster)Role of `component`.
-fn grants(docs: &[Value], component: &str) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for doc in docs.iter().filter(|d| {
-        matches!(text(d, &["kind"]).as_str(), "Role" | "ClusterRole")
-            && text(d, &["metadata", "name"]).ends_with(&format!("-{component}"))
-    }) {
-        for rule in field(doc, &["rules"]).as_sequence().into_iter().flatten() {
-            let verbs: Vec<String> = field(rule, &["verbs"])
-                .as_sequence()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect();
-            for r in field(rule, &["resources"])
-                .as_sequence()
-                .into_iter()
-                .flatten()
-            {
-                if let Some(r) = r.as_str() {
-                    out.entry(r.to_owned()).or_default().extend(verbs.clone());
-                }
-            }
-        }
-    }
-    out
-}
-
 // ---- tests -------------------------------------------------------------------------------------
 
+/// A typo in values fails a real install before anything is created (the static checks prove the
+/// message for `helm template`).
 #[tokio::test(flavor = "multi_thread")]
-async fn the_chart_lints_clean() -> Result<()> {
-    for extra in [
-        vec![],
-        vec![
-            "--set",
-            "nodeController.watchNamespaces={team-a}",
-            "--set",
-            "clusterController.enabled=false",
-            "--set",
-            "nodeController.metrics.serviceMonitor.enabled=true",
-        ],
-    ] {
-        let chart = chart();
-        let mut args = vec!["lint", "--strict", chart.as_str()];
-        args.extend_from_slice(&extra);
-        let out = helm(&args).await?;
-        check(
-            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
-            format!("helm lint {extra:?}:\n{out}"),
-        )?;
-    }
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_chart_renders_the_golden_files() -> Result<()> {
-    let dir = chart_dir().join("tests/golden");
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
-    for (name, extra) in golden_variants() {
-        let rendered = render(&extra).await?;
-        let path = dir.join(format!("{name}.yaml"));
-        if update {
-            std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::write(&path, &rendered))
-                .map_err(|e| E2eError::Check(format!("{}: {e}", path.display())))?;
-            continue;
-        }
-        let golden = std::fs::read_to_string(&path).map_err(|e| {
-            E2eError::Check(format!(
-                "{}: {e} (UPDATE_GOLDEN=1 writes it)",
-                path.display()
-            ))
-        })?;
-        if golden != rendered {
-            let first = golden
-                .lines()
-                .zip(rendered.lines())
-                .enumerate()
-                .find(|(_, (g, r))| g != r)
-                .map(|(i, (g, r))| format!("line {}: golden {g:?}, rendered {r:?}", i + 1))
-                .unwrap_or_else(|| "one is a prefix of the other".into());
-            return Err(E2eError::Check(format!(
-                "helm template {name} differs from {} at {first}; if the change is intended, \
-                 rerun with UPDATE_GOLDEN=1 and review the diff",
-                path.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// What the golden files pin, asserted on its own, so that rewriting a golden file cannot
-/// quietly give a controller more access or drop its hardening.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
-    let docs = documents(&render(&[]).await?)?;
-    let kinds: Vec<String> = docs.iter().map(|d| text(d, &["kind"])).collect();
-    for kind in [
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "Deployment",
-        "Service",
-        "PodDisruptionBudget",
-    ] {
-        check(
-            kinds.iter().filter(|k| *k == kind).count() >= 2,
-            format!("one {kind} per controller expected; rendered {kinds:?}"),
-        )?;
-    }
-    check(
-        !kinds.iter().any(|k| k == "ServiceMonitor"),
-        "the ServiceMonitor is off by default",
-    )?;
-
-    for deploy in docs.iter().filter(|d| text(d, &["kind"]) == "Deployment") {
-        let name = text(deploy, &["metadata", "name"]);
-        let pod = field(deploy, &["spec", "template", "spec"]);
-        let container = &field(pod, &["containers"])[0];
-        let psc = field(pod, &["securityContext"]);
-        let csc = field(container, &["securityContext"]);
-        check(
-            field(psc, &["runAsNonRoot"]).as_bool() == Some(true)
-                && text(psc, &["seccompProfile", "type"]) == "RuntimeDefault"
-                && field(csc, &["allowPrivilegeEscalation"]).as_bool() == Some(false)
-                && field(csc, &["readOnlyRootFilesystem"]).as_bool() == Some(true)
-                && field(csc, &["capabilities", "drop"])
-                    .as_sequence()
-                    .is_some_and(|d| d.iter().any(|c| c.as_str() == Some("ALL"))),
-            format!("{name}: not restricted: pod {psc:?}, container {csc:?}"),
-        )?;
-        check(
-            text(container, &["livenessProbe", "httpGet", "path"]) == "/live"
-                && text(container, &["readinessProbe", "httpGet", "path"]) == "/ready"
-                && field(container, &["ports"])[0]["containerPort"].as_u64() == Some(8080),
-            format!("{name}: probes must be /live and /ready on port 8080"),
-        )?;
-        let args: Vec<&str> = field(container, &["args"])
-            .as_sequence()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        check(
-            args.contains(&"--leader-elect")
-                && args.contains(&"--leader-election-namespace=valkey-operator-system")
-                && args.contains(&format!("--leader-election-id={name}").as_str()),
-            format!("{name}: leader election with its own Lease expected, args {args:?}"),
-        )?;
-    }
-
-    let cluster = grants(&docs, CLUSTER);
-    for forbidden in [
-        "pods",
-        "statefulsets",
-        "deployments",
-        "persistentvolumeclaims",
-        "configmaps",
-    ] {
-        check(
-            !cluster.contains_key(forbidden),
-            format!("the cluster-controller must not touch {forbidden}: {cluster:?}"),
-        )?;
-    }
-    let secrets = cluster.get("secrets").cloned().unwrap_or_default();
-    check(
-        !secrets
-            .iter()
-            .any(|v| v == "list" || v == "watch" || v == "*"),
-        format!("the cluster-controller reads Secrets by name only: {secrets:?}"),
-    )?;
-    let node = grants(&docs, NODE);
-    check(
-        !node.contains_key("valkeyclusters"),
-        format!("the node-controller has no business with ValkeyClusters: {node:?}"),
-    )?;
-    check(
-        node.get("secrets").is_some_and(|v| v == &["get"]),
-        format!("the node-controller only gets Secrets: {node:?}"),
-    )?;
-    check(
-        node.get("pods")
-            .is_some_and(|v| v.iter().all(|v| v == "list" || v == "watch")),
-        format!("the node-controller only reads Pods: {node:?}"),
-    )?;
-    check(
-        !cluster
-            .values()
-            .chain(node.values())
-            .flatten()
-            .any(|v| v == "*"),
-        "no wildcard verbs",
-    )?;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_typo_in_values_is_rejected_naming_the_key() -> Result<()> {
+async fn a_typo_in_values_fails_the_install_before_anything_is_created() -> Result<()> {
     let chart = chart();
-    let stderr = helm_fails(&[
-        "template",
-        "x",
-        chart.as_str(),
-        "--set",
-        "nodeController.replcas=2",
-    ])
-    .await?;
-    check(
-        stderr.contains("replcas") && stderr.contains("/nodeController"),
-        format!("the message must name nodeController.replcas: {stderr}"),
-    )?;
-
-    // A real install fails the same way, before anything is created.
     let ns = TestNamespace::create("chart-typo").await?;
     let stderr = helm_fails(&[
         "install",
@@ -783,22 +436,7 @@ async fn a_typo_in_values_is_rejected_naming_the_key() -> Result<()> {
     check(
         releases.trim().is_empty(),
         format!("nothing may be installed: {releases}"),
-    )?;
-
-    // A value of the wrong shape and a second watched namespace are refused as well.
-    let stderr = helm_fails(&[
-        "template",
-        "x",
-        chart.as_str(),
-        "--set",
-        "clusterController.watchNamespaces={a,b}",
-    ])
-    .await?;
-    check(
-        stderr.contains("watchNamespaces"),
-        format!("the message must name watchNamespaces: {stderr}"),
-    )?;
-    Ok(())
+    )
 }
 
 /// Both ways the chart scopes RBAC, checked as the ServiceAccounts themselves. The releases run
@@ -965,6 +603,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
 /// between two replicas, and an uninstall that keeps the Valkey data volumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> Result<()> {
+    let _turn = e2e::pool::heavy().await;
     let mut steps = Steps::new("life");
     require_controller_images()?;
     install_crds().await?;
@@ -1190,6 +829,7 @@ async fn objects_of(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, O
 /// they run a cluster, and upgrading one leaves every object of the other as it was.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_releases_split_the_controllers_and_upgrade_independently() -> Result<()> {
+    let _turn = e2e::pool::heavy().await;
     let mut steps = Steps::new("split");
     require_controller_images()?;
     install_crds().await?;

@@ -1,0 +1,35 @@
+//! How many heavy tests run at once. The suite is one test binary whose tests run on many
+//! threads, so light tests (a pod, an API call) never wait behind heavy ones; a test that forms a
+//! Valkey cluster or installs the chart first takes a permit, so that the machine is not
+//! oversubscribed (every heavy test runs its own controllers, several valkey-server pods and a
+//! writer, beside the control plane).
+//!
+//! `E2E_HEAVY` sets the number of permits; the default is one per core, at least two.
+
+use std::sync::OnceLock;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+static HEAVY: OnceLock<Semaphore> = OnceLock::new();
+
+/// Permits for heavy tests: `E2E_HEAVY`, else the number of cores (at least 2).
+pub fn heavy_permits() -> usize {
+    std::env::var("E2E_HEAVY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .max(2)
+        })
+}
+
+/// A permit to run one heavy test; hold it for the test's life. The semaphore is shared by every
+/// test of the binary, whatever runtime each test runs on. (It is never closed, so `None` cannot
+/// happen; were it ever, the test would simply run unthrottled.)
+pub async fn heavy() -> Option<SemaphorePermit<'static>> {
+    let semaphore = HEAVY.get_or_init(|| Semaphore::new(heavy_permits()));
+    semaphore.acquire().await.ok()
+}

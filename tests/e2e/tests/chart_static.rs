@@ -1,0 +1,214 @@
+//! The chart without a cluster: it lints, renders exactly the golden files, is hardened and least
+//! privilege as rendered, and refuses a typo in values naming the key. These run with the unit
+//! tests (`make unit`); the tests that install the chart run in the end-to-end suite.
+//! `UPDATE_GOLDEN=1` rewrites the golden files.
+
+use e2e::helm::{
+    chart, chart_dir, documents, field, golden_variants, grants, helm, helm_fails, render, text,
+};
+use e2e::{E2eError, Result, check};
+use serde_yaml::Value;
+
+const NODE: &str = "node-controller";
+const CLUSTER: &str = "cluster-controller";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_lints_clean() -> Result<()> {
+    for extra in [
+        vec![],
+        vec![
+            "--set",
+            "nodeController.watchNamespaces={team-a}",
+            "--set",
+            "clusterController.enabled=false",
+            "--set",
+            "nodeController.metrics.serviceMonitor.enabled=true",
+        ],
+    ] {
+        let chart = chart();
+        let mut args = vec!["lint", "--strict", chart.as_str()];
+        args.extend_from_slice(&extra);
+        let out = helm(&args).await?;
+        check(
+            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+            format!("helm lint {extra:?}:\n{out}"),
+        )?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_renders_the_golden_files() -> Result<()> {
+    let dir = chart_dir().join("tests/golden");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    for (name, extra) in golden_variants() {
+        let rendered = render(&extra).await?;
+        let path = dir.join(format!("{name}.yaml"));
+        if update {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&path, &rendered))
+                .map_err(|e| E2eError::Check(format!("{}: {e}", path.display())))?;
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path).map_err(|e| {
+            E2eError::Check(format!(
+                "{}: {e} (UPDATE_GOLDEN=1 writes it)",
+                path.display()
+            ))
+        })?;
+        if golden != rendered {
+            let first = golden
+                .lines()
+                .zip(rendered.lines())
+                .enumerate()
+                .find(|(_, (g, r))| g != r)
+                .map(|(i, (g, r))| format!("line {}: golden {g:?}, rendered {r:?}", i + 1))
+                .unwrap_or_else(|| "one is a prefix of the other".into());
+            return Err(E2eError::Check(format!(
+                "helm template {name} differs from {} at {first}; if the change is intended, \
+                 rerun with UPDATE_GOLDEN=1 and review the diff",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the golden files pin, asserted on its own, so that rewriting a golden file cannot
+/// quietly give a controller more access or drop its hardening.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
+    let docs = documents(&render(&[]).await?)?;
+    let kinds: Vec<String> = docs.iter().map(|d| text(d, &["kind"])).collect();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    ] {
+        check(
+            kinds.iter().filter(|k| *k == kind).count() >= 2,
+            format!("one {kind} per controller expected; rendered {kinds:?}"),
+        )?;
+    }
+    check(
+        !kinds.iter().any(|k| k == "ServiceMonitor"),
+        "the ServiceMonitor is off by default",
+    )?;
+
+    for deploy in docs.iter().filter(|d| text(d, &["kind"]) == "Deployment") {
+        let name = text(deploy, &["metadata", "name"]);
+        let pod = field(deploy, &["spec", "template", "spec"]);
+        let container = &field(pod, &["containers"])[0];
+        let psc = field(pod, &["securityContext"]);
+        let csc = field(container, &["securityContext"]);
+        check(
+            field(psc, &["runAsNonRoot"]).as_bool() == Some(true)
+                && text(psc, &["seccompProfile", "type"]) == "RuntimeDefault"
+                && field(csc, &["allowPrivilegeEscalation"]).as_bool() == Some(false)
+                && field(csc, &["readOnlyRootFilesystem"]).as_bool() == Some(true)
+                && field(csc, &["capabilities", "drop"])
+                    .as_sequence()
+                    .is_some_and(|d| d.iter().any(|c| c.as_str() == Some("ALL"))),
+            format!("{name}: not restricted: pod {psc:?}, container {csc:?}"),
+        )?;
+        check(
+            text(container, &["livenessProbe", "httpGet", "path"]) == "/live"
+                && text(container, &["readinessProbe", "httpGet", "path"]) == "/ready"
+                && field(container, &["ports"])[0]["containerPort"].as_u64() == Some(8080),
+            format!("{name}: probes must be /live and /ready on port 8080"),
+        )?;
+        let args: Vec<&str> = field(container, &["args"])
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        check(
+            args.contains(&"--leader-elect")
+                && args.contains(&"--leader-election-namespace=valkey-operator-system")
+                && args.contains(&format!("--leader-election-id={name}").as_str()),
+            format!("{name}: leader election with its own Lease expected, args {args:?}"),
+        )?;
+    }
+
+    let cluster = grants(&docs, CLUSTER);
+    for forbidden in [
+        "pods",
+        "statefulsets",
+        "deployments",
+        "persistentvolumeclaims",
+        "configmaps",
+    ] {
+        check(
+            !cluster.contains_key(forbidden),
+            format!("the cluster-controller must not touch {forbidden}: {cluster:?}"),
+        )?;
+    }
+    let secrets = cluster.get("secrets").cloned().unwrap_or_default();
+    check(
+        !secrets
+            .iter()
+            .any(|v| v == "list" || v == "watch" || v == "*"),
+        format!("the cluster-controller reads Secrets by name only: {secrets:?}"),
+    )?;
+    let node = grants(&docs, NODE);
+    check(
+        !node.contains_key("valkeyclusters"),
+        format!("the node-controller has no business with ValkeyClusters: {node:?}"),
+    )?;
+    check(
+        node.get("secrets").is_some_and(|v| v == &["get"]),
+        format!("the node-controller only gets Secrets: {node:?}"),
+    )?;
+    check(
+        node.get("pods")
+            .is_some_and(|v| v.iter().all(|v| v == "list" || v == "watch")),
+        format!("the node-controller only reads Pods: {node:?}"),
+    )?;
+    check(
+        !cluster
+            .values()
+            .chain(node.values())
+            .flatten()
+            .any(|v| v == "*"),
+        "no wildcard verbs",
+    )?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typo_in_values_is_rejected_naming_the_key() -> Result<()> {
+    let chart = chart();
+    let stderr = helm_fails(&[
+        "template",
+        "x",
+        chart.as_str(),
+        "--set",
+        "nodeController.replcas=2",
+    ])
+    .await?;
+    check(
+        stderr.contains("replcas") && stderr.contains("/nodeController"),
+        format!("the message must name nodeController.replcas: {stderr}"),
+    )?;
+
+    // A value of the wrong shape and a second watched namespace are refused as well.
+    let stderr = helm_fails(&[
+        "template",
+        "x",
+        chart.as_str(),
+        "--set",
+        "clusterController.watchNamespaces={a,b}",
+    ])
+    .await?;
+    check(
+        stderr.contains("watchNamespaces"),
+        format!("the message must name watchNamespaces: {stderr}"),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! The end-to-end suite: one test binary, so that every test runs in one pool (light tests on
+//! many threads, heavy ones throttled by `e2e::pool::heavy`) and one failing test hides none
+//! of the others. Each module is one area of the product; each test works in its own namespace.
+
+mod api;
+mod chart;
+mod cluster;
+mod node_controller;
