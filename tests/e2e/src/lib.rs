@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod helm;
 pub mod operator;
 pub mod pool;
+pub mod record;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

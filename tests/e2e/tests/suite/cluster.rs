@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::cluster::{ClusterFixture, wait_writes};
+use e2e::record::Record;
 use e2e::{Result, check};
-use valkey_api::v1alpha1::Role;
+use valkey_api::v1alpha1::{Role, ValkeyNode};
 
 const FORM: Duration = Duration::from_secs(240);
 
@@ -247,13 +248,9 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
     let victim = c.member_with_role(Role::Primary).await?;
     let victim_name = victim.metadata.name.clone().unwrap_or_default();
     let victim_pod = victim.status.and_then(|s| s.pod_name).unwrap_or_default();
+    let statuses = Record::start(c.api(), None).await?;
     c.ns.kubectl(&["delete", "pod", &victim_pod, "--wait=false"])
         .await?;
-    // The status says so while it heals: the hurt shard is not counted ready.
-    c.wait_status(Duration::from_secs(60), "a shard reported not ready", |s| {
-        s.ready_shards < 3 && s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)
-    })
-    .await?;
     // A replica takes over (Valkey's own failover); the old primary returns as a replica.
     e2e::operator::wait_node(
         &c.ns,
@@ -274,6 +271,16 @@ async fn a_deleted_primary_pod_fails_over_and_the_cluster_heals() -> Result<()> 
         "failover: {} writes acknowledged, {refused} refused",
         acked.len()
     );
+    // The status said so while it healed (however briefly): the hurt shard was not counted ready.
+    statuses.complete()?;
+    check(
+        statuses.versions().iter().any(|v| {
+            v.object.status.as_ref().is_some_and(|s| {
+                s.ready_shards < 3 && s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)
+            })
+        }),
+        "the status never reported the hurt shard while it healed",
+    )?;
     check(
         healed.status.map(|s| s.ready_shards) == Some(3),
         "3 ready shards",
@@ -360,59 +367,121 @@ async fn deleting_every_pod_at_once_heals_with_all_keys() -> Result<()> {
     c.verify(&after).await
 }
 
-/// Samples every member's readiness until `done` and returns the most members of one shard that
-/// were down at the same moment.
-async fn max_down_per_shard(c: &ClusterFixture, within: Duration) -> Result<usize> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut worst = 0;
-    loop {
+/// Waits until the cluster is Ready for its spec with every member on its desired revision.
+async fn wait_rolled(c: &ClusterFixture, within: Duration) -> Result<()> {
+    e2e::wait_until(within, "the roll finished", || async {
         let cluster = c.api().get(&c.name).await?;
-        let mut down: BTreeMap<String, usize> = BTreeMap::new();
-        for m in c.nodes().await? {
-            let shard = m
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("valkey.io/shard").cloned())
-                .unwrap_or_default();
-            if !m.status.as_ref().is_some_and(|s| s.ready) {
-                *down.entry(shard).or_default() += 1;
-            }
-        }
-        worst = worst.max(down.values().copied().max().unwrap_or(0));
         let ready = cluster.status.as_ref().is_some_and(|s| {
             s.state == Some(valkey_api::v1alpha1::ClusterState::Ready)
                 && s.observed_generation == cluster.metadata.generation
         });
-        let rolled = c.nodes().await?.iter().all(|m| {
+        let nodes = c.nodes().await?;
+        let rolled = nodes.iter().all(|m| {
             m.status.as_ref().is_some_and(|s| {
                 s.current_revision.is_some() && s.current_revision == s.desired_revision
             })
         });
-        if ready && rolled {
-            return Ok(worst);
+        Ok(if ready && rolled {
+            e2e::Poll::Ready(())
+        } else {
+            e2e::Poll::NotYet(format!("{:?}", cluster.status))
+        })
+    })
+    .await
+}
+
+/// The most members of one shard that were not ready at the same moment, over every state the
+/// record holds (the API server's order, so no short overlap can be missed).
+fn max_down_per_shard(record: &Record<ValkeyNode>) -> Result<usize> {
+    record.complete()?;
+    let mut ready: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    let mut worst = 0;
+    for version in record.versions() {
+        let name = version.name();
+        if version.deleted {
+            ready.remove(&name);
+            continue;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(e2e::E2eError::Check(format!(
-                "the roll did not finish in {within:?}: {:?}",
-                cluster.status
-            )));
+        let shard = version
+            .object
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("valkey.io/shard").cloned())
+            .unwrap_or_default();
+        let is_ready = version.object.status.as_ref().is_some_and(|s| s.ready);
+        ready.insert(name, (shard, is_ready));
+        let mut down: BTreeMap<&str, usize> = BTreeMap::new();
+        for (shard, is_ready) in ready.values() {
+            if !is_ready {
+                *down.entry(shard.as_str()).or_default() += 1;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        worst = worst.max(down.values().copied().max().unwrap_or(0));
     }
+    Ok(worst)
+}
+
+/// From the record of one member: it went not ready, came back, and its restart gate moved to
+/// `released` only after it was ready again: never while its status said not ready.
+fn gate_held_while_not_ready(
+    record: &Record<ValkeyNode>,
+    member: &str,
+    released: &str,
+) -> Result<()> {
+    use e2e::record::{describe, first_from};
+    record.complete()?;
+    let versions = record.versions_of(member);
+    let is_ready = |n: &ValkeyNode| n.status.as_ref().is_some_and(|s| s.ready);
+    let gate = |n: &ValkeyNode| n.spec.allowed_revision.clone();
+    let story = || {
+        versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                format!(
+                    "{} ready={} allowed={:?}",
+                    describe(i, v),
+                    is_ready(&v.object),
+                    gate(&v.object)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let went_down = first_from(&versions, 0, |n| !is_ready(n)).ok_or_else(|| {
+        e2e::E2eError::Check(format!("{member} never went not ready:\n{}", story()))
+    })?;
+    let back = first_from(&versions, went_down, is_ready)
+        .ok_or_else(|| e2e::E2eError::Check(format!("{member} never came back:\n{}", story())))?;
+    let release =
+        first_from(&versions, 0, |n| gate(n).as_deref() == Some(released)).ok_or_else(|| {
+            e2e::E2eError::Check(format!(
+                "{member} was never released to {released}:\n{}",
+                story()
+            ))
+        })?;
+    check(
+        versions[went_down..back]
+            .iter()
+            .all(|v| gate(&v.object).is_some_and(|g| g != released)),
+        format!("{member}'s gate moved while it was not ready:\n{}", story()),
+    )?;
+    check(
+        release > back && is_ready(&versions[release].object),
+        format!(
+            "{member} was released at #{release}, before it was ready again at #{back}:\n{}",
+            story()
+        ),
+    )
 }
 
 /// Pauses every client of one replica for `seconds` and waits until its ValkeyNode reports it
-/// not ready; returns the member's name and its pod's name and uid.
-async fn pause_a_replica(
-    c: &ClusterFixture,
-    seconds: u64,
-) -> Result<(String, (String, Option<String>))> {
+/// not ready; returns the member's name.
+async fn pause_a_replica(c: &ClusterFixture, seconds: u64) -> Result<String> {
     let replica = c.member_with_role(Role::Replica).await?;
     let name = replica.metadata.name.clone().unwrap_or_default();
-    let status = replica.status.unwrap_or_default();
-    let pod = c.ns.pod(&status.pod_name.unwrap_or_default()).await?;
-    let ip = status.pod_ip.unwrap_or_default();
+    let ip = replica.status.and_then(|s| s.pod_ip).unwrap_or_default();
     let millis = (seconds * 1000).to_string();
     c.command_on(&ip, &["CLIENT", "PAUSE", &millis, "ALL"])
         .await?;
@@ -424,10 +493,7 @@ async fn pause_a_replica(
         |n| n.status.as_ref().is_some_and(|s| !s.ready),
     )
     .await?;
-    Ok((
-        name,
-        (pod.metadata.name.unwrap_or_default(), pod.metadata.uid),
-    ))
+    Ok(name)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -451,38 +517,23 @@ async fn a_rolling_image_change_loses_no_acknowledged_write() -> Result<()> {
             )
         })
         .collect();
+    // Every state of every member from here on, in the API server's order.
+    let record = Record::start(
+        c.ns.api::<ValkeyNode>(),
+        Some(&format!("valkey.io/cluster={}", c.name)),
+    )
+    .await?;
     let writer = c.start_writer().await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
     // A member that is not ready for a moment (a paused server: the probes and the controllers'
     // PINGs time out) keeps its restart gate: the new spec must not restart it out of turn.
-    let (paused, paused_pod) = pause_a_replica(&c, 25).await?;
+    let paused = pause_a_replica(&c, 25).await?;
     c.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1.2"}))
         .await?;
-    e2e::wait_until(
-        Duration::from_secs(90),
-        "the paused member ready again without having restarted",
-        || async {
-            let pod = c.ns.pod(&paused_pod.0).await?;
-            if pod.metadata.uid != paused_pod.1 {
-                return Err(e2e::E2eError::Check(format!(
-                    "{paused} restarted while it was not ready"
-                )));
-            }
-            let node =
-                c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
-                    .get(&paused)
-                    .await?;
-            Ok(if node.status.as_ref().is_some_and(|s| s.ready) {
-                e2e::Poll::Ready(())
-            } else {
-                e2e::Poll::NotYet(format!("allowedRevision {:?}", node.spec.allowed_revision))
-            })
-        },
-    )
-    .await?;
-    let worst = max_down_per_shard(&c, Duration::from_secs(480)).await?;
+    wait_rolled(&c, Duration::from_secs(480)).await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
     let (acked, refused) = writer.stop().await;
+    let worst = max_down_per_shard(&record)?;
     eprintln!(
         "rolling update: at most {worst} member(s) of a shard down at once; {} writes acknowledged, {refused} refused",
         acked.len()
@@ -491,6 +542,12 @@ async fn a_rolling_image_change_loses_no_acknowledged_write() -> Result<()> {
         worst <= 1,
         format!("{worst} members of one shard were down at once"),
     )?;
+    let paused_now = c.ns.api::<ValkeyNode>().get(&paused).await?;
+    let released = paused_now
+        .status
+        .and_then(|s| s.current_revision)
+        .unwrap_or_default();
+    gate_held_while_not_ready(&record, &paused, &released)?;
     for m in c.nodes().await? {
         let pod =
             c.ns.pod(

@@ -1,0 +1,206 @@
+//! A record of every version of some objects, in the API server's own order, for tests that
+//! assert about order ("the gate moved only after the member was ready again", "never two
+//! members of a shard down at once").
+//!
+//! Polling cannot prove such things: a poll every half second misses a state that lasts less, and
+//! then concludes something about an order it never saw. A watch delivers every change of the
+//! objects it selects, one after another in resourceVersion order, so the record holds every
+//! state the API held. If the watch ever loses its place (the server answers 410 Gone), the record
+//! says so ([`Record::complete`]) and an assertion built on it fails rather than passes on a gap.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::{E2eError, Poll, Result, wait_until};
+
+/// One version of one object, as the watch delivered it.
+#[derive(Debug, Clone)]
+pub struct Version<K> {
+    /// When the test process received it (for messages, never for order: order is the index).
+    pub at: Instant,
+    pub deleted: bool,
+    pub object: K,
+}
+
+impl<K: Resource> Version<K> {
+    pub fn name(&self) -> String {
+        self.object.meta().name.clone().unwrap_or_default()
+    }
+}
+
+struct Shared<K> {
+    versions: Vec<Version<K>>,
+    /// Set when the watch had to start over and may have missed versions.
+    gap: Option<String>,
+    /// The version the watch resumes from; set once the initial list is recorded.
+    listed: bool,
+}
+
+/// Every version of the objects an `Api` and label selector name, from the moment of
+/// [`Record::start`] on. Stops when dropped.
+pub struct Record<K> {
+    shared: Arc<Mutex<Shared<K>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<K> Record<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    /// Lists the objects (their current versions open the record), then watches from that list's
+    /// resourceVersion. Returns once the list is recorded.
+    pub async fn start(api: Api<K>, labels: Option<&str>) -> Result<Self> {
+        let shared = Arc::new(Mutex::new(Shared {
+            versions: Vec::new(),
+            gap: None,
+            listed: false,
+        }));
+        let labels = labels.map(str::to_owned);
+        let sink = shared.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = follow(api, labels, sink.clone()).await {
+                lock(&sink).gap = Some(format!("the watch stopped: {e}"));
+            }
+        });
+        let record = Self { shared, task };
+        let shared = record.shared.clone();
+        wait_until(Duration::from_secs(30), "the record's first list", || {
+            let listed = lock(&shared).listed;
+            async move {
+                Ok(if listed {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet("not listed yet".into())
+                })
+            }
+        })
+        .await?;
+        Ok(record)
+    }
+
+    /// Every version so far, in the API server's order.
+    pub fn versions(&self) -> Vec<Version<K>> {
+        lock(&self.shared).versions.clone()
+    }
+
+    /// The versions of one object, in order.
+    pub fn versions_of(&self, name: &str) -> Vec<Version<K>> {
+        self.versions()
+            .into_iter()
+            .filter(|v| v.name() == name)
+            .collect()
+    }
+
+    /// `Ok` when no version can have been missed; otherwise why.
+    pub fn complete(&self) -> Result<()> {
+        match &lock(&self.shared).gap {
+            None => Ok(()),
+            Some(why) => Err(E2eError::Check(format!(
+                "the record of changes has a gap, so no order can be proved: {why}"
+            ))),
+        }
+    }
+}
+
+impl<K> Drop for Record<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock<K>(shared: &Mutex<Shared<K>>) -> std::sync::MutexGuard<'_, Shared<K>> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// List, then watch from the list's resourceVersion, resuming from the last version seen each
+/// time the server ends a watch; a 410 (history compacted) is a gap.
+async fn follow<K>(api: Api<K>, labels: Option<String>, sink: Arc<Mutex<Shared<K>>>) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let mut list_params = ListParams::default();
+    let mut watch_params = WatchParams::default().timeout(290);
+    if let Some(labels) = &labels {
+        list_params = list_params.labels(labels);
+        watch_params = watch_params.labels(labels);
+    }
+    let list = api.list(&list_params).await?;
+    let mut resume = list.metadata.resource_version.clone().unwrap_or_default();
+    {
+        let mut shared = lock(&sink);
+        let now = Instant::now();
+        shared
+            .versions
+            .extend(list.items.into_iter().map(|object| Version {
+                at: now,
+                deleted: false,
+                object,
+            }));
+        shared.listed = true;
+    }
+    loop {
+        let stream = match api.watch(&watch_params, &resume).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => {
+                return Err(E2eError::Check(format!("watch: {}", status.message)));
+            }
+            // The API server may be restarting: try again from the same place.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let mut stream = std::pin::pin!(stream.into_stream());
+        while let Some(event) = stream.next().await {
+            let (object, deleted) = match event {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
+                Ok(WatchEvent::Deleted(o)) => (o, true),
+                Ok(WatchEvent::Bookmark(b)) => {
+                    resume = b.metadata.resource_version;
+                    continue;
+                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                    return Err(E2eError::Check(format!("watch: {}", status.message)));
+                }
+                Ok(WatchEvent::Error(_)) | Err(_) => break,
+            };
+            if let Some(version) = object.meta().resource_version.clone() {
+                resume = version;
+            }
+            lock(&sink).versions.push(Version {
+                at: Instant::now(),
+                deleted,
+                object,
+            });
+        }
+    }
+}
+
+/// The first index at or after `from` whose version satisfies `check`.
+pub fn first_from<K>(
+    versions: &[Version<K>],
+    from: usize,
+    check: impl Fn(&K) -> bool,
+) -> Option<usize> {
+    versions
+        .iter()
+        .enumerate()
+        .skip(from)
+        .find(|(_, v)| !v.deleted && check(&v.object))
+        .map(|(i, _)| i)
+}
+
+/// A short description of a version, for failure messages.
+pub fn describe<K: Resource + std::fmt::Debug>(index: usize, version: &Version<K>) -> String {
+    format!(
+        "#{index} {} rv={}{}",
+        version.object.name_any(),
+        version.object.resource_version().unwrap_or_default(),
+        if version.deleted { " (deleted)" } else { "" }
+    )
+}
