@@ -37,7 +37,7 @@ struct Shared<K> {
     versions: Vec<Version<K>>,
     /// Set when the watch had to start over and may have missed versions.
     gap: Option<String>,
-    /// The version the watch resumes from; set once the initial list is recorded.
+    /// Set once the first list is recorded.
     listed: bool,
 }
 
@@ -62,11 +62,7 @@ where
         }));
         let labels = labels.map(str::to_owned);
         let sink = shared.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = follow(api, labels, sink.clone()).await {
-                lock(&sink).gap = Some(format!("the watch stopped: {e}"));
-            }
-        });
+        let task = tokio::spawn(follow(api, labels, sink));
         let record = Self { shared, task };
         let shared = record.shared.clone();
         wait_until(Duration::from_secs(30), "the record's first list", || {
@@ -118,8 +114,10 @@ fn lock<K>(shared: &Mutex<Shared<K>>) -> std::sync::MutexGuard<'_, Shared<K>> {
 }
 
 /// List, then watch from the list's resourceVersion, resuming from the last version seen each
-/// time the server ends a watch; a 410 (history compacted) is a gap.
-async fn follow<K>(api: Api<K>, labels: Option<String>, sink: Arc<Mutex<Shared<K>>>) -> Result<()>
+/// time the server ends a watch. When the server no longer has that version (410 Gone, e.g. after
+/// an API server restart), the record notes a gap and lists again: it goes on recording, but can
+/// no longer prove an order across the gap.
+async fn follow<K>(api: Api<K>, labels: Option<String>, sink: Arc<Mutex<Shared<K>>>)
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
@@ -129,26 +127,48 @@ where
         list_params = list_params.labels(labels);
         watch_params = watch_params.labels(labels);
     }
-    let list = api.list(&list_params).await?;
-    let mut resume = list.metadata.resource_version.clone().unwrap_or_default();
-    {
-        let mut shared = lock(&sink);
-        let now = Instant::now();
-        shared
-            .versions
-            .extend(list.items.into_iter().map(|object| Version {
-                at: now,
-                deleted: false,
-                object,
-            }));
-        shared.listed = true;
-    }
     loop {
-        let stream = match api.watch(&watch_params, &resume).await {
-            Ok(stream) => stream,
-            Err(kube::Error::Api(status)) if status.code == 410 => {
-                return Err(E2eError::Check(format!("watch: {}", status.message)));
+        let mut resume = match api.list(&list_params).await {
+            Ok(list) => {
+                let mut shared = lock(&sink);
+                let now = Instant::now();
+                shared
+                    .versions
+                    .extend(list.items.into_iter().map(|object| Version {
+                        at: now,
+                        deleted: false,
+                        object,
+                    }));
+                shared.listed = true;
+                list.metadata.resource_version.clone().unwrap_or_default()
             }
+            // The API server may be restarting: try again.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let gone = watch_from(&api, &watch_params, &mut resume, &sink).await;
+        lock(&sink).gap.get_or_insert(format!(
+            "the watch lost its place ({gone}) and listed again"
+        ));
+    }
+}
+
+/// Watches from `resume` for as long as the server keeps that place; returns why it lost it.
+async fn watch_from<K>(
+    api: &Api<K>,
+    params: &WatchParams,
+    resume: &mut String,
+    sink: &Arc<Mutex<Shared<K>>>,
+) -> String
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    loop {
+        let stream = match api.watch(params, resume).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => return status.message,
             // The API server may be restarting: try again from the same place.
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -161,18 +181,16 @@ where
                 Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, false),
                 Ok(WatchEvent::Deleted(o)) => (o, true),
                 Ok(WatchEvent::Bookmark(b)) => {
-                    resume = b.metadata.resource_version;
+                    *resume = b.metadata.resource_version;
                     continue;
                 }
-                Ok(WatchEvent::Error(status)) if status.code == 410 => {
-                    return Err(E2eError::Check(format!("watch: {}", status.message)));
-                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => return status.message,
                 Ok(WatchEvent::Error(_)) | Err(_) => break,
             };
             if let Some(version) = object.meta().resource_version.clone() {
-                resume = version;
+                *resume = version;
             }
-            lock(&sink).versions.push(Version {
+            lock(sink).versions.push(Version {
                 at: Instant::now(),
                 deleted,
                 object,
