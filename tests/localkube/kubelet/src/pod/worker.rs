@@ -584,6 +584,8 @@ impl Worker {
             .map(|handler| {
                 let target = probe::run::Target {
                     pod_ip,
+                    node_ip: self.node.ip,
+                    netns: netns_path.clone(),
                     pid,
                     identity: identity.clone(),
                     env: env.clone(),
@@ -662,7 +664,7 @@ impl Worker {
 
     fn schedule_probes(&mut self) {
         let Some(net) = &self.net else { return };
-        let pod_ip = net.ip;
+        let (pod_ip, netns) = (net.ip, net.names.netns_path());
         let now = Instant::now();
         for (index, rt) in self.main.iter_mut().enumerate() {
             let Some(process) = rt.process.as_mut() else {
@@ -674,6 +676,8 @@ impl Worker {
             let started = process.started();
             let target = probe::run::Target {
                 pod_ip,
+                node_ip: self.node.ip,
+                netns: netns.clone(),
                 pid: process.pid,
                 identity: process.identity.clone(),
                 env: process.env.clone(),

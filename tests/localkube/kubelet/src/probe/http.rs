@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -58,6 +57,7 @@ pub fn status_code(head: &str) -> Result<u16, HttpError> {
 }
 
 pub async fn get(
+    source: std::net::Ipv4Addr,
     host: &str,
     port: u16,
     path: &str,
@@ -65,7 +65,7 @@ pub async fn get(
     timeout: Duration,
 ) -> Result<u16, HttpError> {
     let attempt = async {
-        let mut stream = TcpStream::connect((host, port))
+        let mut stream = super::dial::from_node(source, host, port, timeout)
             .await
             .map_err(HttpError::Connect)?;
         stream
@@ -118,7 +118,16 @@ mod tests {
                 let _ = s.write_all(b"HTTP/1.1 503 Unavailable\r\n\r\n").await;
             }
         });
-        let code = get("127.0.0.1", port, "/", &[], Duration::from_secs(5)).await?;
+        let loopback = std::net::Ipv4Addr::LOCALHOST;
+        let code = get(
+            loopback,
+            "127.0.0.1",
+            port,
+            "/",
+            &[],
+            Duration::from_secs(5),
+        )
+        .await?;
         assert_eq!(code, 503);
         server.await?;
         Ok(())

@@ -1,5 +1,6 @@
 //! Probes: what to run (`Action`), when (`Schedule`), and how results add up (`Tracker`).
 
+pub mod dial;
 pub mod http;
 pub mod run;
 pub mod valkey_cli;

@@ -1,11 +1,11 @@
 //! Running one probe against a running container.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
-
 use super::Action;
+use super::dial;
 use super::valkey_cli::CliCommand;
 use crate::sandbox::{self, ExecOutcome, plan::Identity};
 
@@ -13,6 +13,10 @@ use crate::sandbox::{self, ExecOutcome, plan::Identity};
 #[derive(Debug, Clone)]
 pub struct Target {
     pub pod_ip: Ipv4Addr,
+    /// The node's address: the source of tcpSocket and httpGet probes.
+    pub node_ip: Ipv4Addr,
+    /// The pod's network namespace, where exec probes connect from.
+    pub netns: PathBuf,
     pub pid: u32,
     pub identity: Option<Identity>,
     pub env: Vec<(String, String)>,
@@ -26,6 +30,22 @@ fn host_of(host: &Option<String>, pod_ip: Ipv4Addr) -> String {
     }
 }
 
+/// The address `valkey-cli -h` names, as seen from inside the pod: the default and `localhost`
+/// are the pod's loopback, and the pod's own name is its IP (its /etc/hosts says so).
+fn cli_address(host: &Option<String>, target: &Target) -> Result<IpAddr, String> {
+    match host.as_deref() {
+        None | Some("" | "localhost") => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        Some(h) => h.parse::<IpAddr>().or_else(|_| {
+            let own_name = target.env.iter().any(|(k, v)| k == "HOSTNAME" && v == h);
+            if own_name {
+                Ok(IpAddr::V4(target.pod_ip))
+            } else {
+                Err(format!("valkey-cli -h {h}: only addresses, localhost and the pod's own name resolve here"))
+            }
+        }),
+    }
+}
+
 /// Runs the probe; the result and a message for failures.
 pub async fn run(action: &Action, target: &Target, timeout: Duration) -> (bool, Option<String>) {
     match action {
@@ -36,15 +56,9 @@ pub async fn run(action: &Action, target: &Target, timeout: Duration) -> (bool, 
         }
         Action::Tcp { host, port } => {
             let host = host_of(host, target.pod_ip);
-            match tokio::time::timeout(
-                timeout,
-                tokio::net::TcpStream::connect((host.as_str(), *port)),
-            )
-            .await
-            {
-                Ok(Ok(_)) => (true, None),
-                Ok(Err(e)) => (false, Some(format!("dial tcp {host}:{port}: {e}"))),
-                Err(_) => (false, Some(format!("dial tcp {host}:{port}: i/o timeout"))),
+            match dial::from_node(target.node_ip, &host, *port, timeout).await {
+                Ok(_) => (true, None),
+                Err(e) => (false, Some(format!("dial tcp {host}:{port}: {e}"))),
             }
         }
         Action::Http {
@@ -57,16 +71,15 @@ pub async fn run(action: &Action, target: &Target, timeout: Duration) -> (bool, 
             let host = host_of(host, target.pod_ip);
             if *https {
                 // No TLS client here: an HTTPS endpoint that accepts connections counts as up.
-                let connect = tokio::net::TcpStream::connect((host.as_str(), *port));
-                return match tokio::time::timeout(timeout, connect).await {
-                    Ok(Ok(_)) => (true, None),
-                    _ => (
+                return match dial::from_node(target.node_ip, &host, *port, timeout).await {
+                    Ok(_) => (true, None),
+                    Err(_) => (
                         false,
                         Some(format!("HTTPS probe: cannot connect to {host}:{port}")),
                     ),
                 };
             }
-            match super::http::get(&host, *port, path, headers, timeout).await {
+            match super::http::get(target.node_ip, &host, *port, path, headers, timeout).await {
                 Ok(code) if (200..400).contains(&code) => (true, None),
                 Ok(code) => (
                     false,
@@ -100,8 +113,15 @@ pub async fn run(action: &Action, target: &Target, timeout: Duration) -> (bool, 
 }
 
 async fn valkey(cli: &CliCommand, target: &Target, timeout: Duration) -> (bool, Option<String>) {
-    let host = host_of(&cli.host, target.pod_ip);
+    let ip = match cli_address(&cli.host, target) {
+        Ok(ip) => ip,
+        Err(e) => return (false, Some(e)),
+    };
+    let addr = SocketAddr::new(ip, cli.port);
     let attempt = async {
+        let stream = dial::in_pod(&target.netns, addr, timeout)
+            .await
+            .map_err(redis::RedisError::from)?;
         let mut settings = redis::RedisConnectionInfo::default().set_db(cli.db);
         if let Some(user) = &cli.user {
             settings = settings.set_username(user);
@@ -109,11 +129,14 @@ async fn valkey(cli: &CliCommand, target: &Target, timeout: Duration) -> (bool, 
         if let Some(password) = &cli.password {
             settings = settings.set_password(password);
         }
-        let info = redis::ConnectionAddr::Tcp(host.clone(), cli.port)
-            .into_connection_info()?
-            .set_redis_settings(settings);
-        let client = redis::Client::open(info)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        // The probe's own timeout bounds it all, not the client's shorter defaults.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let (mut conn, driver) =
+            redis::aio::MultiplexedConnection::new_with_config(&settings, stream, config).await?;
+        // The driver ends with the connection, at the end of this probe.
+        tokio::spawn(driver);
         let (name, args) = cli
             .args
             .split_first()
@@ -131,9 +154,6 @@ async fn valkey(cli: &CliCommand, target: &Target, timeout: Duration) -> (bool, 
             false,
             Some(format!("valkey-cli {}: {e}", cli.args.join(" "))),
         ),
-        Err(_) => (
-            false,
-            Some(format!("valkey-cli to {host}:{}: timed out", cli.port)),
-        ),
+        Err(_) => (false, Some(format!("valkey-cli to {addr}: timed out"))),
     }
 }

@@ -1,5 +1,6 @@
-//! Exec probes of the form `valkey-cli [options] ping` are answered natively: the images here
-//! need not ship `valkey-cli`, and the answer is the same as the program's exit code.
+//! Exec probes of the form `valkey-cli [options] ping` are answered natively, connecting from
+//! inside the pod as the program would (see `dial.rs`): the images here need not ship
+//! `valkey-cli`, and the answer is the same as the program's exit code.
 
 /// A `valkey-cli` invocation reduced to what a native client needs.
 #[derive(Debug, Clone, PartialEq, Eq)]

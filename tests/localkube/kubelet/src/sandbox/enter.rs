@@ -18,6 +18,10 @@ use nix::unistd::{Gid, Uid, chdir, pivot_root, setgid, setgroups, sethostname, s
 
 use super::plan::{Identity, RootfsPlan, Step};
 
+fn c_text(text: String) -> io::Result<CString> {
+    CString::new(text).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))
+}
+
 fn cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
@@ -50,7 +54,6 @@ enum Op {
         source: CString,
         parents: Vec<CString>,
         target: CString,
-        readonly: bool,
         file: bool,
     },
     Symlink {
@@ -88,6 +91,9 @@ pub struct Prepared {
     root: CString,
     root_options: CString,
     ops: Vec<(CString, Op)>,
+    /// Binds made read-only once every mount is in place: a mount point inside a read-only
+    /// volume (a Secret under a ConfigMap's directory) is created first, as a kubelet does.
+    readonly_binds: Vec<(CString, CString)>,
     readonly_root: bool,
     workdir: CString,
     hostname: OsString,
@@ -105,6 +111,7 @@ impl Prepared {
     pub fn new(plan: &RootfsPlan, netns: File) -> io::Result<Self> {
         let root = plan.root.as_path();
         let mut ops = Vec::new();
+        let mut readonly_binds = Vec::new();
         for step in &plan.steps {
             let (what, op) = match step {
                 Step::Dir { path, mode } => (
@@ -119,16 +126,24 @@ impl Prepared {
                     target,
                     readonly,
                     file,
-                } => (
-                    format!("bind {} on {}", source.display(), target.display()),
-                    Op::Bind {
-                        source: cstring(source)?,
-                        parents: parents_of(root, target)?,
-                        target: cstring(target)?,
-                        readonly: *readonly,
-                        file: *file,
-                    },
-                ),
+                } => {
+                    if *readonly {
+                        let what = format!(
+                            "localkube-kubelet: remount {} read-only failed\n",
+                            target.display()
+                        );
+                        readonly_binds.push((c_text(what)?, cstring(target)?));
+                    }
+                    (
+                        format!("bind {} on {}", source.display(), target.display()),
+                        Op::Bind {
+                            source: cstring(source)?,
+                            parents: parents_of(root, target)?,
+                            target: cstring(target)?,
+                            file: *file,
+                        },
+                    )
+                }
                 Step::Symlink { target, link } => (
                     format!("symlink {}", link.display()),
                     Op::Symlink {
@@ -154,15 +169,14 @@ impl Prepared {
                     },
                 ),
             };
-            let what = CString::new(format!("localkube-kubelet: {what} failed\n"))
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))?;
-            ops.push((what, op));
+            ops.push((c_text(format!("localkube-kubelet: {what} failed\n"))?, op));
         }
         Ok(Self {
             netns,
             root: cstring(root)?,
             root_options: CString::from(c"mode=0755,size=256m"),
             ops,
+            readonly_binds,
             readonly_root: plan.readonly_root,
             workdir: cstring(&plan.workdir)?,
             hostname: OsString::from(&plan.hostname),
@@ -205,21 +219,15 @@ impl Prepared {
         for (what, op) in &self.ops {
             step(what, apply(op))?;
         }
+        for (what, target) in &self.readonly_binds {
+            step(what, remount_readonly(target))?;
+        }
         step(c"chdir root", chdir(self.root.as_c_str()))?;
         step(c"pivot_root", pivot_root(c".", c"."))?;
         step(c"detach old root", umount2(c".", MntFlags::MNT_DETACH))?;
         chdir(c"/")?;
         if self.readonly_root {
-            step(
-                c"remount root read-only",
-                mount(
-                    None::<&CStr>,
-                    c"/",
-                    None::<&CStr>,
-                    MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
-                    None::<&CStr>,
-                ),
-            )?;
+            step(c"remount root read-only", remount_readonly(c"/"))?;
         }
         step(c"chdir workingDir", chdir(self.workdir.as_c_str()))?;
         become_user(&self.identity)
@@ -274,7 +282,6 @@ fn apply(op: &Op) -> nix::Result<()> {
             source,
             parents,
             target,
-            readonly,
             file,
         } => {
             mkdirs(parents, dir_mode)?;
@@ -298,17 +305,7 @@ fn apply(op: &Op) -> nix::Result<()> {
                 None::<&CStr>,
                 MsFlags::MS_BIND | MsFlags::MS_REC,
                 None::<&CStr>,
-            )?;
-            if *readonly {
-                mount(
-                    None::<&CStr>,
-                    target.as_c_str(),
-                    None::<&CStr>,
-                    MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
-                    None::<&CStr>,
-                )?;
-            }
-            Ok(())
+            )
         }
         Op::Symlink {
             parents,
@@ -344,6 +341,16 @@ fn apply(op: &Op) -> nix::Result<()> {
             )
         }
     }
+}
+
+fn remount_readonly(target: &CStr) -> nix::Result<()> {
+    mount(
+        None::<&CStr>,
+        target,
+        None::<&CStr>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+        None::<&CStr>,
+    )
 }
 
 fn become_user(identity: &Option<PreparedIdentity>) -> io::Result<()> {

@@ -137,25 +137,39 @@ mod tests {
         nix::unistd::geteuid().is_root() && std::path::Path::new("/usr/sbin/ip").exists()
     }
 
-    #[tokio::test]
-    async fn a_container_sees_its_root_identity_and_network()
-    -> Result<(), Box<dyn std::error::Error>> {
-        if !privileged() {
-            eprintln!("skipped: needs root and iproute2");
-            return Ok(());
-        }
-        let base = std::env::temp_dir().join(format!("lk-sandbox-{}", std::process::id()));
+    /// What one container printed, and how it ended.
+    struct Ran {
+        success: bool,
+        out: String,
+    }
+
+    /// Runs `script` under `sh -c` as a container of a fresh pod (own network namespace with
+    /// 10.254.0.2 on its loopback), with `volumes` (sources relative to a scratch directory).
+    async fn run_container(
+        tag: &str,
+        volumes: &[(&str, &str, bool)],
+        identity: Option<Identity>,
+        workdir: Option<&str>,
+        script: &str,
+    ) -> Result<Ran, Box<dyn std::error::Error>> {
+        let base = std::env::temp_dir().join(format!("lk-sandbox-{tag}-{}", std::process::id()));
         let image_bin = base.join("image/bin");
         let etc = base.join("etc");
-        let data = base.join("data");
-        for d in [&image_bin, &etc, &data] {
+        for d in [&image_bin, &etc] {
             std::fs::create_dir_all(d)?;
         }
         std::fs::write(etc.join("hosts"), "127.0.0.1 localhost\n")?;
         std::fs::write(etc.join("hostname"), "pod-x\n")?;
         std::fs::write(etc.join("resolv.conf"), "")?;
-        std::fs::write(data.join("in.txt"), "volume-content")?;
-        let names = PodNetNames::for_uid(&format!("t{}", std::process::id()));
+        let mounts: Vec<plan::VolumeMount> = volumes
+            .iter()
+            .map(|(source, target, readonly)| plan::VolumeMount {
+                source: base.join(source),
+                target: PathBuf::from(target),
+                readonly: *readonly,
+            })
+            .collect();
+        let names = PodNetNames::for_uid(&format!("{tag}{}", std::process::id()));
         network::ip(&["netns", "add", &names.netns]).await?;
         network::ip(&[
             "-n",
@@ -168,41 +182,75 @@ mod tests {
         ])
         .await?;
         network::ip(&["-n", &names.netns, "link", "set", "lo", "up"]).await?;
-        let volumes = vec![plan::VolumeMount {
-            source: data.clone(),
-            target: PathBuf::from("/data"),
-            readonly: false,
-        }];
         let rootfs = plan::build(plan::PlanInput {
             root: base.join("root"),
             image_bin,
             image_lib: None,
             pod_etc: etc,
-            volumes: &volumes,
+            volumes: &mounts,
             readonly_root: true,
-            workdir: Some("/data".into()),
+            workdir: workdir.map(String::from),
             hostname: "pod-x".into(),
-            identity: Some(Identity {
-                uid: 1000,
-                gid: 1000,
-                groups: vec![1000, 2000],
-            }),
+            identity,
         });
         let log_path = base.join("log");
         let log = std::fs::File::create(&log_path)?;
-        let script = "echo host=$(hostname) id=$(id -u):$(id -G | tr ' ' ,) pwd=$(pwd); cat in.txt; echo; \
-                      touch /probe-root 2>/dev/null || echo root-readonly; ip -4 -o addr show lo | grep -c 10.254.0.2";
         let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
         let env = vec![(
             "PATH".to_string(),
             "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".to_string(),
         )];
-        let mut child = spawn_container(&rootfs, &names.netns_path(), &argv, &env, &log)?;
-        let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await??;
+        let spawned = spawn_container(&rootfs, &names.netns_path(), &argv, &env, &log);
+        let status = match spawned {
+            Ok(mut child) => {
+                Some(tokio::time::timeout(Duration::from_secs(20), child.wait()).await??)
+            }
+            Err(_) => None,
+        };
         let out = std::fs::read_to_string(&log_path)?;
         network::teardown(&names).await;
         std::fs::remove_dir_all(&base)?;
-        assert!(status.success(), "exit {status}: {out}");
+        Ok(Ran {
+            success: status.is_some_and(|s| s.success()),
+            out,
+        })
+    }
+
+    /// Writes a file below the scratch directory `run_container` will use for `tag`.
+    fn scratch_file(tag: &str, rel: &str, content: &str) -> std::io::Result<()> {
+        let path = std::env::temp_dir()
+            .join(format!("lk-sandbox-{tag}-{}", std::process::id()))
+            .join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, content)
+    }
+
+    #[tokio::test]
+    async fn a_container_sees_its_root_identity_and_network()
+    -> Result<(), Box<dyn std::error::Error>> {
+        if !privileged() {
+            eprintln!("skipped: needs root and iproute2");
+            return Ok(());
+        }
+        scratch_file("id", "data/in.txt", "volume-content")?;
+        let script = "echo host=$(hostname) id=$(id -u):$(id -G | tr ' ' ,) pwd=$(pwd); cat in.txt; echo; \
+                      touch /probe-root 2>/dev/null || echo root-readonly; ip -4 -o addr show lo | grep -c 10.254.0.2";
+        let ran = run_container(
+            "id",
+            &[("data", "/data", false)],
+            Some(Identity {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![1000, 2000],
+            }),
+            Some("/data"),
+            script,
+        )
+        .await?;
+        let out = &ran.out;
+        assert!(ran.success, "{out}");
         assert!(
             out.contains("host=pod-x id=1000:1000,2000 pwd=/data"),
             "{out}"
@@ -210,6 +258,40 @@ mod tests {
         assert!(out.contains("volume-content"), "{out}");
         assert!(out.contains("root-readonly"), "{out}");
         assert!(out.trim_end().ends_with('1'), "{out}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_volume_mounts_inside_a_read_only_volume() -> Result<(), Box<dyn std::error::Error>> {
+        if !privileged() {
+            eprintln!("skipped: needs root and iproute2");
+            return Ok(());
+        }
+        scratch_file("nest", "config/valkey.conf", "port 6379")?;
+        scratch_file("nest", "users/users.acl", "user default on")?;
+        let ran = run_container(
+            "nest",
+            &[
+                ("config", "/config", true),
+                ("users", "/config/users", true),
+            ],
+            None,
+            None,
+            "cat /config/valkey.conf; echo; cat /config/users/users.acl; echo; \
+             touch /config/x 2>/dev/null || echo config-readonly; \
+             touch /config/users/x 2>/dev/null || echo users-readonly",
+        )
+        .await?;
+        let out = &ran.out;
+        assert!(ran.success, "{out}");
+        for want in [
+            "port 6379",
+            "user default on",
+            "config-readonly",
+            "users-readonly",
+        ] {
+            assert!(out.contains(want), "{want:?} missing: {out}");
+        }
         Ok(())
     }
 }

@@ -77,9 +77,13 @@ pub fn write(
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     let wanted: BTreeMap<String, ()> = payload.keys().map(|k| (top_level(k), ())).collect();
+    // Every name this writer makes at the top is a symlink; a real directory there is the mount
+    // point of a volume mounted inside this one, made when a container started, and stays.
+    let is_mount_point =
+        |e: &String| std::fs::symlink_metadata(dir.join(e)).is_ok_and(|m| m.file_type().is_dir());
     let links_match = entries
         .iter()
-        .filter(|e| !e.starts_with(".."))
+        .filter(|e| !e.starts_with("..") && !is_mount_point(e))
         .all(|e| wanted.contains_key(e))
         && wanted.keys().all(|k| entries.contains(k));
     if links_match && current(dir, payload).as_ref() == Some(payload) {
@@ -131,7 +135,7 @@ pub fn write(
                 let _ = std::fs::remove_dir_all(&path);
                 let _ = std::fs::remove_file(&path);
             }
-        } else if !wanted.contains_key(e) {
+        } else if !wanted.contains_key(e) && !is_mount_point(e) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -198,6 +202,10 @@ mod tests {
         assert!(std::fs::symlink_metadata(dir.join("sub")).is_err());
         assert!(std::fs::symlink_metadata(dir.join("..t1")).is_err());
         assert!(write(&dir, &payload(&[("../x", "1")]), None, "t4").is_err());
+        // The mount point of a nested volume neither forces a rewrite nor is removed.
+        std::fs::create_dir(dir.join("users"))?;
+        assert!(!write(&dir, &payload(&[("a", "3")]), None, "t5")?);
+        assert!(dir.join("users").is_dir());
         std::fs::remove_dir_all(&dir)?;
         Ok(())
     }
