@@ -32,7 +32,7 @@ enum StartError {
     Kubeconfig(#[from] kube::config::KubeconfigError),
     #[error("building the client: {0}")]
     Client(#[from] kube::Error),
-    #[error("adding node addresses to {bridge}: {source}")]
+    #[error("preparing the pod network on {bridge}: {source}")]
     Bridge {
         bridge: String,
         source: network::NetError,
@@ -65,14 +65,19 @@ async fn run(args: Args) -> Result<(), StartError> {
     let mut int = signal(SignalKind::interrupt()).map_err(StartError::Signals)?;
 
     clean_leftovers(&settings).await;
+    let bridge_err = |source| StartError::Bridge {
+        bridge: settings.bridge.clone(),
+        source,
+    };
     for n in &settings.nodes {
         network::bridge_address(&settings.bridge, n.ip, true)
             .await
-            .map_err(|source| StartError::Bridge {
-                bridge: settings.bridge.clone(),
-                source,
-            })?;
+            .map_err(bridge_err)?;
     }
+    network::prepare_host(&settings.bridge).map_err(bridge_err)?;
+    let gateway = network::bridge_gateway(&settings.bridge)
+        .await
+        .map_err(bridge_err)?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let nodes = tokio::spawn(node::run(client.clone(), settings.clone(), stop_rx.clone()));
@@ -81,7 +86,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         settings.clone(),
         stop_rx.clone(),
     ));
-    let ctx = Arc::new(pod::Ctx::new(client.clone(), settings.clone()));
+    let ctx = Arc::new(pod::Ctx::new(client.clone(), settings.clone(), gateway));
     let pods = tokio::spawn(pod::manager::Manager::new(ctx).run(stop_rx.clone()));
     tracing::info!(nodes = settings.nodes.len(), state_dir = %settings.state_dir.display(), "kubelet running");
 

@@ -1,19 +1,34 @@
 //! Pod networking: a network namespace per pod, a veth whose host end is in the bridge, and the
-//! pod IP from its node's range (node k: 10.213.k.2–254, gateway 10.213.k.1).
+//! pod IP from its node's range (node k: 10.213.k.2–254).
+//!
+//! Routed as production CNIs do, not one flat segment: a pod holds its address as a /32 and
+//! reaches every other address of the pod network through one gateway, the bridge's own address,
+//! and the host forwards between pods. So each pod needs one neighbour entry (its gateway) and the
+//! host one per pod, however many pods talk to each other. The kernel's neighbour table is shared
+//! by every network namespace (default hard limit 1,024 entries): in a flat /16 where every Valkey
+//! server talks to every other, a few dozen pods overflowed it and probes then timed out.
+//! Forwarding is turned on for the bridge only, and a pod has no default route, so nothing from a
+//! pod leaves the pod network.
 //!
 //! iproute2's `ip` does the work: it is what an operator would type, and its errors say why.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::process::Stdio;
 
+use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 /// Prefix of every network namespace this kubelet creates; cleanup on start relies on it.
 pub const NETNS_PREFIX: &str = "lk-";
 /// Prefix of the host ends of veths.
 pub const VETH_PREFIX: &str = "lkv";
+/// The prefix of the pod network, and of the node addresses on the bridge.
 pub const PREFIX_LEN: u8 = 16;
+/// Neighbour table limits (`net.ipv4.neigh.default.gc_thresh1..3`) the kubelet raises to, when
+/// lower, so the routed network has room to spare for hundreds of pods.
+pub const NEIGH_THRESHOLDS: [u32; 3] = [1024, 4096, 8192];
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -24,6 +39,13 @@ pub enum NetError {
     },
     #[error("ip {args} failed: {stderr}")]
     Failed { args: String, stderr: String },
+    #[error("writing {path}: {source}")]
+    Sysctl {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("bridge {0} has no IPv4 address")]
+    NoBridgeAddress(String),
 }
 
 /// Names derived from the pod UID: short enough for interface names (15 bytes).
@@ -71,6 +93,25 @@ pub async fn ip(args: &[&str]) -> Result<String, NetError> {
     }
 }
 
+/// The commands, run inside the pod's namespace, that give it `ip_addr` as a /32 and a route to
+/// the pod network (`gateway`/`PREFIX_LEN`) through `gateway`.
+pub fn pod_routes(ip_addr: Ipv4Addr, gateway: Ipv4Addr) -> Vec<String> {
+    let network = network_of(gateway);
+    vec![
+        "link set lo up".into(),
+        format!("addr add {ip_addr}/32 dev eth0"),
+        "link set eth0 up".into(),
+        format!("route add {gateway}/32 dev eth0 scope link"),
+        format!("route add {network}/{PREFIX_LEN} via {gateway} dev eth0 src {ip_addr}"),
+    ]
+}
+
+/// The network address of the pod network `addr` is in.
+pub fn network_of(addr: Ipv4Addr) -> Ipv4Addr {
+    let mask = u32::MAX << (32 - u32::from(PREFIX_LEN));
+    Ipv4Addr::from(u32::from(addr) & mask)
+}
+
 /// Creates the namespace and veth afresh (anything left from an earlier run is removed first).
 pub async fn setup(
     names: &PodNetNames,
@@ -79,8 +120,6 @@ pub async fn setup(
     gateway: Ipv4Addr,
 ) -> Result<(), NetError> {
     teardown(names).await;
-    let addr = format!("{ip_addr}/{PREFIX_LEN}");
-    let gw = gateway.to_string();
     let mac = mac_of(ip_addr);
     let ns = names.netns.as_str();
     ip(&["netns", "add", ns]).await?;
@@ -100,13 +139,76 @@ pub async fn setup(
     ])
     .await?;
     ip(&["link", "set", &names.host_veth, "master", bridge, "up"]).await?;
-    ip(&["-n", ns, "link", "set", "lo", "up"]).await?;
-    ip(&["-n", ns, "addr", "add", &addr, "dev", "eth0"]).await?;
-    ip(&["-n", ns, "link", "set", "eth0", "up"]).await?;
-    ip(&[
-        "-n", ns, "route", "replace", "default", "via", &gw, "dev", "eth0",
-    ])
-    .await?;
+    // One process for the rest: each `ip` costs a fork and an exec, and pods come by hundreds.
+    ip_batch(ns, &pod_routes(ip_addr, gateway)).await
+}
+
+/// Runs `commands` (one `ip` command each, without the `ip`) in namespace `netns`.
+async fn ip_batch(netns: &str, commands: &[String]) -> Result<(), NetError> {
+    let args = format!("-n {netns} -batch - <<< {commands:?}");
+    let spawn_err = |source| NetError::Spawn {
+        args: args.clone(),
+        source,
+    };
+    let mut child = Command::new("ip")
+        .args(["-n", netns, "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_err)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(commands.join("\n").as_bytes())
+            .await
+            .map_err(spawn_err)?;
+    }
+    let out = child.wait_with_output().await.map_err(spawn_err)?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(NetError::Failed {
+            args,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// The bridge's first IPv4 address: the pods' gateway.
+pub async fn bridge_gateway(bridge: &str) -> Result<Ipv4Addr, NetError> {
+    let out = ip(&["-4", "-o", "addr", "show", "dev", bridge]).await?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| NetError::NoBridgeAddress(bridge.to_string()))
+}
+
+fn write_sysctl(path: &str, value: &str) -> Result<(), NetError> {
+    std::fs::write(path, value).map_err(|source| NetError::Sysctl {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// What the routed pod network needs of the host: forwarding on the bridge (only), ARP requests
+/// to pods always from the bridge's main address (their gateway, the one neighbour they keep),
+/// and neighbour table limits with room for hundreds of pods (raised, never lowered).
+pub fn prepare_host(bridge: &str) -> Result<(), NetError> {
+    let conf = format!("/proc/sys/net/ipv4/conf/{bridge}");
+    write_sysctl(&format!("{conf}/forwarding"), "1")?;
+    write_sysctl(&format!("{conf}/arp_announce"), "2")?;
+    for (n, wanted) in (1..=3).zip(NEIGH_THRESHOLDS) {
+        let path = format!("/proc/sys/net/ipv4/neigh/default/gc_thresh{n}");
+        let current: u32 = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if current < wanted {
+            write_sysctl(&path, &wanted.to_string())?;
+        }
+    }
     Ok(())
 }
 
@@ -213,6 +315,23 @@ mod tests {
         assert_eq!(n.host_veth, "lkv3f2a9c1e7b");
         assert_eq!(mac_of(Ipv4Addr::new(10, 213, 2, 7)), "02:42:0a:d5:02:07");
         assert!(n.host_veth.len() <= 15);
+    }
+
+    #[test]
+    fn a_pod_holds_a_32_and_routes_the_pod_network_through_the_gateway() {
+        let gw = Ipv4Addr::new(10, 213, 0, 1);
+        assert_eq!(
+            network_of(Ipv4Addr::new(10, 213, 2, 7)),
+            Ipv4Addr::new(10, 213, 0, 0)
+        );
+        let routes = pod_routes(Ipv4Addr::new(10, 213, 2, 7), gw);
+        assert!(routes.contains(&"addr add 10.213.2.7/32 dev eth0".to_string()));
+        assert!(routes.contains(&"route add 10.213.0.1/32 dev eth0 scope link".to_string()));
+        assert_eq!(
+            routes.last().map(String::as_str),
+            Some("route add 10.213.0.0/16 via 10.213.0.1 dev eth0 src 10.213.2.7")
+        );
+        assert!(!routes.iter().any(|r| r.contains("default")));
     }
 
     #[test]

@@ -48,7 +48,8 @@ fn resources() -> BTreeMap<String, Quantity> {
     [
         ("cpu", "32"),
         ("memory", "64Gi"),
-        ("pods", "110"),
+        // A node's pod range holds 253 addresses (10.213.k.2-254).
+        ("pods", "250"),
         ("ephemeral-storage", "100Gi"),
     ]
     .into_iter()

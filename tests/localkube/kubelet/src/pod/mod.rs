@@ -20,12 +20,14 @@ use crate::probe::Kind;
 pub struct Ctx {
     pub client: kube::Client,
     pub settings: Settings,
+    /// The bridge's own address, every pod's gateway.
+    pub gateway: Ipv4Addr,
     /// Pod IPs per node name.
     pub ipam: std::sync::Mutex<BTreeMap<String, Ipam>>,
 }
 
 impl Ctx {
-    pub fn new(client: kube::Client, settings: Settings) -> Self {
+    pub fn new(client: kube::Client, settings: Settings, gateway: Ipv4Addr) -> Self {
         let ipam = settings
             .nodes
             .iter()
@@ -34,6 +36,7 @@ impl Ctx {
         Self {
             client,
             settings,
+            gateway,
             ipam: std::sync::Mutex::new(ipam),
         }
     }
