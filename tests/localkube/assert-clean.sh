@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails when the local cluster left anything on the machine: a process (the control plane, the
-# process kubelet, a pod), a mount under .localkube, an lk-* network namespace or the lkbr0 bridge.
+# process kubelet, a pod), a mount under .localkube, an lk-* network namespace, the lkbr0 bridge, or
+# a fault still in force (an lkfault_* nftables table, a fault record, a stopped node).
 # Run after "make localkube-down"; it changes nothing.
 set -uo pipefail
 
@@ -69,9 +70,19 @@ if ip link show "$BRIDGE" >/dev/null 2>&1; then
 	problems+=("bridge $BRIDGE")
 fi
 
+# Faults ("localkube fault"): nftables tables, records, stopped nodes.
+if command -v nft >/dev/null; then
+	while read -r table; do
+		problems+=("nftables table inet $table")
+	done < <(nft list tables inet 2>/dev/null | awk '$3 ~ /^lkfault_/ {print $3}')
+fi
+for f in "$LK"/faults/*.json "$LK"/kubelet/faults/*; do
+	[[ -e $f && $f != *.applied ]] && problems+=("fault file $f")
+done
+
 if ((${#problems[@]})); then
 	echo "assert-clean: FAIL: the local cluster left ${#problems[@]} thing(s) behind:" >&2
 	printf '  %s\n' "${problems[@]}" >&2
 	exit 1
 fi
-echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace or $BRIDGE bridge remains"
+echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace, $BRIDGE bridge or fault remains"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Checks, and installs from Debian's packages when missing, the machine tools localkube needs:
-# ip (iproute2), patchelf, python3 with pip, apt-get and dpkg. Go (1.26 or newer) must already be
-# there: Debian bookworm's own Go is too old to build Kubernetes 1.36.
+# ip (iproute2), nft (nftables, for fault injection), patchelf, python3 with pip, apt-get and
+# dpkg. Go (1.26 or newer) must already be there: Debian bookworm's own Go is too old to build
+# Kubernetes 1.36.
 set -euo pipefail
 
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
+command -v nft >/dev/null || missing+=(nftables)
 command -v patchelf >/dev/null || missing+=(patchelf)
 command -v python3 >/dev/null || missing+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)

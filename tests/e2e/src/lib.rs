@@ -6,6 +6,7 @@
 //! deleted when the guard drops, so independent tests can run in parallel.
 
 pub mod cluster;
+pub mod faults;
 pub mod helm;
 pub mod operator;
 pub mod pool;

@@ -36,6 +36,10 @@ func main() {
 		code = manage(sub, args)
 	case "kubectl":
 		code = components.Kubectl(args)
+	case "fault":
+		code = faultCommand(args)
+	case "restart":
+		code = restartCommand(args)
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -54,6 +58,9 @@ commands:
   start               run "up" in the background and wait until the cluster is ready
   stop                stop the supervisor and sweep anything it left
   status              show what is running
+  fault ...           inject faults: partitions, paused or killed containers, stopped nodes
+                      ("localkube fault --help")
+  restart apiserver   restart the API server (--kill: as a crash); returns when it is ready
   kubectl ...         kubectl (also when invoked through a symlink named kubectl)
   apiserver ...       kube-apiserver
   controller-manager  kube-controller-manager

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"valkey-operator.local/localkube/internal/bridge"
+	"valkey-operator.local/localkube/internal/faults"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/proc"
 )
@@ -25,11 +26,13 @@ type Leftovers struct {
 	Mounts    []string
 	NetNS     []proc.NetNS
 	Bridge    bool
+	// Faults in force: records, nftables tables, stopped nodes.
+	Faults []string
 }
 
 // Empty reports whether nothing is left.
 func (r Leftovers) Empty() bool {
-	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge
+	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge && len(r.Faults) == 0
 }
 
 func (r Leftovers) String() string {
@@ -49,6 +52,7 @@ func (r Leftovers) String() string {
 	if r.Bridge {
 		parts = append(parts, "bridge "+layout.Bridge)
 	}
+	parts = append(parts, r.Faults...)
 	return strings.Join(parts, "\n  ")
 }
 
@@ -89,6 +93,7 @@ func Find(l layout.Layout) (Leftovers, error) {
 		return r, err
 	}
 	r.Bridge = bridge.Exists(layout.Bridge)
+	r.Faults = faults.Leftovers(l)
 	return r, nil
 }
 
@@ -131,6 +136,11 @@ func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
 	found, err = Find(l)
 	if err != nil {
 		return found, found, err
+	}
+	// Faults first: a paused process must be continued to die of anything but SIGKILL, and the
+	// nftables tables and node files of a cluster that is gone must not greet the next one.
+	if err := faults.Sweep(l); err != nil {
+		fmt.Fprintf(os.Stderr, "localkube: %v\n", err)
 	}
 	for _, p := range found.Processes {
 		_ = syscall.Kill(p.PID, syscall.SIGKILL)

@@ -9,18 +9,21 @@ import (
 
 // Fixed network and port choices shared with the process kubelet (see tests/localkube/README.md).
 const (
-	Bridge         = "lkbr0"
-	BridgeCIDR     = "10.213.0.1/16"
-	APIServerIP    = "10.213.0.1"
-	APIServerPort  = 6443
-	ServiceCIDR    = "10.0.0.0/24"
-	ServiceIP      = "10.0.0.1"
-	EtcdClientURL  = "http://127.0.0.1:23790"
-	EtcdPeerURL    = "http://127.0.0.1:23800"
-	KCMSecurePort  = 20257
-	SchedSecure    = 20259
-	NetnsPrefix    = "lk-"
-	KubeletNodes   = 3
+	Bridge        = "lkbr0"
+	BridgeCIDR    = "10.213.0.1/16"
+	APIServerIP   = "10.213.0.1"
+	APIServerPort = 6443
+	ServiceCIDR   = "10.0.0.0/24"
+	ServiceIP     = "10.0.0.1"
+	EtcdClientURL = "http://127.0.0.1:23790"
+	EtcdPeerURL   = "http://127.0.0.1:23800"
+	KCMSecurePort = 20257
+	SchedSecure   = 20259
+	NetnsPrefix   = "lk-"
+	KubeletNodes  = 3
+	// FaultNodes follow the others (localkube-d, zone-d), tainted localkube.io/fault-tests:
+	// localkube's fault tests stop and partition them, other tests never run there.
+	FaultNodes     = 1
 	ClusterName    = "localkube"
 	AdminUser      = "admin"
 	ServiceAccount = "https://kubernetes.default.svc.cluster.local"
@@ -75,6 +78,15 @@ func (l Layout) LockFile() string            { return l.path("localkube.lock") }
 func (l Layout) KubeletDir() string          { return l.path("kubelet") }
 func (l Layout) Images() string              { return l.path("images") }
 
+// Faults holds one record per fault in force (see internal/faults).
+func (l Layout) Faults() string { return l.path("faults") }
+
+// KubeletFaults holds the stopped nodes' files the process kubelet reads.
+func (l Layout) KubeletFaults() string { return l.path("kubelet", "faults") }
+
+// PodDir is the process kubelet's directory of one pod (its pid records are under pids/).
+func (l Layout) PodDir(uid string) string { return l.path("kubelet", "pods", uid) }
+
 // DefaultKubelet is the process kubelet as cargo builds it.
 func (l Layout) DefaultKubelet() string {
 	return filepath.Join(l.Root, "target", "debug", "localkube-kubelet")
@@ -82,5 +94,5 @@ func (l Layout) DefaultKubelet() string {
 
 // StateDirs are wiped by a reset; bin/ and images/ are tools and survive it.
 func (l Layout) StateDirs() []string {
-	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile()}
+	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile(), l.Faults()}
 }

@@ -175,3 +175,59 @@ func unescape(s string) string {
 	}
 	return b.String()
 }
+
+// Stat holds the fields of /proc/<pid>/stat the fault commands need.
+type Stat struct {
+	Session int
+	// StartTime is in clock ticks since boot: with the pid, it names one process for life.
+	StartTime uint64
+}
+
+// ReadStat reads /proc/<pid>/stat; false when the process is gone.
+func ReadStat(pid int) (Stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, false
+	}
+	return parseStat(string(b))
+}
+
+// parseStat reads a stat line; the command name may hold spaces and parentheses, so fields are
+// counted after the last ')': state is field 3, session 6, start time 22.
+func parseStat(s string) (Stat, bool) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return Stat{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return Stat{}, false
+	}
+	session, err1 := strconv.Atoi(f[3])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Stat{}, false
+	}
+	return Stat{Session: session, StartTime: start}, true
+}
+
+// Same reports whether pid is still the process that started at start (not a reused pid).
+func Same(pid int, start uint64) bool {
+	st, ok := ReadStat(pid)
+	return ok && st.StartTime == start && Alive(pid)
+}
+
+// PIDs lists the numeric entries of /proc.
+func PIDs() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -66,10 +66,10 @@ func controllerManagerArgs(l layout.Layout) []string {
 		"--service-cluster-ip-range=" + layout.ServiceCIDR,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(layout.KCMSecurePort),
-		// The process kubelet is stopped with the cluster and restarted later: a generous grace
-		// period keeps its nodes from being tainted unreachable (and pods evicted) during a
-		// slow start.
-		"--node-monitor-grace-period=2m",
+		// Upstream's default (50 s since 1.32): a node whose kubelet stops ("localkube fault
+		// node-stop") goes NotReady as soon as on a real cluster. The kubelet renews its Lease
+		// every 10 s and starts seconds after this controller, which counts from its own start.
+		"--node-monitor-grace-period=50s",
 	}
 }
 
@@ -94,5 +94,6 @@ func kubeletArgs(l layout.Layout) []string {
 		"--bridge", layout.Bridge,
 		"--api-server", layout.APIServerURL,
 		"--nodes", fmt.Sprint(layout.KubeletNodes),
+		"--fault-nodes", fmt.Sprint(layout.FaultNodes),
 	}
 }

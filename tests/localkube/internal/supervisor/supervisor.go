@@ -1,6 +1,8 @@
 // Package supervisor is "localkube up": it prepares PKI and network, starts etcd, the API server,
 // the controller manager, the scheduler and the process kubelet as child processes, and stops them
-// in reverse order on SIGTERM/SIGINT or when any of them dies.
+// in reverse order on SIGTERM/SIGINT or when any of them dies. SIGUSR1 restarts the API server
+// (SIGTERM, as an upgrade would), SIGUSR2 too but with SIGKILL (a crash); and every 2 s it undoes
+// the faults whose owner process has ended.
 package supervisor
 
 import (
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"valkey-operator.local/localkube/internal/bridge"
+	"valkey-operator.local/localkube/internal/faults"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/pki"
 )
@@ -39,6 +42,11 @@ func Up(opts Options) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer cancel()
+	// Caught from the start: a restart asked for during start-up waits for the main loop, where
+	// otherwise the signal's default action would end the supervisor.
+	restarts := make(chan os.Signal, 1)
+	signal.Notify(restarts, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(restarts)
 
 	// The lock comes before any side effect: a second supervisor (two "make localkube" at once)
 	// must leave without touching the bridge or the processes of the first.
@@ -99,7 +107,7 @@ func Up(opts Options) error {
 	stopOrder := []*child{kubelet, sched, kcm, apiserver, etcd}
 
 	// Every child that exits reports here; buffered so a late exit never blocks.
-	exits := make(chan exit, len(stopOrder))
+	exits := make(chan exit, 4*len(stopOrder))
 	shutdown := func() {
 		for _, c := range stopOrder {
 			if c != nil {
@@ -124,17 +132,75 @@ func Up(opts Options) error {
 	}
 	logf("cluster up: %s (kubeconfig %s)", layout.APIServerURL, l.Kubeconfig())
 
-	select {
-	case <-ctx.Done():
-		logf("signal received: stopping")
-		shutdown()
-		logf("stopped")
-		return nil
-	case e := <-exits:
-		logf("%s exited on its own (%v): see %s; stopping everything", e.name, e.err, l.Log(e.name))
-		shutdown()
-		return fmt.Errorf("%w: %s (%v)", ErrChildDied, e.name, e.err)
+	reap := time.NewTicker(reapPeriod)
+	defer reap.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logf("signal received: stopping")
+			shutdown()
+			logf("stopped")
+			return nil
+		case sig := <-restarts:
+			if err := restartAPIServer(ctx, l, logf, apiserver, exits, sig == syscall.SIGUSR2); err != nil {
+				logf("restarting the API server failed: %v; stopping everything", err)
+				shutdown()
+				return err
+			}
+		case <-reap.C:
+			reapFaults(l, logf)
+		case e := <-exits:
+			if e.deliberate {
+				continue
+			}
+			logf("%s exited on its own (%v): see %s; stopping everything", e.name, e.err, l.Log(e.name))
+			shutdown()
+			return fmt.Errorf("%w: %s (%v)", ErrChildDied, e.name, e.err)
+		}
 	}
+}
+
+// reapPeriod is how often faults whose owner ended are undone.
+const reapPeriod = 2 * time.Second
+
+func reapFaults(l layout.Layout, logf func(string, ...any)) {
+	reaped, err := faults.Reap(l)
+	for _, r := range reaped {
+		logf("fault %s undone, its owner (pid %d) has ended: %s", r.ID, r.Owner.PID, r.What)
+	}
+	if err != nil {
+		logf("undoing faults of ended owners: %v", err)
+	}
+}
+
+// restartStopTimeout bounds a restart's wait for the old API server: it stops listening at once
+// but may take its full 30 s draining long requests, all of that time an outage for every client.
+const restartStopTimeout = 5 * time.Second
+
+// restartAPIServer stops the API server (SIGTERM, or SIGKILL when crash), starts it again and
+// waits for /readyz; the other components ride it out as they would on a real cluster.
+func restartAPIServer(ctx context.Context, l layout.Layout, logf func(string, ...any), apiserver *child, exits chan<- exit, crash bool) error {
+	how := syscall.SIGTERM
+	if crash {
+		how = syscall.SIGKILL
+	}
+	logf("restarting the API server (%v)", how)
+	t0 := time.Now()
+	apiserver.end(logf, how, restartStopTimeout)
+	if err := apiserver.start(exits); err != nil {
+		return err
+	}
+	admin, err := AdminHTTPClient(l)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "kube-apiserver /readyz", 120*time.Second, apiserver, func(c context.Context) error {
+		return probe(c, admin, layout.APIServerURL+"/readyz", "ok")
+	}); err != nil {
+		return err
+	}
+	logf("API server restarted (pid %d), ready after %s", apiserver.pid(), time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, etcd, apiserver, kcm, sched, kubelet *child) error {
@@ -190,7 +256,7 @@ func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), e
 	if err := kubelet.start(exits); err != nil {
 		return err
 	}
-	logf("kubelet started (pid %d)", kubelet.cmd.Process.Pid)
+	logf("kubelet started (pid %d)", kubelet.pid())
 	return nil
 }
 

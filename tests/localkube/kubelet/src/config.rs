@@ -27,9 +27,14 @@ pub struct Args {
     /// The API server's address as pods reach it (KUBERNETES_SERVICE_HOST/PORT).
     #[arg(long, default_value = "https://10.213.0.1:6443")]
     pub api_server: String,
-    /// How many nodes (localkube-a, -b, ...); at most 26.
+    /// How many nodes (localkube-a, -b, ...); at most 26 with the fault-test nodes.
     #[arg(long, default_value_t = 3)]
     pub nodes: u8,
+    /// Nodes after those, each in a zone of its own, tainted so that only pods that tolerate
+    /// `localkube.io/fault-tests` run there: localkube's own fault tests stop and partition them
+    /// while other tests keep the first nodes.
+    #[arg(long, default_value_t = 0)]
+    pub fault_nodes: u8,
     /// Cap of the restart back-off in seconds (a kubelet uses 300).
     #[arg(long, default_value_t = 300)]
     pub backoff_cap_seconds: u64,
@@ -38,10 +43,15 @@ pub struct Args {
     pub node_status_seconds: u64,
 }
 
+/// The taint (and label) of the fault-test nodes.
+pub const FAULT_TESTS_KEY: &str = "localkube.io/fault-tests";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--nodes must be between 1 and 26, got {0}")]
-    NodeCount(u8),
+    #[error(
+        "--nodes must be at least 1 and --nodes plus --fault-nodes at most 26, got {0} and {1}"
+    )]
+    NodeCount(u8, u8),
     #[error("--api-server {0:?} is not https://HOST:PORT")]
     ApiServer(String),
     #[error("state directory {path}: {source}")]
@@ -58,13 +68,16 @@ pub struct NodeInfo {
     pub index: u8,
     pub ip: Ipv4Addr,
     pub zone: String,
+    /// Reserved for fault tests (tainted `FAULT_TESTS_KEY`).
+    pub for_fault_tests: bool,
 }
 
-pub fn nodes(count: u8) -> Result<Vec<NodeInfo>, ConfigError> {
-    if !(1..=26).contains(&count) {
-        return Err(ConfigError::NodeCount(count));
+pub fn nodes(count: u8, fault_nodes: u8) -> Result<Vec<NodeInfo>, ConfigError> {
+    let total = u16::from(count) + u16::from(fault_nodes);
+    if count == 0 || total > 26 {
+        return Err(ConfigError::NodeCount(count, fault_nodes));
     }
-    Ok((1..=count)
+    Ok((1..=count + fault_nodes)
         .map(|index| {
             let letter = char::from(b'a' + index - 1);
             NodeInfo {
@@ -72,6 +85,7 @@ pub fn nodes(count: u8) -> Result<Vec<NodeInfo>, ConfigError> {
                 index,
                 ip: Ipv4Addr::new(10, 213, index, 1),
                 zone: format!("zone-{letter}"),
+                for_fault_tests: index > count,
             }
         })
         .collect())
@@ -122,7 +136,7 @@ impl Settings {
             bridge: args.bridge.clone(),
             api_host,
             api_port,
-            nodes: nodes(args.nodes)?,
+            nodes: nodes(args.nodes, args.fault_nodes)?,
             backoff_cap: Duration::from_secs(args.backoff_cap_seconds),
             node_status_period: Duration::from_secs(args.node_status_seconds.max(5)),
         })
@@ -143,6 +157,11 @@ impl Settings {
     pub fn volumes_dir(&self) -> PathBuf {
         self.state_dir.join("volumes")
     }
+
+    /// Stopped nodes (see `node_faults.rs`).
+    pub fn faults_dir(&self) -> PathBuf {
+        self.state_dir.join("faults")
+    }
 }
 
 #[cfg(test)]
@@ -151,11 +170,15 @@ mod tests {
 
     #[test]
     fn node_table() -> Result<(), ConfigError> {
-        let n = nodes(3)?;
+        let n = nodes(3, 1)?;
         assert_eq!(n[1].name, "localkube-b");
         assert_eq!(n[1].ip, Ipv4Addr::new(10, 213, 2, 1));
         assert_eq!(n[2].zone, "zone-c");
-        assert!(nodes(0).is_err());
+        assert!(!n[2].for_fault_tests);
+        assert_eq!(n[3].name, "localkube-d");
+        assert!(n[3].for_fault_tests);
+        assert!(nodes(0, 1).is_err());
+        assert!(nodes(20, 7).is_err());
         Ok(())
     }
 

@@ -6,6 +6,7 @@ mod envvars;
 mod images;
 mod network;
 mod node;
+mod node_faults;
 mod pod;
 mod probe;
 mod procs;
@@ -80,13 +81,31 @@ async fn run(args: Args) -> Result<(), StartError> {
         .map_err(bridge_err)?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let nodes = tokio::spawn(node::run(client.clone(), settings.clone(), stop_rx.clone()));
+    let (faults_tx, faults_rx) = watch::channel(node_faults::Stopped::new());
+    let node_names = settings.nodes.iter().map(|n| n.name.clone()).collect();
+    let faults = tokio::spawn(node_faults::watch_files(
+        settings.faults_dir(),
+        node_names,
+        faults_tx,
+        stop_rx.clone(),
+    ));
+    let nodes = tokio::spawn(node::run(
+        client.clone(),
+        settings.clone(),
+        faults_rx.clone(),
+        stop_rx.clone(),
+    ));
     let storage = tokio::spawn(storage::run(
         client.clone(),
         settings.clone(),
         stop_rx.clone(),
     ));
-    let ctx = Arc::new(pod::Ctx::new(client.clone(), settings.clone(), gateway));
+    let ctx = Arc::new(pod::Ctx::new(
+        client.clone(),
+        settings.clone(),
+        gateway,
+        faults_rx,
+    ));
     let pods = tokio::spawn(pod::manager::Manager::new(ctx).run(stop_rx.clone()));
     tracing::info!(nodes = settings.nodes.len(), state_dir = %settings.state_dir.display(), "kubelet running");
 
@@ -99,6 +118,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         let _ = pods.await;
         let _ = nodes.await;
         let _ = storage.await;
+        let _ = faults.await;
     })
     .await;
     clean_leftovers(&settings).await;

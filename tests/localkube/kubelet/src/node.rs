@@ -1,12 +1,12 @@
 //! Node registration and heartbeats: a Node per letter, its status, and a Lease renewed every 10 s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -15,7 +15,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use tokio::sync::watch;
 
-use crate::config::{NodeInfo, Settings};
+use crate::config::{FAULT_TESTS_KEY, NodeInfo, Settings};
+use crate::node_faults::Stopped;
 
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
@@ -29,6 +30,7 @@ pub enum NodeError {
 }
 
 pub fn labels(node: &NodeInfo) -> BTreeMap<String, String> {
+    let fault_tests = node.for_fault_tests.then_some((FAULT_TESTS_KEY, "true"));
     [
         ("kubernetes.io/hostname", node.name.as_str()),
         ("kubernetes.io/os", "linux"),
@@ -40,8 +42,34 @@ pub fn labels(node: &NodeInfo) -> BTreeMap<String, String> {
         ("node.kubernetes.io/instance-type", "localkube"),
     ]
     .into_iter()
+    .chain(fault_tests)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// The taint that keeps every pod but a fault test's off a fault-test node.
+pub fn fault_tests_taint() -> Taint {
+    Taint {
+        key: FAULT_TESTS_KEY.into(),
+        value: Some("true".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+/// The node's taints with ours added when it is a fault-test node and the taint is missing;
+/// `None` when nothing is to change (the node controller manages the others).
+fn with_own_taint(node: &NodeInfo, existing: &Node) -> Option<Vec<Taint>> {
+    let mut taints = existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if !node.for_fault_tests || taints.iter().any(|t| t.key == FAULT_TESTS_KEY) {
+        return None;
+    }
+    taints.push(fault_tests_taint());
+    Some(taints)
 }
 
 fn resources() -> BTreeMap<String, Quantity> {
@@ -166,15 +194,28 @@ pub async fn register(
             labels: Some(labels(node)),
             ..Default::default()
         },
-        spec: Some(NodeSpec::default()),
+        spec: Some(NodeSpec {
+            taints: node.for_fault_tests.then(|| vec![fault_tests_taint()]),
+            ..Default::default()
+        }),
         status: None,
     };
     match api.create(&PostParams::default(), &wanted).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let patch = serde_json::json!({"metadata": {"labels": labels(node)}});
-            api.patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
+            let patched = api
+                .patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
+            if let Some(taints) = with_own_taint(node, &patched) {
+                // The resourceVersion makes this a compare-and-swap with the node controller.
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": patched.metadata.resource_version},
+                    "spec": {"taints": taints},
+                });
+                api.patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
         }
         Err(e) => return Err(e.into()),
     }
@@ -230,18 +271,33 @@ pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<(), NodeE
     Ok(())
 }
 
-/// Keeps every node registered, its Lease renewed and its status posted, until shutdown.
-pub async fn run(client: kube::Client, settings: Settings, mut shutdown: watch::Receiver<bool>) {
+/// Keeps every node registered, its Lease renewed and its status posted, until shutdown. A node
+/// stopped by a fault gets neither until it is back, and then both at once.
+pub async fn run(
+    client: kube::Client,
+    settings: Settings,
+    mut faults: watch::Receiver<Stopped>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let since = crate::pod::status::now();
     let mut registered: BTreeMap<String, Node> = BTreeMap::new();
     let mut last_status = tokio::time::Instant::now();
+    // Nodes that were stopped: their status must be posted before anything else is.
+    let mut returning: BTreeSet<String> = BTreeSet::new();
     loop {
+        let stopped = faults.borrow_and_update().clone();
         let post_status = last_status.elapsed() >= settings.node_status_period;
         for info in &settings.nodes {
-            let node = if post_status || !registered.contains_key(&info.name) {
+            if stopped.contains_key(&info.name) {
+                returning.insert(info.name.clone());
+                continue;
+            }
+            let back = returning.contains(&info.name);
+            let node = if post_status || back || !registered.contains_key(&info.name) {
                 match register(&client, info, since).await {
                     Ok(n) => {
                         registered.insert(info.name.clone(), n.clone());
+                        returning.remove(&info.name);
                         n
                     }
                     Err(e) => {
@@ -264,6 +320,7 @@ pub async fn run(client: kube::Client, settings: Settings, mut shutdown: watch::
         }
         tokio::select! {
             _ = tokio::time::sleep(LEASE_RENEW) => {}
+            _ = faults.changed() => {}
             _ = shutdown.changed() => return,
         }
     }
@@ -275,7 +332,7 @@ mod tests {
 
     #[test]
     fn status_reports_ready_with_addresses() -> Result<(), crate::config::ConfigError> {
-        let nodes = crate::config::nodes(2)?;
+        let nodes = crate::config::nodes(2, 1)?;
         let t = Timestamp::UNIX_EPOCH;
         let s = status(&nodes[1], t, t);
         let ready = s
@@ -294,6 +351,20 @@ mod tests {
                 .map(String::as_str),
             Some("zone-b")
         );
+        assert!(!labels(&nodes[1]).contains_key(FAULT_TESTS_KEY));
+        assert!(labels(&nodes[2]).contains_key(FAULT_TESTS_KEY));
+        let untainted = Node::default();
+        assert_eq!(with_own_taint(&nodes[1], &untainted), None);
+        let added = with_own_taint(&nodes[2], &untainted).unwrap_or_default();
+        assert_eq!(added, vec![fault_tests_taint()]);
+        let tainted = Node {
+            spec: Some(NodeSpec {
+                taints: Some(added),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(with_own_taint(&nodes[2], &tainted), None);
         Ok(())
     }
 }

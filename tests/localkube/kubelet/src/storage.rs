@@ -284,7 +284,7 @@ mod tests {
             bridge: "lkbr0".into(),
             api_host: "10.213.0.1".into(),
             api_port: "6443".into(),
-            nodes: crate::config::nodes(3).unwrap_or_default(),
+            nodes: crate::config::nodes(3, 0).unwrap_or_default(),
             backoff_cap: std::time::Duration::from_secs(300),
             node_status_period: std::time::Duration::from_secs(60),
         }

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::Settings;
 use crate::network::Ipam;
+use crate::node_faults::{NodeFault, Stopped};
 use crate::probe::Kind;
 
 /// What every pod worker shares.
@@ -24,10 +25,17 @@ pub struct Ctx {
     pub gateway: Ipv4Addr,
     /// Pod IPs per node name.
     pub ipam: std::sync::Mutex<BTreeMap<String, Ipam>>,
+    /// Nodes stopped by a fault.
+    faults: tokio::sync::watch::Receiver<Stopped>,
 }
 
 impl Ctx {
-    pub fn new(client: kube::Client, settings: Settings, gateway: Ipv4Addr) -> Self {
+    pub fn new(
+        client: kube::Client,
+        settings: Settings,
+        gateway: Ipv4Addr,
+        faults: tokio::sync::watch::Receiver<Stopped>,
+    ) -> Self {
         let ipam = settings
             .nodes
             .iter()
@@ -38,7 +46,13 @@ impl Ctx {
             settings,
             gateway,
             ipam: std::sync::Mutex::new(ipam),
+            faults,
         }
+    }
+
+    /// The fault that stops `node`, if any.
+    pub fn node_fault(&self, node: &str) -> Option<NodeFault> {
+        self.faults.borrow().get(node).copied()
     }
 
     pub fn allocate_ip(&self, node: &str, preferred: Option<Ipv4Addr>) -> Option<Ipv4Addr> {

@@ -20,6 +20,7 @@ use super::{Ctx, Msg, Slot};
 use crate::config::NodeInfo;
 use crate::images;
 use crate::network::{self, PodNetNames};
+use crate::node_faults::NodeFault;
 use crate::probe::{self, Kind, Tracker};
 use crate::sandbox::{self, plan};
 use crate::volumes::{self, VolumeContext};
@@ -60,6 +61,8 @@ pub struct Worker {
     written: Option<PodStatus>,
     written_json: Option<serde_json::Value>,
     finished: bool,
+    /// The pod left the API while its node was stopped: acted on once the node is back.
+    gone_while_stopped: bool,
 }
 
 fn previous(statuses: &Option<Vec<ContainerStatus>>, name: &str) -> Option<ContainerStatus> {
@@ -182,6 +185,7 @@ impl Worker {
             written: None,
             written_json: None,
             finished: false,
+            gone_while_stopped: false,
         };
         (worker, tx)
     }
@@ -241,23 +245,33 @@ impl Worker {
         match msg {
             Msg::Pod(pod) => self.pod = *pod,
             Msg::Exited { slot, status } => self.on_exit(slot, status),
+            // A stopped node's kubelet learns nothing from probes.
+            Msg::Probe { .. } if self.node_stopped().is_some() => {}
             Msg::Probe {
                 slot,
                 kind,
                 ok,
                 message,
             } => self.on_probe(slot, kind, ok, message),
-            Msg::Gone => {
-                self.stop_all(Duration::from_secs(2)).await;
-                self.cleanup(true).await;
-                self.finished = true;
-            }
+            Msg::Gone if self.node_stopped().is_some() => self.gone_while_stopped = true,
+            Msg::Gone => self.forget().await,
             Msg::Shutdown => {
                 self.stop_all(self.grace().min(SHUTDOWN_GRACE)).await;
                 self.cleanup(false).await;
                 self.finished = true;
             }
         }
+    }
+
+    /// Stops the containers and removes the pod's traces: the pod is gone from the API.
+    async fn forget(&mut self) {
+        self.stop_all(Duration::from_secs(2)).await;
+        self.cleanup(true).await;
+        self.finished = true;
+    }
+
+    fn node_stopped(&self) -> Option<NodeFault> {
+        self.ctx.node_fault(&self.node.name)
     }
 
     fn runtime(&mut self, slot: Slot) -> Option<&mut Runtime> {
@@ -311,6 +325,24 @@ impl Worker {
     }
 
     async fn sync(&mut self) {
+        match self.node_stopped() {
+            // Nothing is started, reported or deleted on a stopped node; a crashed one's
+            // processes die (SIGKILL, again at each pass until they are gone).
+            Some(NodeFault::Crashed) => {
+                for rt in self.init.iter().chain(self.main.iter()) {
+                    if let Some(p) = &rt.process {
+                        p.kill();
+                    }
+                }
+                return;
+            }
+            Some(NodeFault::Partitioned) => return,
+            None => {}
+        }
+        if self.gone_while_stopped {
+            self.forget().await;
+            return;
+        }
         if self.pod.metadata.deletion_timestamp.is_some() {
             self.delete().await;
             return;
