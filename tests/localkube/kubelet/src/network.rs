@@ -194,11 +194,16 @@ fn write_sysctl(path: &str, value: &str) -> Result<(), NetError> {
 
 /// What the routed pod network needs of the host: forwarding on the bridge (only), ARP requests
 /// to pods always from the bridge's main address (their gateway, the one neighbour they keep),
-/// and neighbour table limits with room for hundreds of pods (raised, never lowered).
+/// no ICMP redirects (the host forwards from the bridge back into it, and would otherwise tell
+/// pods to talk to each other directly, each redirect a neighbour entry more), and neighbour
+/// table limits with room for hundreds of pods (raised, never lowered).
 pub fn prepare_host(bridge: &str) -> Result<(), NetError> {
     let conf = format!("/proc/sys/net/ipv4/conf/{bridge}");
     write_sysctl(&format!("{conf}/forwarding"), "1")?;
     write_sysctl(&format!("{conf}/arp_announce"), "2")?;
+    // The kernel sends redirects when the interface's or the "all" setting says so.
+    write_sysctl(&format!("{conf}/send_redirects"), "0")?;
+    write_sysctl("/proc/sys/net/ipv4/conf/all/send_redirects", "0")?;
     for (n, wanted) in (1..=3).zip(NEIGH_THRESHOLDS) {
         let path = format!("/proc/sys/net/ipv4/neigh/default/gc_thresh{n}");
         let current: u32 = std::fs::read_to_string(&path)
