@@ -57,14 +57,16 @@ endif
 
 # Unit and component tests: no cluster needed (the cluster-controller's engine tests run real
 # valkey-server processes from the localkube image table; the chart's static checks run helm).
+# localkube's own tests (tests/localkube/suite) need the cluster: they run with e2e.
 unit: $(HELM)
-	$(CARGO) test --workspace --exclude e2e --no-fail-fast
+	$(CARGO) test --workspace --exclude e2e --exclude localkube-suite --no-fail-fast
 	$(CARGO) test -p e2e --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.
 e2e:
 	@status=0; \
-	E2E_HEAVY=$(E2E_HEAVY) $(CARGO) test -p e2e --no-fail-fast --test suite --test localkube -- --test-threads=$(E2E_THREADS) || status=1; \
+	E2E_HEAVY=$(E2E_HEAVY) $(CARGO) test -p e2e --no-fail-fast --test suite -- --test-threads=$(E2E_THREADS) || status=1; \
+	$(MAKE) localkube-test || status=1; \
 	echo "# Leader election and server-side apply against the real API server."; \
 	$(CARGO) test -p plumbing -- --ignored --test-threads=1 || status=1; \
 	exit $$status

@@ -26,7 +26,7 @@ LOCALKUBE_GO_SOURCES := $(LOCALKUBE_SRC)/go.mod $(LOCALKUBE_SRC)/go.sum \
 # Static, reproducible builds; Go's default caches (GOCACHE, GOMODCACHE) persist between runs.
 LOCALKUBE_GO_ENV := CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-.PHONY: localkube-check localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status
+.PHONY: localkube-check localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status localkube-test localkube-scale
 
 ## Tools: the localkube binary with its kubectl link, helm, the valkey images. Each step is
 ## skipped when it is up to date.
@@ -79,7 +79,23 @@ localkube-status:
 ## Wipe the cluster's state (etcd, PKI, kubelet state, logs); tools and images stay.
 localkube-reset: localkube-down
 	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs \
-		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid $(LOCALKUBE_DIR)/localkube.lock
+		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid $(LOCALKUBE_DIR)/localkube.lock \
+		$(LOCALKUBE_DIR)/faults
+
+## localkube's own tests, on the running cluster (KUBECONFIG, else this checkout's): what the e2e
+## suite relies on, the kubelet conformance list, the pod network, each fault. The API server
+## restart goes last and alone: it interrupts every client for a few seconds.
+LOCALKUBE_TEST_THREADS ?= 8
+localkube-test:
+	@status=0; \
+	$(CARGO) test -p localkube-suite --test localkube -- --test-threads=$(LOCALKUBE_TEST_THREADS) || status=1; \
+	$(CARGO) test -p localkube-suite --test localkube -- --ignored --exact faults::a_watch_survives_api_server_restarts || status=1; \
+	exit $$status
+
+## Hundreds of pods (LOCALKUBE_SCALE_PODS, default 300): all Ready, reachable, one neighbour entry
+## each; prints the time, neighbour entries and memory.
+localkube-scale:
+	$(CARGO) test -p localkube-suite --test localkube -- --ignored --exact --nocapture network::hundreds_of_pods_are_ready_and_reach_each_other
 
 ## The Go side's own checks: formatting, vet and unit tests (same build flags as the binary, so the
 ## compiled dependencies come from the cache).

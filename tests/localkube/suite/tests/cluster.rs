@@ -8,18 +8,14 @@ use e2e::{
     E2eError, Poll, Result, TestNamespace, check, describe_pod, pod_ip, valkey, valkey_cmd,
     wait_until,
 };
+
+use crate::{POD_READY, skip};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 
-const POD_READY: Duration = Duration::from_secs(120);
 const WITH_VOLUME_READY: Duration = Duration::from_secs(180);
-
-fn skip(why: &str) -> Result<()> {
-    eprintln!("SKIPPED: {why}");
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_are_ready_in_three_zones() -> Result<()> {
@@ -356,95 +352,6 @@ async fn deleting_a_deployment_cascades_to_its_pods() -> Result<()> {
     .await
 }
 
-/// Kills the container's main process: on localkube by its pid record, elsewhere by asking Valkey
-/// to exit (the same from the kubelet's point of view: the container ended on its own).
-async fn kill_valkey(pod: &Pod) -> Result<()> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let record = e2e::localkube_kubelet_dir()
-        .join("pods")
-        .join(&uid)
-        .join("pids/valkey.pid");
-    if e2e::is_localkube() {
-        let text = std::fs::read_to_string(&record)
-            .map_err(|e| E2eError::Check(format!("reading {}: {e}", record.display())))?;
-        let pid = text
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let status = tokio::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .await
-            .map_err(|source| E2eError::Spawn {
-                program: "kill".into(),
-                source,
-            })?;
-        return check(status.success(), format!("kill -KILL {pid} failed"));
-    }
-    let ip = pod_ip(pod).ok_or_else(|| E2eError::Check("no pod IP".into()))?;
-    let mut conn = valkey(&ip, 6379).await?;
-    // The server exits before replying, so an error here is expected.
-    let _ = valkey_cmd(&mut conn, &["SHUTDOWN", "NOSAVE"]).await;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_killed_container_is_restarted() -> Result<()> {
-    let ns = TestNamespace::create("restart").await?;
-    ns.apply(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: victim
-spec:
-  restartPolicy: Always
-  terminationGracePeriodSeconds: 5
-  containers:
-  - name: valkey
-    image: valkey/valkey:9.1
-    command: ["valkey-server", "--protected-mode", "no"]
-    readinessProbe:
-      exec:
-        command: ["valkey-cli", "ping"]
-      periodSeconds: 2
-"#,
-    )
-    .await?;
-    let pod = ns.wait_pod_ready("victim", POD_READY).await?;
-    kill_valkey(&pod).await?;
-    let pods = ns.api::<Pod>();
-    let pod = wait_until(POD_READY, "victim restarted once and Ready again", || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("victim").await?;
-            let status = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|c| c.first().cloned());
-            let restarted = status.as_ref().is_some_and(|c| c.restart_count == 1);
-            Ok(if restarted && e2e::pod_ready(&p) {
-                Poll::Ready(p)
-            } else {
-                Poll::NotYet(describe_pod(&p))
-            })
-        }
-    })
-    .await?;
-    let last = pod
-        .status
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.last_state)
-        .and_then(|s| s.terminated);
-    check(
-        last.is_some(),
-        "lastState.terminated is missing after the restart",
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduling_follows_node_selectors_and_affinity() -> Result<()> {
     let zone_b_nodes = e2e::kubectl(&[
@@ -551,9 +458,9 @@ fn install_probe_image() -> Result<()> {
     let bin = e2e::localkube_dir().join("images/e2e-probe/bin");
     std::fs::create_dir_all(&bin)
         .map_err(|e| E2eError::Check(format!("{}: {e}", bin.display())))?;
-    let tmp = bin.join(format!(".e2e-incluster-probe.{}", std::process::id()));
-    std::fs::copy(env!("CARGO_BIN_EXE_e2e-incluster-probe"), &tmp)
-        .and_then(|_| std::fs::rename(&tmp, bin.join("e2e-incluster-probe")))
+    let tmp = bin.join(format!(".incluster-probe.{}", std::process::id()));
+    std::fs::copy(env!("CARGO_BIN_EXE_incluster-probe"), &tmp)
+        .and_then(|_| std::fs::rename(&tmp, bin.join("incluster-probe")))
         .map_err(|e| E2eError::Check(format!("installing the probe image: {e}")))
 }
 
@@ -604,7 +511,7 @@ spec:
   containers:
   - name: probe
     image: valkey-operator.test/e2e-probe:latest
-    command: ["e2e-incluster-probe"]
+    command: ["incluster-probe"]
 "#,
     )
     .await?;
