@@ -18,7 +18,7 @@ include hack/demo.mk
 help:
 	@echo "make demo             local control plane, both controllers, a sample cluster that becomes Ready"
 	@echo "make test             every check and test (what CI runs)"
-	@echo "make generate         regenerate CRDs and docs from schema/"
+	@echo "make generate         regenerate CRDs and docs from valkey-api/schema/"
 	@echo "make check-generated  fail when generated files are stale"
 	@echo "make lint             cargo fmt --check and clippy -D warnings (lint-dockerfiles: hadolint)"
 	@echo "make bench            benchmarks: speed and memory figures"
@@ -31,11 +31,12 @@ help:
 build:
 	$(CARGO) build --workspace --bins
 
+# The CRDs are crd() of the compiled API types; the reference comes from the same schema.
 generate:
-	$(CARGO) run -q -p codegen -- write
+	$(CARGO) run -q -p valkey-api --bin valkey-api-generate -- write
 
 check-generated:
-	$(CARGO) run -q -p codegen -- check
+	$(CARGO) run -q -p valkey-api --bin valkey-api-generate -- check
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,5 +1,6 @@
 //! The API reference (`docs/api.md`), rendered by the askama template `templates/docs/api.md`
-//! from the schema's own descriptions, so the reference cannot disagree with the CRDs.
+//! (in this crate) from the schema's own descriptions, so the reference cannot disagree with the
+//! CRDs.
 
 use askama::Template;
 use serde_json::Value;
@@ -60,7 +61,7 @@ struct FieldDoc {
     checks: String,
 }
 
-const INTRO: &str = "Generated from `schema/api/*.yaml`, like the CRDs in \
+const INTRO: &str = "Generated from `valkey-api/schema/*.yaml`, like the CRDs in \
 `charts/valkey-operator/crds/` and the Rust types both controllers compile. Defaults and checks \
 are applied by the API server at admission: an object that breaks a check is rejected with a \
 message naming the field.";

@@ -1,5 +1,5 @@
-//! Kubernetes types a schema may name. Their Rust type and their OpenAPI schema both come from
-//! k8s-openapi, so the CRD never restates a Kubernetes type by hand.
+//! Kubernetes types a schema may name. The generated types use k8s-openapi's, so their schema in
+//! the CRD is k8s-openapi's own and never restated by hand.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -21,12 +21,6 @@ macro_rules! k8s_types {
                 match self { $(K8sType::$variant => quote!(::k8s_openapi::$($path)::+)),* }
             }
 
-            /// The schemars schema of the type, made by the caller's generator.
-            pub fn schema(self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                match self {
-                    $(K8sType::$variant => generator.subschema_for::<k8s_openapi::$($path)::+>()),*
-                }
-            }
         }
     };
 }

@@ -1,0 +1,193 @@
+//! The model: the API as the emitters see it, every name resolved.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::k8s::K8sType;
+
+/// Everything the schema directory describes.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub kinds: Vec<Kind>,
+    /// Named types (objects and enums) in the order the files declare them.
+    pub types: Vec<TypeDef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Kind {
+    pub name: String,
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub description: String,
+    pub validations: Vec<Rule>,
+    pub printer_columns: Vec<PrinterColumn>,
+    pub spec: String,
+    pub status: Option<String>,
+    /// File the kind was declared in, relative to the schema directory (for docs and errors).
+    pub source: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct PrinterColumn {
+    pub name: String,
+    pub type_: String,
+    pub json_path: String,
+    pub description: Option<String>,
+    pub priority: Option<i32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TypeDef {
+    pub name: String,
+    pub description: String,
+    pub body: TypeBody,
+    pub source: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum TypeBody {
+    Object {
+        fields: Vec<Field>,
+        validations: Vec<Rule>,
+    },
+    Enum {
+        values: Vec<EnumValue>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct EnumValue {
+    pub value: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Field {
+    /// The JSON name, as users write it.
+    pub name: String,
+    pub description: String,
+    pub ty: TypeRef,
+    pub required: bool,
+    pub default: Option<Value>,
+    pub checks: Checks,
+    /// Checks on each list item or map value (scalars only).
+    pub each: Checks,
+    pub validations: Vec<Rule>,
+    pub list_type: Option<String>,
+    pub list_map_keys: Vec<String>,
+}
+
+impl Field {
+    /// Fields without a value of their own are optional in Rust (`Option<T>`).
+    pub fn is_optional(&self) -> bool {
+        !self.required && self.default.is_none()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeRef {
+    String,
+    Integer,
+    Int64,
+    Boolean,
+    List(Box<TypeRef>),
+    Map(Box<TypeRef>),
+    /// A type declared in the schema directory.
+    Named(String),
+    /// A Kubernetes type expanded from k8s-openapi.
+    K8s(K8sType),
+}
+
+impl TypeRef {
+    /// How the type reads in the schema files and the docs.
+    pub fn display(&self) -> String {
+        match self {
+            TypeRef::String => "string".into(),
+            TypeRef::Integer => "integer".into(),
+            TypeRef::Int64 => "int64".into(),
+            TypeRef::Boolean => "boolean".into(),
+            TypeRef::List(t) => format!("list<{}>", t.display()),
+            TypeRef::Map(t) => format!("map<{}>", t.display()),
+            TypeRef::Named(n) => n.clone(),
+            TypeRef::K8s(k) => k.name().into(),
+        }
+    }
+
+    pub(crate) fn is_scalar(&self) -> bool {
+        matches!(
+            self,
+            TypeRef::String | TypeRef::Integer | TypeRef::Int64 | TypeRef::Boolean
+        )
+    }
+}
+
+/// OpenAPI value checks, applied by the API server at admission.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Checks {
+    pub minimum: Option<i64>,
+    pub maximum: Option<i64>,
+    pub min_length: Option<u64>,
+    pub max_length: Option<u64>,
+    pub pattern: Option<String>,
+    pub min_items: Option<u64>,
+    pub max_items: Option<u64>,
+    pub max_properties: Option<u64>,
+}
+
+impl Checks {
+    pub fn is_empty(&self) -> bool {
+        *self == Checks::default()
+    }
+}
+
+/// A CEL rule (`x-kubernetes-validations`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rule {
+    pub rule: String,
+    pub message: Option<String>,
+    pub reason: Option<String>,
+    pub field_path: Option<String>,
+}
+
+pub(crate) const RULE_REASONS: &[&str] = &[
+    "FieldValueInvalid",
+    "FieldValueForbidden",
+    "FieldValueRequired",
+    "FieldValueDuplicate",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Yaml {
+        path: String,
+        source: serde_yaml::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub(crate) fn invalid(msg: impl Into<String>) -> Error {
+    Error::Invalid(msg.into())
+}
+
+impl Api {
+    pub fn type_def(&self, name: &str) -> Option<&TypeDef> {
+        self.types.iter().find(|t| t.name == name)
+    }
+
+    /// Types in the order an emitter should write them: kinds' spec and status first, then the rest.
+    pub fn kind_of_spec(&self, type_name: &str) -> Option<&Kind> {
+        self.kinds.iter().find(|k| k.spec == type_name)
+    }
+}

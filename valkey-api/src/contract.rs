@@ -1,0 +1,47 @@
+//! The constants of the ValkeyNode contract and of the labels parents put on their nodes: what
+//! the node-controller guarantees, what parents and tests rely on. Declared once, here, beside
+//! the types they belong with.
+
+/// The port Valkey listens on in every ValkeyNode's pod; its cluster bus is this plus 10000.
+pub const VALKEY_PORT: u16 = 6379;
+
+/// The label that ties a pod, its workload and its PVC to their ValkeyNode (the value is the
+/// node's name).
+pub const NODE_LABEL: &str = "valkey.io/node";
+
+/// Pod annotation carrying the revision the pod was built from (`status.currentRevision`).
+pub const REVISION_ANNOTATION: &str = "valkey.io/revision";
+
+/// Where the pod sees the Secret `spec.credentials` names, read-only: a parent points
+/// `spec.config` (`aclfile`, `include`) at files in it.
+pub const CREDENTIALS_DIR: &str = "/etc/valkey/credentials";
+
+/// The condition a ValkeyNode is ready by.
+pub const READY_CONDITION: &str = "Ready";
+
+/// Reasons of a ValkeyNode's Ready=False that no amount of waiting fixes: its pod cannot run
+/// (not scheduled, no image, crash loop, a config Valkey or the node-controller refuses). A
+/// parent need not wait for such a node before changing its spec.
+pub const POD_CANNOT_RUN_REASONS: &[&str] = &[
+    UNSCHEDULABLE,
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    INVALID_CONFIG,
+];
+
+/// Ready=False: the scheduler found no node for the pod.
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+/// Ready=False: `spec.config` holds a value the node-controller will not write to valkey.conf.
+pub const INVALID_CONFIG: &str = "InvalidConfig";
+
+/// Labels a ValkeyCluster puts on its ValkeyNodes (and, through `spec.podLabels`, on their pods).
+pub mod cluster {
+    /// The cluster's name.
+    pub const CLUSTER_LABEL: &str = "valkey.io/cluster";
+    /// The member's shard, from 0.
+    pub const SHARD_LABEL: &str = "valkey.io/shard";
+    /// The member's index within its shard, from 0 (0 is the shard's first primary).
+    pub const INDEX_LABEL: &str = "valkey.io/index";
+}
