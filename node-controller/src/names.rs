@@ -2,10 +2,7 @@
 
 use std::collections::BTreeMap;
 
-/// The label that ties a pod, its workload and its PVC to the ValkeyNode.
-pub const NODE_LABEL: &str = "valkey.io/node";
-/// Pod annotation carrying the revision the pod was built from.
-pub const REVISION_ANNOTATION: &str = "valkey.io/revision";
+pub use valkey_api::contract::{NODE_LABEL, REVISION_ANNOTATION};
 /// The field manager of every server-side apply this binary makes.
 pub const FIELD_MANAGER: &str = "valkey-node-controller";
 

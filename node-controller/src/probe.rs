@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use valkey_api::contract::VALKEY_PORT;
 use valkey_api::v1alpha1::Role;
 
-/// The port every ValkeyNode's Valkey listens on (the pod template fixes it).
-pub const VALKEY_PORT: u16 = 6379;
 const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Credentials for the node-controller's own connection. Debug never shows the password.

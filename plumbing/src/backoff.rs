@@ -5,24 +5,26 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::reconcile::ObjectKey;
+
 const CAP: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Default)]
 pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<ObjectKey, u32>>,
 }
 
 impl Backoff {
     /// Records a failure of `key` and returns how long to wait before the next try.
-    pub fn failed(&self, key: &str) -> Duration {
+    pub fn failed(&self, key: &ObjectKey) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = failures.entry(key.to_owned()).or_insert(0);
+        let n = failures.entry(key.clone()).or_insert(0);
         *n = n.saturating_add(1);
         delay(*n)
     }
 
     /// How many times in a row `key` has failed.
-    pub fn failures(&self, key: &str) -> u32 {
+    pub fn failures(&self, key: &ObjectKey) -> u32 {
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -31,8 +33,8 @@ impl Backoff {
             .unwrap_or(0)
     }
 
-    /// Forgets `key`'s failures.
-    pub fn succeeded(&self, key: &str) {
+    /// Forgets `key`'s failures (it succeeded, or it is gone).
+    pub fn succeeded(&self, key: &ObjectKey) {
         self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -51,12 +53,13 @@ mod tests {
     #[test]
     fn doubles_up_to_the_cap_and_resets() {
         let b = Backoff::default();
-        let delays: Vec<u64> = (0..11).map(|_| b.failed("a").as_secs()).collect();
+        let (a, other) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "other"));
+        let delays: Vec<u64> = (0..11).map(|_| b.failed(&a).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
-        assert_eq!(b.failures("a"), 11);
-        assert_eq!(b.failed("other").as_secs(), 1, "per key");
-        b.succeeded("a");
-        assert_eq!(b.failures("a"), 0);
-        assert_eq!(b.failed("a").as_secs(), 1);
+        assert_eq!(b.failures(&a), 11);
+        assert_eq!(b.failed(&other).as_secs(), 1, "per key");
+        b.succeeded(&a);
+        assert_eq!(b.failures(&a), 0);
+        assert_eq!(b.failed(&a).as_secs(), 1);
     }
 }

@@ -6,6 +6,9 @@
 //!
 //! RBAC: `events.k8s.io` `events` with verbs `create` and `patch` (kube's recorder patches a
 //! repeated event into a series instead of creating a new one).
+//!
+//! Publishing is best effort: an Event the API refuses is logged here and never fails the caller,
+//! because an Event records what was done and the doing must not depend on it.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
@@ -15,15 +18,6 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 pub const MAX_NOTE_BYTES: usize = 1024;
 /// The API server rejects a reason or an action longer than this many bytes.
 pub const MAX_REASON_BYTES: usize = 128;
-
-#[derive(Debug, thiserror::Error)]
-#[error("cannot publish event {reason} for {object}: {source}")]
-pub struct EventError {
-    reason: String,
-    object: String,
-    #[source]
-    source: kube::Error,
-}
 
 /// Publishes Events with the controller's name as reporter. Cheap to clone; share one per binary
 /// so repeated events are folded into series.
@@ -47,13 +41,7 @@ impl EventPublisher {
 
     /// A `Normal` event about `object`. `reason` is CamelCase (`CreatedWorkload`), `action` names
     /// what was done (`Apply`), `note` is a sentence for a person. **No secret values.**
-    pub async fn normal<K>(
-        &self,
-        object: &K,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Result<(), EventError>
+    pub async fn normal<K>(&self, object: &K, reason: &str, action: &str, note: &str)
     where
         K: Resource<DynamicType = ()>,
     {
@@ -69,13 +57,7 @@ impl EventPublisher {
     }
 
     /// A `Warning` event about `object`; same rules as [`EventPublisher::normal`].
-    pub async fn warning<K>(
-        &self,
-        object: &K,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Result<(), EventError>
+    pub async fn warning<K>(&self, object: &K, reason: &str, action: &str, note: &str)
     where
         K: Resource<DynamicType = ()>,
     {
@@ -100,8 +82,7 @@ impl EventPublisher {
         reason: &str,
         action: &str,
         note: &str,
-    ) -> Result<(), EventError>
-    where
+    ) where
         K: Resource<DynamicType = ()>,
     {
         self.publish(
@@ -125,7 +106,7 @@ impl EventPublisher {
         reason: &str,
         action: &str,
         note: &str,
-    ) -> Result<(), EventError> {
+    ) {
         let event = Event {
             type_,
             reason: truncate(reason, MAX_REASON_BYTES).to_owned(),
@@ -133,14 +114,14 @@ impl EventPublisher {
             note: Some(truncate(note, MAX_NOTE_BYTES).to_owned()).filter(|n| !n.is_empty()),
             secondary: related,
         };
-        self.recorder
-            .publish(&event, reference)
-            .await
-            .map_err(|source| EventError {
-                reason: event.reason.clone(),
-                object: describe(reference),
-                source,
-            })
+        if let Err(error) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(
+                %error,
+                reason = %event.reason,
+                object = %describe(reference),
+                "could not publish an event"
+            );
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -33,6 +33,11 @@ pub enum HealthError {
 }
 
 /// Shared readiness state; clones see the same flags.
+///
+/// Ready means: the controllers have started and every watch cache they registered
+/// ([`Readiness::register`], which `Handles::cache` calls) has listed its objects once. As in
+/// kubert's runtime, each cache holds a [`SyncHandle`] it releases itself, so no caller has to
+/// know which watches exist.
 #[derive(Clone, Debug)]
 pub struct Readiness {
     inner: Arc<ReadinessFlags>,
@@ -41,8 +46,26 @@ pub struct Readiness {
 #[derive(Debug)]
 struct ReadinessFlags {
     leader_election: bool,
-    synced: AtomicBool,
+    /// Watches that have not listed yet, plus one until the controllers have started.
+    pending: AtomicUsize,
+    /// Woken whenever `pending` drops.
+    released: tokio::sync::Notify,
+    started: AtomicBool,
     leading: AtomicBool,
+}
+
+/// One watch's share of readiness: release it with [`SyncHandle::synced`] once the watch has
+/// listed. A handle dropped without that (a watch that never listed) keeps `/ready` failing.
+#[derive(Debug)]
+#[must_use = "readiness waits until the handle is released"]
+pub struct SyncHandle {
+    readiness: Readiness,
+}
+
+impl SyncHandle {
+    pub fn synced(self) {
+        self.readiness.release();
+    }
 }
 
 impl Readiness {
@@ -51,40 +74,45 @@ impl Readiness {
         Self {
             inner: Arc::new(ReadinessFlags {
                 leader_election,
-                synced: AtomicBool::new(false),
+                pending: AtomicUsize::new(1),
+                released: tokio::sync::Notify::new(),
+                started: AtomicBool::new(false),
                 leading: AtomicBool::new(false),
             }),
         }
     }
 
-    /// Call once every watch the controller needs has listed its objects (for example after
-    /// `Store::wait_until_ready`).
+    /// A watch that readiness must wait for.
+    pub fn register(&self) -> SyncHandle {
+        self.inner.pending.fetch_add(1, Ordering::SeqCst);
+        SyncHandle {
+            readiness: self.clone(),
+        }
+    }
+
+    /// Call once the controllers are built: every watch they need has registered by then, and
+    /// readiness waits for those alone. Idempotent.
     pub fn mark_synced(&self) {
-        self.set_synced(true);
+        if !self.inner.started.swap(true, Ordering::SeqCst) {
+            self.release();
+        }
     }
 
-    /// Marks the watches synced once `synced()` resolves, from a task of its own. The future is
-    /// made again every 500 ms: a kube `Store`'s readiness wakes only the task that polled it last,
-    /// and the controller waits on the same stores, so a single wait could sleep forever (and
-    /// `/ready` with it).
-    pub fn mark_synced_when<F, Fut>(&self, synced: F)
-    where
-        F: Fn() -> Fut + Send + 'static,
-        Fut: std::future::Future + Send,
-    {
-        let readiness = self.clone();
-        tokio::spawn(async move {
-            while tokio::time::timeout(std::time::Duration::from_millis(500), synced())
-                .await
-                .is_err()
-            {}
-            readiness.mark_synced();
-            tracing::info!("watch caches synced");
-        });
+    fn release(&self) {
+        self.inner.pending.fetch_sub(1, Ordering::SeqCst);
+        self.inner.released.notify_waiters();
     }
 
-    pub fn set_synced(&self, synced: bool) {
-        self.inner.synced.store(synced, Ordering::SeqCst);
+    /// Resolves once the controllers have started and every registered watch has listed.
+    pub async fn synced(&self) {
+        loop {
+            // Created before the check, so a release between the two still wakes it.
+            let released = self.inner.released.notified();
+            if self.inner.pending.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            released.await;
+        }
     }
 
     /// Kept up to date by the runtime from the leader elector.
@@ -94,7 +122,7 @@ impl Readiness {
 
     pub fn is_ready(&self) -> bool {
         is_ready(
-            self.inner.synced.load(Ordering::SeqCst),
+            self.inner.pending.load(Ordering::SeqCst) == 0,
             self.inner.leader_election,
             self.inner.leading.load(Ordering::SeqCst),
         )
@@ -221,6 +249,46 @@ mod tests {
         assert!(is_ready(false, true, false));
         assert!(!is_ready(false, true, true));
         assert!(is_ready(true, true, true));
+    }
+
+    #[test]
+    fn ready_once_started_and_every_registered_watch_synced() {
+        let readiness = Readiness::new(false);
+        let pods = readiness.register();
+        let nodes = readiness.register();
+        assert!(!readiness.is_ready(), "nothing synced yet");
+        pods.synced();
+        readiness.mark_synced();
+        assert!(!readiness.is_ready(), "one watch has not listed");
+        nodes.synced();
+        assert!(readiness.is_ready());
+        readiness.mark_synced();
+        assert!(readiness.is_ready(), "starting twice changes nothing");
+        let late = readiness.register();
+        assert!(
+            !readiness.is_ready(),
+            "a watch added later is waited for too"
+        );
+        late.synced();
+        assert!(readiness.is_ready());
+    }
+
+    #[tokio::test]
+    async fn synced_resolves_when_the_last_watch_lists() {
+        let readiness = Readiness::new(false);
+        let watch = readiness.register();
+        readiness.mark_synced();
+        let waiting = tokio::spawn({
+            let readiness = readiness.clone();
+            async move { readiness.synced().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        watch.synced();
+        assert!(
+            tokio::time::timeout(DEADLINE, waiting).await.is_ok(),
+            "synced() never resolved"
+        );
     }
 
     #[tokio::test]

@@ -1,20 +1,27 @@
 //! The operational surface both controller binaries share: flags, logs, metrics, health
 //! endpoints, leader election, graceful shutdown, status conditions, events and server-side
-//! apply. [`Runtime::start`] wires them together.
+//! apply, and the shell a reconciler runs in (watch caches with their readiness, the error
+//! policy, per-object back-off and forgetting). [`runtime::main`] wires them together.
 
 pub mod apply;
 pub mod backoff;
+pub mod cache;
 pub mod cli;
 pub mod conditions;
 pub mod events;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod reconcile;
 pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
+pub use cache::Cache;
 pub use cli::CommonArgs;
 pub use metrics::Metrics;
+pub use reconcile::{ObjectKey, ReconcileError, Reconciler};
 pub use runtime::{Exit, Handles, Names, Runtime, RuntimeError};
 pub use shutdown::Shutdown;

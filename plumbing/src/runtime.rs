@@ -10,7 +10,8 @@
 //! let runtime = Runtime::start(&cli.common, names, Metrics::default()).await?;
 //! if runtime.wait_for_leadership().await? {
 //!     // Build the kube Controller with `.graceful_shutdown_on(runtime.stop_signal())`,
-//!     // call `runtime.readiness.mark_synced()` once its stores are ready, and run it.
+//!     // call `runtime.readiness.mark_synced()` once it is built, and run it. (Binaries use
+//!     // [`main`] and [`Handles::run`], which do all of this.)
 //! }
 //! if runtime.finish().await? == Exit::LeadershipLost {
 //!     std::process::exit(1); // restart as a standby
@@ -19,9 +20,17 @@
 //! ```
 
 use std::future::Future;
+use std::pin::Pin;
 
+use futures::FutureExt;
+use futures::future::Shared;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Controller;
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use crate::cache::Cache;
 use crate::cli::CommonArgs;
 use crate::events::EventPublisher;
 use crate::health::{HealthError, HealthServer, Readiness};
@@ -29,6 +38,7 @@ use crate::leader::{
     LeaderElector, LeaderError, LeaderState, Leadership, POD_NAME_ENV, default_identity,
 };
 use crate::metrics::Metrics;
+use crate::reconcile::{self, Reconciler, Shell};
 use crate::shutdown::{Shutdown, ShutdownError};
 use crate::telemetry::{self, TelemetryError};
 
@@ -165,6 +175,9 @@ impl Runtime {
 }
 
 /// What a binary's controllers run with, handed over by [`main`].
+///
+/// A binary builds every cache and controller first, then runs them (several at once with
+/// `futures::join!`): readiness waits for the caches registered by the time the first runs.
 pub struct Handles {
     pub client: kube::Client,
     /// The namespace to watch; `None` for all.
@@ -172,8 +185,10 @@ pub struct Handles {
     pub metrics: Metrics,
     pub events: EventPublisher,
     pub readiness: Readiness,
-    /// Resolves on shutdown or lost leadership: pass it to `Controller::graceful_shutdown_on`.
-    pub stop: std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
+    /// The controller's name: the `controller` label of the reconcile metrics.
+    controller: String,
+    /// Resolves on shutdown or lost leadership; every controller stops on it.
+    stop: Shared<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
 }
 
 impl Handles {
@@ -186,6 +201,47 @@ impl Handles {
             Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
             None => kube::Api::all(self.client.clone()),
         }
+    }
+
+    /// A watch cache of the `K`s `config` selects in the watched namespace(s); `/ready` and every
+    /// pass wait until it has listed. For the kind a controller reconciles, cache
+    /// `DeserializeGuard<K>` and hand it to [`Handles::run`].
+    pub fn cache<K>(&self, config: watcher::Config) -> Cache<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        Cache::new(self.api::<K>(), config, &self.readiness)
+    }
+
+    /// Runs `reconciler` over the objects of `primary`, woken also by what `children` adds to the
+    /// controller (`owns_stream`, `watches_stream` of other caches), until shutdown or lost
+    /// leadership. See [`Reconciler`] for what the shell does around each pass.
+    pub async fn run<R, F>(
+        &self,
+        primary: Cache<DeserializeGuard<R::Object>>,
+        children: F,
+        reconciler: R,
+    ) where
+        R: Reconciler,
+        F: FnOnce(
+            Controller<DeserializeGuard<R::Object>>,
+        ) -> Controller<DeserializeGuard<R::Object>>,
+    {
+        // Every cache of this binary exists by now (see the type's documentation).
+        self.readiness.mark_synced();
+        let shell = Shell::new(
+            reconciler,
+            &self.controller,
+            self.metrics.clone(),
+            self.readiness.clone(),
+        );
+        reconcile::run(primary, children, shell, self.stop.clone()).await;
     }
 }
 
@@ -215,13 +271,16 @@ where
                 namespace = namespace.as_deref().unwrap_or("(all)"),
                 "reconciling"
             );
+            let stop: Pin<Box<dyn Future<Output = ()> + Send + Sync>> =
+                Box::pin(runtime.stop_signal());
             controllers(Handles {
                 client: runtime.client.clone(),
                 namespace,
                 metrics: runtime.metrics.clone(),
                 events: runtime.events.clone(),
                 readiness: runtime.readiness.clone(),
-                stop: Box::pin(runtime.stop_signal()),
+                controller: names.controller.to_owned(),
+                stop: stop.shared(),
             })
             .await;
         }

@@ -20,8 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use rand::distr::{Alphanumeric, SampleString};
 use sha2::{Digest, Sha256};
 
-/// Where the node-controller mounts the credentials Secret (the ValkeyNode contract).
-pub const CREDENTIALS_DIR: &str = "/etc/valkey/credentials";
+pub use valkey_api::contract::CREDENTIALS_DIR;
 pub const ACL_FILE_KEY: &str = "users.acl";
 pub const REPLICATION_CONF_KEY: &str = "replication.conf";
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";

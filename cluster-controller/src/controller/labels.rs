@@ -2,9 +2,8 @@
 
 use std::collections::BTreeMap;
 
-pub const CLUSTER_LABEL: &str = "valkey.io/cluster";
-pub const SHARD_LABEL: &str = "valkey.io/shard";
-pub const INDEX_LABEL: &str = "valkey.io/index";
+pub use valkey_api::contract::cluster::{CLUSTER_LABEL, INDEX_LABEL, SHARD_LABEL};
+
 pub const FIELD_MANAGER: &str = "valkey-cluster-controller";
 
 /// `<cluster>-<shard>-<index>`.

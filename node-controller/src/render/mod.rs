@@ -65,7 +65,7 @@ impl RenderError {
     /// A CamelCase reason for conditions and metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            RenderError::InvalidConfig(_) => "InvalidConfig",
+            RenderError::InvalidConfig(_) => valkey_api::contract::INVALID_CONFIG,
             RenderError::MissingMetadata(_) => "InvalidObject",
             RenderError::Template { .. } | RenderError::Parse { .. } => "RenderFailed",
         }

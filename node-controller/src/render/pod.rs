@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use serde::Serialize;
 use serde_json::{Value, json};
+use valkey_api::contract::VALKEY_PORT;
 use valkey_api::v1alpha1::ValkeyNodeSpec;
 
 use crate::names::{ChildNames, NODE_LABEL, labels};
 
 /// Where the pod sees its volumes.
 pub const CONFIG_DIR: &str = "/etc/valkey/config";
-pub const CREDENTIALS_DIR: &str = "/etc/valkey/credentials";
+pub use valkey_api::contract::CREDENTIALS_DIR;
 pub const DATA_DIR: &str = "/data";
 
 /// Every value of the pod template that depends on the spec.
@@ -41,9 +42,10 @@ impl PodTemplate {
         debug_assert!(pod_labels.contains_key(NODE_LABEL));
 
         let mut env = Vec::new();
-        let mut ping: Vec<String> = ["valkey-cli", "-h", "127.0.0.1", "-p", "6379"]
+        let mut ping: Vec<String> = ["valkey-cli", "-h", "127.0.0.1", "-p"]
             .into_iter()
             .map(str::to_owned)
+            .chain([VALKEY_PORT.to_string()])
             .collect();
         let mut mounts = vec![
             json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),

@@ -10,7 +10,7 @@ use valkey_api::v1alpha1::{Role, ValkeyNodeStatus};
 use crate::names::REVISION_ANNOTATION;
 use crate::probe::Answer;
 
-pub const READY: &str = "Ready";
+pub const READY: &str = valkey_api::contract::READY_CONDITION;
 pub const WORKLOAD_READY: &str = "WorkloadReady";
 pub const PVC_READY: &str = "PersistentVolumeClaimReady";
 pub const CREDENTIALS: &str = "Credentials";
@@ -308,7 +308,9 @@ fn unschedulable(pod: &Pod) -> Option<(String, String)> {
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
     Some((
-        c.reason.clone().unwrap_or_else(|| "Unschedulable".into()),
+        c.reason
+            .clone()
+            .unwrap_or_else(|| valkey_api::contract::UNSCHEDULABLE.into()),
         c.message.clone().unwrap_or_default(),
     ))
 }

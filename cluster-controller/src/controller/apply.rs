@@ -1,0 +1,262 @@
+//! The apply stage: member ValkeyNodes as the spec wants them, and the Kubernetes actions the
+//! engine decides (release a member's restart, delete a drained member).
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+
+use super::context::Context;
+use super::desired::DesiredMember;
+use super::error::{Error, api_error};
+use super::labels::FIELD_MANAGER;
+use super::members;
+use super::report::node_reference;
+use crate::engine::{Action, Member};
+
+/// Every member the spec wants exists with the spec it should have. Members the spec no longer
+/// wants stay as they are until the engine has drained and forgotten them.
+pub async fn member_nodes(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    desired: &[DesiredMember],
+    existing: &[Arc<ValkeyNode>],
+) -> Result<(), Error> {
+    let api = nodes_api(ctx, cluster);
+    // Before the cluster first forms it holds no data, so nothing needs a restart gate: a
+    // corrected spec (a placement that could not be met) reaches every member at once.
+    // (`status.shards` counts the shards that served slots when a member last answered.)
+    let forming = cluster.status.as_ref().is_none_or(|s| s.shards == 0);
+    for member in desired {
+        let current = existing
+            .iter()
+            .find(|n| n.name_any() == member.name)
+            .map(AsRef::as_ref);
+        let gate = if forming {
+            None
+        } else {
+            members::allowed_revision(current)
+        };
+        let want = member.gated(gate);
+        if current.is_some_and(|c| c.spec == want.spec) {
+            continue;
+        }
+        if !forming
+            && current.is_some_and(|c| c.spec.allowed_revision.is_some())
+            && want.spec.allowed_revision.is_none()
+        {
+            tracing::info!(
+                node = %member.name,
+                "the node's pod cannot run; it takes the new spec without waiting its turn"
+            );
+        }
+        apply_node(&api, &want).await?;
+        if current.is_none() {
+            ctx.events
+                .normal_related(
+                    cluster,
+                    node_reference(&cluster.namespace().unwrap_or_default(), &member.name),
+                    "NodeCreated",
+                    "Create",
+                    &format!(
+                        "Created ValkeyNode {} (shard {}, member {}).",
+                        member.name, member.shard, member.index
+                    ),
+                )
+                .await;
+        }
+    }
+    Ok(())
+}
+
+/// Carries out the engine's Kubernetes actions; Valkey actions the engine took itself.
+pub async fn engine_action(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    action: &Action,
+    desired: &[DesiredMember],
+    existing: &[Arc<ValkeyNode>],
+    members: &[Member],
+) -> Result<(), Error> {
+    let api = nodes_api(ctx, cluster);
+    match action {
+        Action::AllowRestart { member } => {
+            allow_restart(&api, desired, existing, members, member).await
+        }
+        Action::DeleteMember { member } => delete_node(&api, member).await,
+        _ => Ok(()),
+    }
+}
+
+fn nodes_api(ctx: &Context, cluster: &ValkeyCluster) -> Api<ValkeyNode> {
+    Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default())
+}
+
+async fn apply_node(api: &Api<ValkeyNode>, node: &ValkeyNode) -> Result<(), Error> {
+    let name = node.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(node),
+    )
+    .await
+    .map_err(api_error(format!("applying ValkeyNode {name}")))?;
+    Ok(())
+}
+
+/// Releases one member's restart: its `allowedRevision` becomes its desired revision.
+async fn allow_restart(
+    api: &Api<ValkeyNode>,
+    desired: &[DesiredMember],
+    existing: &[Arc<ValkeyNode>],
+    members: &[Member],
+    member: &str,
+) -> Result<(), Error> {
+    let (Some(node), Some(m)) = (
+        existing.iter().find(|n| n.name_any() == member),
+        members.iter().find(|m| m.name == member),
+    ) else {
+        return Ok(());
+    };
+    let Some(revision) = m.desired_revision.clone() else {
+        return Ok(());
+    };
+    let node = match desired.iter().find(|d| d.name == member) {
+        Some(wanted) => wanted.gated(Some(revision)),
+        // A member on its way out keeps its spec; only the gate moves.
+        None => leaving_node_gated(node, revision),
+    };
+    apply_node(api, &node).await
+}
+
+/// What this controller applies of a node the spec no longer wants, with its gate moved.
+fn leaving_node_gated(node: &ValkeyNode, revision: String) -> ValkeyNode {
+    let mut node = node.clone();
+    node.spec.allowed_revision = Some(revision);
+    node.metadata = ObjectMeta {
+        name: node.metadata.name.clone(),
+        namespace: node.metadata.namespace.clone(),
+        labels: node.metadata.labels.clone(),
+        owner_references: node.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    node.status = None;
+    node
+}
+
+async fn delete_node(api: &Api<ValkeyNode>, member: &str) -> Result<(), Error> {
+    match api.delete(member, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(api_error(format!("deleting ValkeyNode {member}"))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::desired::{NodeAuth, members};
+    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use http::Method;
+
+    #[tokio::test]
+    async fn a_forming_cluster_creates_every_member_ungated_and_says_so() {
+        let (ctx, mut api, _nodes) = context();
+        let cache = cluster(CLUSTER);
+        let desired = members(&cache, &NodeAuth::Open);
+        let names: Vec<String> = desired.iter().map(|m| m.name.clone()).collect();
+        let script = tokio::spawn(async move {
+            let mut applied = Vec::new();
+            for name in names {
+                let path = format!("/apis/valkey.io/v1alpha1/namespaces/prod/valkeynodes/{name}?");
+                let node = api.expect(Method::PATCH, &path).await;
+                assert!(node.uri.contains("fieldManager=valkey-cluster-controller"));
+                assert!(
+                    node.body["spec"]["allowedRevision"].is_null(),
+                    "forming: no gate"
+                );
+                let body: ValkeyNode =
+                    serde_json::from_value(node.body.clone()).unwrap_or_else(|e| panic!("{e}"));
+                node.echo();
+                let event = api.event().await;
+                assert_eq!(event["reason"], "NodeCreated");
+                assert_eq!(event["related"]["name"], name.as_str());
+                applied.push(body);
+            }
+            api.done().await;
+            applied
+        });
+        member_nodes(&ctx, &cache, &desired, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let applied = script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(applied.len(), 6);
+
+        // A second pass that finds them as it wants them sends nothing.
+        let (ctx, api, _nodes) = context();
+        let existing: Vec<Arc<ValkeyNode>> = applied.into_iter().map(Arc::new).collect();
+        member_nodes(&ctx, &cache, &desired, &existing)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        api.done().await;
+    }
+
+    #[tokio::test]
+    async fn a_formed_cluster_pins_an_existing_node_to_the_revision_it_runs() {
+        let (ctx, mut api, _nodes) = context();
+        let mut cache = cluster(CLUSTER);
+        cache.status = serde_json::from_value(serde_json::json!({"shards": 3})).ok();
+        let desired = members(&cache, &NodeAuth::Open);
+        let mut running = desired[0].node.clone();
+        running.spec.image = "valkey/valkey:8.0".into();
+        running.status =
+            serde_json::from_value(serde_json::json!({"ready": true, "currentRevision": "r1"}))
+                .ok();
+        let existing = vec![Arc::new(running)];
+        let script = tokio::spawn(async move {
+            let node = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeynodes/cache-0-0?",
+                )
+                .await;
+            assert_eq!(node.body["spec"]["allowedRevision"], "r1");
+            node.echo();
+            // The other five are new: created, each with its Event.
+            for _ in 0..5 {
+                api.expect(Method::PATCH, "/apis/valkey.io/v1alpha1/")
+                    .await
+                    .echo();
+                api.event().await;
+            }
+            api.done().await;
+        });
+        member_nodes(&ctx, &cache, &desired[..], &existing)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[tokio::test]
+    async fn deleting_a_member_that_is_already_gone_is_done() {
+        let (ctx, mut api, _nodes) = context();
+        let script = tokio::spawn(async move {
+            api.expect(
+                Method::DELETE,
+                "/apis/valkey.io/v1alpha1/namespaces/prod/valkeynodes/cache-2-1",
+            )
+            .await
+            .not_found();
+            api.done().await;
+        });
+        let action = Action::DeleteMember {
+            member: "cache-2-1".into(),
+        };
+        engine_action(&ctx, &cluster(CLUSTER), &action, &[], &[], &[])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}

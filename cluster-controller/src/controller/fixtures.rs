@@ -1,0 +1,33 @@
+//! Test fixtures: a sample ValkeyCluster, and a context whose Kubernetes API is a script
+//! ([`plumbing::testing`]), so the glue of each stage runs in milliseconds without a cluster.
+
+use kube::runtime::reflector;
+use plumbing::events::EventPublisher;
+use plumbing::testing::{ApiServer, mock_client};
+use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+
+use super::context::Context;
+
+pub const CLUSTER: &str = r#"
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyCluster
+metadata: {name: cache, namespace: prod, uid: 0000-1, generation: 1}
+spec:
+  shards: 3
+  replicas: 1
+  config: {maxmemory: 100mb, cluster-node-timeout: "2000"}
+  podLabels: {team: data, valkey.io/shard: "99"}
+"#;
+
+pub fn cluster(yaml: &str) -> ValkeyCluster {
+    serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A context whose client talks to the returned script, with an empty node cache (fill it with
+/// the returned writer).
+pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
+    let (client, api) = mock_client();
+    let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
+    let (store, writer) = reflector::store();
+    (Context::new(client, events, store), api, writer)
+}

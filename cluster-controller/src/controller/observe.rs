@@ -1,0 +1,77 @@
+//! The observe stage's Kubernetes side: the cluster's ValkeyNodes, read from the watch cache
+//! (never listed per pass), as they are and as the engine's members.
+
+use std::sync::Arc;
+
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+
+use super::labels::CLUSTER_LABEL;
+use super::members;
+use crate::engine::Member;
+
+/// The cluster's ValkeyNodes, by name: those in its namespace with its label and owned by it (by
+/// uid, so what a deleted namesake left behind is not taken for a member).
+pub fn member_nodes(nodes: &Store<ValkeyNode>, cluster: &ValkeyCluster) -> Vec<Arc<ValkeyNode>> {
+    let namespace = cluster.namespace();
+    let name = cluster.name_any();
+    let uid = cluster.meta().uid.clone().unwrap_or_default();
+    let mut found: Vec<Arc<ValkeyNode>> = nodes
+        .state()
+        .into_iter()
+        .filter(|n| {
+            n.namespace() == namespace
+                && n.labels().get(CLUSTER_LABEL) == Some(&name)
+                && n.owner_references().iter().any(|o| o.uid == uid)
+        })
+        .collect();
+    found.sort_by_key(|n| n.name_any());
+    found
+}
+
+/// The engine's view of the nodes.
+pub fn engine_members(nodes: &[Arc<ValkeyNode>]) -> Vec<Member> {
+    nodes.iter().filter_map(|n| members::member(n)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::desired::{NodeAuth, members};
+    use crate::controller::fixtures::{CLUSTER, cluster};
+    use kube::runtime::watcher::Event;
+
+    #[test]
+    fn only_the_clusters_own_nodes_are_members() {
+        let cache = cluster(CLUSTER);
+        let (store, mut writer) = kube::runtime::reflector::store::<ValkeyNode>();
+        let mine: Vec<ValkeyNode> = members(&cache, &NodeAuth::Open)
+            .into_iter()
+            .map(|m| m.node)
+            .collect();
+        let mut namesakes_leftover = mine[0].clone();
+        namesakes_leftover.metadata.name = Some("cache-9-0".into());
+        if let Some(owners) = namesakes_leftover.metadata.owner_references.as_mut() {
+            owners[0].uid = "an-older-uid".into();
+        }
+        let mut elsewhere = mine[1].clone();
+        elsewhere.metadata.namespace = Some("staging".into());
+        writer.apply_watcher_event(&Event::Init);
+        for node in mine.iter().chain([&namesakes_leftover, &elsewhere]) {
+            writer.apply_watcher_event(&Event::InitApply(node.clone()));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+
+        let found = member_nodes(&store, &cache);
+        let names: Vec<String> = found.iter().map(|n| n.name_any()).collect();
+        assert_eq!(names.len(), 6, "{names:?}");
+        assert!(!names.contains(&"cache-9-0".to_owned()));
+        assert!(
+            found
+                .iter()
+                .all(|n| n.namespace().as_deref() == Some("prod"))
+        );
+        assert_eq!(engine_members(&found).len(), 6);
+    }
+}

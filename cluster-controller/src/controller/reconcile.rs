@@ -1,0 +1,137 @@
+//! One pass over a ValkeyCluster, stage by stage: secrets → observe (the cluster's ValkeyNodes
+//! from the cache) → desired (every member's ValkeyNode, built once) → apply (member nodes) →
+//! the engine (observe Valkey, decide, take a Valkey step) → apply (the engine's Kubernetes
+//! step) → report (Events and status). Each stage is a module of its own.
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action as Requeue;
+use plumbing::ObjectKey;
+use valkey_api::v1alpha1::ValkeyCluster;
+
+use super::context::Context;
+use super::error::Error;
+use super::status::Problem;
+use super::{apply, desired, observe, report, secrets};
+use crate::engine::{Decision, Pass};
+
+/// The longest wait before retrying a Valkey action that keeps failing.
+const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
+/// Failures in a row of a Valkey action before the cluster is reported Degraded: one or two are
+/// the normal noise of pods restarting; three mean a person should look.
+const ACTION_FAILURES_BEFORE_DEGRADED: u32 = 3;
+/// How soon a cluster whose Secrets are missing is looked at again.
+const RETRY_AUTH_PROBLEM: Duration = Duration::from_secs(15);
+
+pub async fn pass(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    key: &ObjectKey,
+) -> Result<Requeue, Error> {
+    let auth = match secrets::ensure(ctx, cluster).await? {
+        Ok(auth) => auth,
+        Err(problem) => {
+            report::problem(ctx, cluster, problem).await?;
+            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
+        }
+    };
+    let existing = observe::member_nodes(&ctx.nodes, cluster);
+    let desired = desired::members(cluster, &auth.node);
+    apply::member_nodes(ctx, cluster, &desired, &existing).await?;
+
+    let members = observe::engine_members(&existing);
+    let engine = ctx.engine(key, &auth.credentials);
+    let pass = engine.pass(&desired::topology(cluster), &members).await;
+    let (requeue, failing) = next_pass(ctx, key, &pass);
+    if let Decision::Act { action, .. } = &pass.decision {
+        apply::engine_action(ctx, cluster, action, &desired, &existing, &members).await?;
+    }
+
+    report::decision_events(ctx, cluster, &pass).await;
+    let outcome = report::outcome(&pass, &existing, failing);
+    report::write_status(ctx, cluster, &outcome, auth.password_secret.as_deref()).await?;
+    Ok(Requeue::requeue(requeue))
+}
+
+/// When to look again, by what was decided. A Valkey action that fails again and again is
+/// retried ever more slowly, and from the third failure in a row the status says what Valkey
+/// answered (the problem returned); any other pass clears the count.
+fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<Problem>) {
+    let requeue = match &pass.decision {
+        Decision::Act { .. } => Duration::from_millis(500),
+        Decision::Wait { .. } => Duration::from_secs(2),
+        Decision::Steady(_) => Duration::from_secs(15),
+        Decision::Blocked { .. } => Duration::from_secs(10),
+    };
+    match (&pass.outcome, &pass.decision) {
+        (Some(Err(error)), Decision::Act { action, .. }) => {
+            let retry = ctx.action_failures.failed(key).min(MAX_ACTION_RETRY);
+            let times = ctx.action_failures.failures(key);
+            tracing::info!(%error, times, retry_in = ?retry, "the step failed; the next pass looks again");
+            let problem = (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
+                reason: "ActionFailing".into(),
+                // No count in the words: a status that changed on every failure would be
+                // written, and its own watch event would start the next pass at once.
+                message: format!(
+                    "{action} keeps failing: {error}. The operator retries, at most every {}s.",
+                    MAX_ACTION_RETRY.as_secs()
+                ),
+            });
+            (retry, problem)
+        }
+        _ => {
+            ctx.action_failures.succeeded(key);
+            (requeue, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use http::Method;
+    use plumbing::Reconciler;
+
+    #[tokio::test]
+    async fn a_new_open_cluster_gets_its_members_and_waits_for_them() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
+        let stored = serde_json::to_value(cluster(&yaml)).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            for _ in 0..6 {
+                api.expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeynodes/",
+                )
+                .await
+                .echo();
+                assert_eq!(api.event().await["reason"], "NodeCreated");
+            }
+            // No member is in the cache yet, so the engine waits; the status says so.
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyclusters/cache/status?",
+                )
+                .await;
+            assert_eq!(status.body["status"]["state"], "Initializing");
+            assert_eq!(status.body["status"]["reason"], "WaitingForNodes");
+            status.with_status_of(&stored);
+            api.done().await;
+        });
+        let cache = cluster(&yaml);
+        let key = ObjectKey::of(&cache);
+        let requeue = ctx
+            .reconcile(&cache, &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(requeue, Requeue::requeue(Duration::from_secs(2)));
+
+        // The cluster goes: its engine goes with it.
+        assert_eq!(ctx.engines(), 1);
+        ctx.forget(&key);
+        assert_eq!(ctx.engines(), 0);
+    }
+}

@@ -1,0 +1,295 @@
+//! The report stage: the pass as the ValkeyCluster's status (computed by [`super::status`]) and as
+//! Events: what was done to which member, a cluster that needs a person, a cluster that became
+//! Ready.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
+
+use super::context::Context;
+use super::error::Error;
+use super::labels::FIELD_MANAGER;
+use super::members;
+use super::status::{self, Outcome, Problem};
+use crate::engine::{self, Action, Decision, Pass};
+
+/// A reference to a member's ValkeyNode, as the related object of an Event.
+pub fn node_reference(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(ValkeyNode::api_version(&()).into_owned()),
+        kind: Some(ValkeyNode::kind(&()).into_owned()),
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        ..Default::default()
+    }
+}
+
+/// Events for what the engine decided: the action taken, with the member it concerns, or what
+/// blocks the cluster (once, when the reason first shows).
+pub async fn decision_events(ctx: &Context, cluster: &ValkeyCluster, pass: &Pass) {
+    match &pass.decision {
+        Decision::Act { action, reason, .. } => {
+            let failed = matches!(pass.outcome, Some(Err(_)));
+            let note = format!(
+                "{action}{}",
+                if failed { " (failed; retrying)" } else { "" }
+            );
+            ctx.events
+                .normal_related(
+                    cluster,
+                    node_reference(
+                        &cluster.namespace().unwrap_or_default(),
+                        action_member(action),
+                    ),
+                    reason.as_str(),
+                    action_verb(action),
+                    &note,
+                )
+                .await;
+        }
+        Decision::Blocked { reason, message }
+            if cluster.status.as_ref().and_then(|s| s.reason.as_deref())
+                != Some(reason.as_str()) =>
+        {
+            ctx.events
+                .warning(cluster, reason.as_str(), "Reconcile", message)
+                .await;
+        }
+        _ => {}
+    }
+}
+
+/// What the status says of the pass: the engine's decision, unless something needs a person
+/// more (a member whose pod cannot run, a slot move refused as unsafe, an action that keeps
+/// failing).
+pub fn outcome<'a>(
+    pass: &'a Pass,
+    existing: &[Arc<ValkeyNode>],
+    failing: Option<Problem>,
+) -> Outcome<'a> {
+    let decision = &pass.decision;
+    // A member the node-controller cannot run (unschedulable, image, crash loop) stops progress:
+    // say which and why, rather than "waiting for nodes" forever.
+    let stuck = match decision {
+        Decision::Steady(_) => None,
+        _ => members::stuck_member(existing.iter().map(AsRef::as_ref)),
+    };
+    // A step the slot machine refused to take safely needs a person as much as a stuck member.
+    let blocked_step = match &pass.outcome {
+        Some(Ok(engine::Outcome::Blocked(why))) => Some(Problem {
+            reason: "MigrationBlocked".into(),
+            message: format!("{why}; the operator will not move this slot until it is resolved."),
+        }),
+        _ => None,
+    };
+    match stuck.or(blocked_step).or(failing) {
+        Some(problem) => Outcome::Problem {
+            problem,
+            health: pass.health.clone(),
+        },
+        None => Outcome::Decided {
+            decision,
+            health: pass.health.clone(),
+        },
+    }
+}
+
+/// A problem found before the engine could run (a missing Secret), as the status.
+pub async fn problem(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    problem: Problem,
+) -> Result<(), Error> {
+    let password_secret = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.password_secret_name.clone());
+    write_status(
+        ctx,
+        cluster,
+        &Outcome::Problem {
+            problem,
+            health: None,
+        },
+        password_secret.as_deref(),
+    )
+    .await
+}
+
+/// Writes the status when it changed, and announces a cluster that became Ready.
+pub async fn write_status(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    outcome: &Outcome<'_>,
+    password_secret: Option<&str>,
+) -> Result<(), Error> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let previous: Option<&ValkeyClusterStatus> = cluster.status.as_ref();
+    let new = status::compute(
+        previous,
+        cluster.meta().generation,
+        outcome,
+        password_secret,
+        &now,
+    );
+    if previous == Some(&new) {
+        return Ok(());
+    }
+    let api: Api<ValkeyCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    plumbing::apply::apply_status(&api, FIELD_MANAGER, &cluster.name_any(), &new)
+        .await
+        .map_err(Error::Status)?;
+    let became = |state| new.state == Some(state) && previous.and_then(|p| p.state) != Some(state);
+    if became(ClusterState::Ready) {
+        ctx.events
+            .normal(
+                cluster,
+                "ClusterReady",
+                "Reconcile",
+                new.message.as_deref().unwrap_or_default(),
+            )
+            .await;
+    }
+    Ok(())
+}
+
+/// The member an action is about, for the Event's related object.
+fn action_member(action: &Action) -> &str {
+    match action {
+        Action::Meet { on, .. }
+        | Action::AddSlots { on, .. }
+        | Action::Replicate { on, .. }
+        | Action::Forget { on, .. }
+        | Action::CancelMigrations { on }
+        | Action::AdmitReplication { on, .. }
+        | Action::ClearSlot { on, .. } => &on.member,
+        Action::MigrateSlots(m) => &m.target.member,
+        Action::StartAtomicMigration { target, .. } => &target.member,
+        Action::Failover { on_replica, .. } | Action::Takeover { on_replica, .. } => {
+            &on_replica.member
+        }
+        Action::AllowRestart { member } | Action::DeleteMember { member } => member,
+    }
+}
+
+fn action_verb(action: &Action) -> &'static str {
+    match action {
+        Action::Meet { .. } => "Meet",
+        Action::AddSlots { .. } => "AddSlots",
+        Action::Replicate { .. } => "Replicate",
+        Action::Forget { .. } => "Forget",
+        Action::MigrateSlots(_) | Action::StartAtomicMigration { .. } => "MigrateSlots",
+        Action::CancelMigrations { .. } | Action::ClearSlot { .. } => "CleanUpMigration",
+        Action::Failover { .. } => "Failover",
+        Action::Takeover { .. } => "Takeover",
+        Action::AdmitReplication { .. } => "AdmitReplication",
+        Action::AllowRestart { .. } => "AllowRestart",
+        Action::DeleteMember { .. } => "DeleteNode",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::engine::Health;
+    use http::Method;
+
+    fn steady() -> Decision {
+        Decision::Steady(Health {
+            shards: 3,
+            ready_shards: 3,
+            slots_assigned: 16384,
+            replicas_wanted: 3,
+            replicas_in_sync: 3,
+            nodes: 6,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_cluster_that_becomes_ready_gets_its_status_and_one_event() {
+        let (ctx, mut api, _nodes) = context();
+        let stored = serde_json::to_value(cluster(CLUSTER)).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyclusters/cache/status?",
+                )
+                .await;
+            assert!(
+                status
+                    .uri
+                    .contains("fieldManager=valkey-cluster-controller")
+            );
+            assert_eq!(status.body["apiVersion"], "valkey.io/v1alpha1");
+            assert_eq!(status.body["kind"], "ValkeyCluster");
+            assert_eq!(status.body["status"]["state"], "Ready");
+            assert_eq!(
+                status.body["status"]["passwordSecretName"],
+                "cache-password"
+            );
+            let written = status.body["status"].clone();
+            status.with_status_of(&stored);
+            let event = api.event().await;
+            assert_eq!(event["reason"], "ClusterReady");
+            api.done().await;
+            written
+        });
+        let cache = cluster(CLUSTER);
+        let decision = steady();
+        let outcome = Outcome::Decided {
+            decision: &decision,
+            health: None,
+        };
+        write_status(&ctx, &cache, &outcome, Some("cache-password"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let written = script.await.unwrap_or_else(|e| panic!("{e}"));
+
+        // The next pass finds the same status: no write, no event.
+        let (ctx, api, _nodes) = context();
+        let mut again = cache.clone();
+        again.status = serde_json::from_value(written).ok();
+        write_status(&ctx, &again, &outcome, Some("cache-password"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        api.done().await;
+    }
+
+    #[tokio::test]
+    async fn a_blocked_cluster_is_announced_once() {
+        let blocked = Decision::Blocked {
+            reason: crate::engine::Reason::DrainBlocked,
+            message: "cannot drain".into(),
+        };
+        let pass = Pass {
+            observation: Default::default(),
+            decision: blocked,
+            health: None,
+            outcome: None,
+        };
+        let (ctx, mut api, _nodes) = context();
+        let script = tokio::spawn(async move {
+            let event = api.event().await;
+            assert_eq!(
+                (event["type"].as_str(), event["reason"].as_str()),
+                (Some("Warning"), Some("DrainBlocked"))
+            );
+            api.done().await;
+        });
+        let mut cache = cluster(CLUSTER);
+        decision_events(&ctx, &cache, &pass).await;
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+
+        let (ctx, api, _nodes) = context();
+        cache.status = serde_json::from_value(serde_json::json!({"reason": "DrainBlocked"})).ok();
+        decision_events(&ctx, &cache, &pass).await;
+        api.done().await;
+    }
+}

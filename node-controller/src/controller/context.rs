@@ -1,0 +1,94 @@
+//! What every pass of the ValkeyNode controller shares: the client, the watch caches of the
+//! children, and what this process last applied of each child (forgotten when its node goes).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use plumbing::events::EventPublisher;
+use plumbing::{ObjectKey, Reconciler};
+use valkey_api::v1alpha1::ValkeyNode;
+
+use super::error::Error;
+use super::reconcile;
+
+/// Watch caches of everything the node-controller owns, so a pass reads no child from the API.
+#[derive(Clone)]
+pub struct Stores {
+    pub pods: Store<Pod>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub deployments: Store<Deployment>,
+    pub config_maps: Store<ConfigMap>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+}
+
+/// What was last applied of one child: the hash of the object sent and the resourceVersion
+/// that came back. When both still match, the child is as applied and the pass sends nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub hash: String,
+    pub version: String,
+}
+
+pub struct Context {
+    pub client: Client,
+    pub events: EventPublisher,
+    pub stores: Stores,
+    /// Per node, per child (`Kind/name`): what this process last applied.
+    applied: Mutex<HashMap<ObjectKey, HashMap<String, Applied>>>,
+}
+
+impl Context {
+    pub fn new(client: Client, events: EventPublisher, stores: Stores) -> Self {
+        Self {
+            client,
+            events,
+            stores,
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn last_applied(&self, node: &ObjectKey, child: &str) -> Option<Applied> {
+        self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)?
+            .get(child)
+            .cloned()
+    }
+
+    pub fn remember_applied(&self, node: &ObjectKey, child: String, applied: Applied) {
+        self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(node.clone())
+            .or_default()
+            .insert(child, applied);
+    }
+
+    /// How many nodes this process remembers children of: what `forget` must bring down.
+    #[cfg(test)]
+    pub fn remembered_nodes(&self) -> usize {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Reconciler for Context {
+    type Object = ValkeyNode;
+    type Error = Error;
+
+    async fn reconcile(&self, node: &ValkeyNode, key: &ObjectKey) -> Result<Action, Error> {
+        reconcile::pass(self, node, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}

@@ -1,0 +1,78 @@
+//! The ValkeyNode controller: each pass ([`reconcile`]) builds the node's children from its spec,
+//! applies what changed, asks Valkey, and reports what it sees.
+//!
+//! | stage | module | Kubernetes? |
+//! | --- | --- | --- |
+//! | what a pass shares, what is kept per node | [`context`] | holds the client and caches |
+//! | build the children | [`crate::render`] | no |
+//! | the credentials Secret | [`secrets`] | yes |
+//! | apply the children | [`apply`] | yes |
+//! | the children from the caches | [`observe`] | no (caches) |
+//! | Valkey's own answer | [`crate::probe`] | no (Valkey) |
+//! | status and Events | [`report`] ([`crate::status`] computes) | yes |
+//! | what can fail | [`error`] | |
+
+pub mod apply;
+pub mod context;
+pub mod error;
+#[cfg(test)]
+pub mod fixtures;
+pub mod observe;
+pub mod reconcile;
+pub mod report;
+pub mod secrets;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use kube::Resource;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use valkey_api::v1alpha1::ValkeyNode;
+
+use crate::names::{FIELD_MANAGER, NODE_LABEL};
+use context::{Context, Stores};
+
+pub const CONTROLLER: &str = "valkey-node-controller";
+
+/// Runs the ValkeyNode controller until shutdown or lost leadership.
+pub async fn run(handles: plumbing::Handles) {
+    // Only our own children are cached: pods by their node label, the rest by managed-by.
+    let ours =
+        watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
+    let nodes = handles.cache::<DeserializeGuard<ValkeyNode>>(watcher::Config::default());
+    let pods = handles.cache::<Pod>(watcher::Config::default().labels(NODE_LABEL));
+    let stateful_sets = handles.cache::<StatefulSet>(ours.clone());
+    let deployments = handles.cache::<Deployment>(ours.clone());
+    let config_maps = handles.cache::<ConfigMap>(ours.clone());
+    let pvcs = handles.cache::<PersistentVolumeClaim>(ours);
+    let stores = Stores {
+        pods: pods.store(),
+        stateful_sets: stateful_sets.store(),
+        deployments: deployments.store(),
+        config_maps: config_maps.store(),
+        pvcs: pvcs.store(),
+    };
+    let ctx = Context::new(handles.client.clone(), handles.events.clone(), stores);
+    handles
+        .run(
+            nodes,
+            |controller| {
+                controller
+                    .owns_stream(stateful_sets.touched())
+                    .owns_stream(deployments.touched())
+                    .owns_stream(config_maps.touched())
+                    .watches_stream(pods.touched(), |pod| node_of(&pod))
+                    .watches_stream(pvcs.touched(), |pvc| node_of(&pvc))
+            },
+            ctx,
+        )
+        .await;
+}
+
+/// Pods and PVCs point at their ValkeyNode through the `valkey.io/node` label.
+fn node_of<K: Resource>(object: &K) -> Option<ObjectRef<DeserializeGuard<ValkeyNode>>> {
+    let name = object.meta().labels.as_ref()?.get(NODE_LABEL)?;
+    let namespace = object.meta().namespace.as_deref()?;
+    Some(ObjectRef::new(name).within(namespace))
+}

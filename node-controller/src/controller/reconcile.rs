@@ -1,0 +1,228 @@
+//! One pass over a ValkeyNode, stage by stage: build (pure, [`crate::render`]) → secrets (the
+//! credentials to PING with) → apply (ConfigMap, PVC, workload; only what changed) → observe (the
+//! children from the caches, and Valkey itself) → report (status and Events). Each stage is a
+//! module of its own.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use plumbing::ObjectKey;
+use valkey_api::v1alpha1::ValkeyNode;
+
+use super::apply::{self, invalid};
+use super::context::Context;
+use super::error::Error;
+use super::{observe, report, secrets};
+use crate::names::ChildNames;
+use crate::probe::{self, Answer};
+use crate::render::{self, Workload};
+use crate::status::{self, Observed, PvcState, WorkloadState};
+
+/// How often a ready node is re-read: Valkey announces a failover through no Kubernetes event.
+const REREAD_READY: Duration = Duration::from_secs(10);
+/// How often a node that is not ready yet is looked at again (watches wake it sooner).
+const REREAD_NOT_READY: Duration = Duration::from_secs(5);
+
+pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<Action, Error> {
+    let namespace = key.namespace();
+    let name = node.name_any();
+    let names = ChildNames::of(&name);
+
+    let mut children = match render::build(node) {
+        Ok(children) => children,
+        Err(e) => {
+            report::bad_spec(node, ctx, e.reason(), &e.to_string()).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let (credentials_state, credentials) = secrets::read(node, &ctx.client).await?;
+
+    let stores = &ctx.stores;
+    let pods = stores.pods.state();
+    let live_config = stores
+        .config_maps
+        .get(&ObjectRef::new(&names.config_map).within(namespace));
+    render::keep_held_configs(
+        &mut children.config_map,
+        live_config.as_deref(),
+        observe::rolled_out(&pods, namespace, &name, &children.revision),
+    );
+    apply::child(ctx, node, key, &children.config_map, &stores.config_maps).await?;
+    let pvc_state = match &children.pvc {
+        None => None,
+        Some(pvc) => Some(
+            match invalid(apply::child(ctx, node, key, pvc, &stores.pvcs).await)? {
+                None => observe::pvc_phase(&stores.pvcs, namespace, &names.pvc),
+                // An immutable field (storage class) or a shrink: say so and run on the volume that is.
+                Some(why) => PvcState::Rejected(format!(
+                    "The API refused the change to {}: {why}",
+                    names.pvc
+                )),
+            },
+        ),
+    };
+    let applied = match &children.workload {
+        Workload::StatefulSet(sts) => {
+            apply::child(ctx, node, key, sts.as_ref(), &stores.stateful_sets).await
+        }
+        Workload::Deployment(deploy) => {
+            apply::child(ctx, node, key, deploy.as_ref(), &stores.deployments).await
+        }
+    };
+    let workload_state = match invalid(applied)? {
+        Some(why) => WorkloadState::Rejected(format!("The API refused {}: {why}", names.workload)),
+        None => match &children.workload {
+            Workload::StatefulSet(_) => observe::ready_replicas(
+                &stores.stateful_sets,
+                namespace,
+                &names.workload,
+                |s: &StatefulSet| s.status.as_ref().and_then(|s| s.ready_replicas),
+            ),
+            Workload::Deployment(_) => observe::ready_replicas(
+                &stores.deployments,
+                namespace,
+                &names.workload,
+                |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas),
+            ),
+        },
+    };
+
+    let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
+    let answer = match pod.and_then(observe::running_ip) {
+        Some(ip) if credentials.is_some() || node.spec.credentials.is_none() => {
+            Some(probe::ask(&ip, credentials.as_ref()).await)
+        }
+        Some(_) => Some(Answer::Failed("no credentials to authenticate with".into())),
+        None => None,
+    };
+
+    let observed = Observed {
+        generation: node.meta().generation,
+        workload_name: &names.workload,
+        workload: workload_state,
+        pvc: pvc_state,
+        credentials: credentials_state,
+        pod: pod.map(AsRef::as_ref),
+        valkey: answer,
+        desired_revision: &children.revision,
+        restart_allowed: render::restart_allowed(
+            node.spec.allowed_revision.as_deref(),
+            &children.revision,
+        ),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let new_status = status::compute(node.status.as_ref(), &observed, &now);
+    report::write_status(ctx, node, &new_status).await?;
+
+    Ok(Action::requeue(if new_status.ready {
+        REREAD_READY
+    } else {
+        REREAD_NOT_READY
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{NODE, context, node};
+    use http::Method;
+    use plumbing::Reconciler;
+
+    #[tokio::test]
+    async fn a_new_node_gets_its_children_and_a_status_saying_no_pod_yet() {
+        let (ctx, mut api) = context();
+        let stored = serde_json::to_value(node(NODE)).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            for (path, reason) in [
+                (
+                    "/api/v1/namespaces/prod/configmaps/valkey-cache-0-0-config?",
+                    "CreatedConfigMap",
+                ),
+                (
+                    "/apis/apps/v1/namespaces/prod/statefulsets/valkey-cache-0-0?",
+                    "CreatedStatefulSet",
+                ),
+            ] {
+                let child = api.expect(Method::PATCH, path).await;
+                assert!(child.uri.contains("fieldManager=valkey-node-controller"));
+                assert_eq!(
+                    child.body["metadata"]["ownerReferences"][0]["uid"],
+                    "0000-2"
+                );
+                let mut echoed = child.body.clone();
+                echoed["metadata"]["resourceVersion"] = "1".into();
+                child.answer(http::StatusCode::OK, &echoed);
+                assert_eq!(api.event().await["reason"], reason);
+            }
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeynodes/cache-0-0/status?",
+                )
+                .await;
+            assert_eq!(status.body["status"]["ready"], false);
+            let ready = status.body["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+                .unwrap_or_default();
+            assert_eq!(ready["reason"], "PodMissing");
+            status.with_status_of(&stored);
+            api.done().await;
+        });
+        let valkey_node = node(NODE);
+        let key = ObjectKey::of(&valkey_node);
+        let action = ctx
+            .reconcile(&valkey_node, &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(action, Action::requeue(REREAD_NOT_READY));
+
+        // The node goes: what was applied of its children is forgotten.
+        assert_eq!(ctx.remembered_nodes(), 1);
+        ctx.forget(&key);
+        assert_eq!(ctx.remembered_nodes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_spec_the_build_refuses_is_a_condition_and_one_warning() {
+        let (ctx, mut api) = context();
+        let bad = node(&NODE.replace("{cluster-enabled: \"yes\"}", "{\"Not A Directive\": \"x\"}"));
+        let stored = serde_json::to_value(&bad).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeynodes/cache-0-0/status?",
+                )
+                .await;
+            let ready = status.body["status"]["conditions"][0].clone();
+            assert_eq!(
+                (ready["type"].as_str(), ready["reason"].as_str()),
+                (Some("Ready"), Some("InvalidConfig"))
+            );
+            status.with_status_of(&stored);
+            let event = api.event().await;
+            assert_eq!(
+                (event["type"].as_str(), event["reason"].as_str()),
+                (Some("Warning"), Some("InvalidConfig"))
+            );
+            api.done().await;
+        });
+        let action = ctx
+            .reconcile(&bad, &ObjectKey::of(&bad))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            action,
+            Action::await_change(),
+            "nothing to do until the spec changes"
+        );
+    }
+}

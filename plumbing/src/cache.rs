@@ -1,0 +1,172 @@
+//! Watch caches that register their own readiness.
+//!
+//! [`Cache::new`] starts nothing: it pairs a kube reflector [`Store`] with the watch stream that
+//! fills it, and takes a [`SyncHandle`] that the stream releases when the watch has listed
+//! every object once (`InitDone`). So `/ready` waits for exactly the caches a binary made, and
+//! nobody polls a `Store`'s own readiness (which wakes only the task that polled it last).
+//!
+//! The stream fills the store only while it is polled: hand it to the controller
+//! (`owns_stream`, `watches_stream`, or `Controller::for_stream` for the kind it reconciles).
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use kube::Resource;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::health::{Readiness, SyncHandle};
+use crate::reconcile::ObjectKey;
+
+/// The watch events of one kind, already written to a store.
+type Events<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
+
+/// A watch cache of `K`: the store to read, and the stream that fills it.
+pub struct Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    events: Events<K>,
+}
+
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// A cache of the objects `api` and `config` select; `readiness` waits until it has listed.
+    pub fn new(api: kube::Api<K>, config: watcher::Config, readiness: &Readiness) -> Self {
+        let (store, writer) = reflector::store();
+        let mut handle: Option<SyncHandle> = Some(readiness.register());
+        let events = watch(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .inspect_ok(move |event| {
+                if matches!(event, Event::InitDone)
+                    && let Some(handle) = handle.take()
+                {
+                    handle.synced();
+                }
+            })
+            .boxed();
+        Self { store, events }
+    }
+
+    /// A reader of the store; clones see the same objects.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Every object added, changed or deleted: what wakes the owner of a child.
+    pub fn touched(self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        self.events.touched_objects()
+    }
+
+    /// The store, and the objects added or changed, for `Controller::for_stream` over the kind a
+    /// binary reconciles. `departed` hears of every object that is gone (deleted, or missing
+    /// from a re-list after the watch was down), so state kept per object can be dropped.
+    pub fn reconciled(
+        self,
+        departed: UnboundedSender<ObjectKey>,
+    ) -> (
+        Store<K>,
+        impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    ) {
+        let mut departures = Departures::default();
+        let events = self.events.inspect_ok(move |event| {
+            for key in departures.observe(event) {
+                // A closed receiver means the controller is stopping: nothing left to forget.
+                let _ = departed.send(key);
+            }
+        });
+        (self.store, events.applied_objects())
+    }
+}
+
+/// Which objects are gone, from a watch's events. A delete says so directly; a re-list says so by
+/// leaving an object out, which is how a delete missed while the watch was down shows.
+#[derive(Debug, Default)]
+struct Departures {
+    known: HashSet<ObjectKey>,
+    relisting: Option<HashSet<ObjectKey>>,
+}
+
+impl Departures {
+    fn observe<K: Resource>(&mut self, event: &Event<K>) -> Vec<ObjectKey> {
+        match event {
+            Event::Apply(object) => {
+                self.known.insert(ObjectKey::of(object));
+                Vec::new()
+            }
+            Event::Delete(object) => {
+                let key = ObjectKey::of(object);
+                self.known.remove(&key);
+                vec![key]
+            }
+            Event::Init => {
+                self.relisting = Some(HashSet::new());
+                Vec::new()
+            }
+            Event::InitApply(object) => {
+                if let Some(listed) = &mut self.relisting {
+                    listed.insert(ObjectKey::of(object));
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                let listed = self.relisting.take().unwrap_or_default();
+                let mut gone: Vec<ObjectKey> = self.known.difference(&listed).cloned().collect();
+                gone.sort();
+                self.known = listed;
+                gone
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("ns", name)
+    }
+
+    #[test]
+    fn deletes_and_objects_missing_from_a_relist_are_gone() {
+        let mut d = Departures::default();
+        assert!(d.observe(&Event::<ConfigMap>::Init).is_empty());
+        for name in ["a", "b", "c"] {
+            assert!(d.observe(&Event::InitApply(cm(name))).is_empty());
+        }
+        assert!(d.observe(&Event::<ConfigMap>::InitDone).is_empty());
+        assert_eq!(d.observe(&Event::Delete(cm("a"))), vec![key("a")]);
+        assert!(d.observe(&Event::Apply(cm("d"))).is_empty());
+        // The watch was down: "c" was deleted meanwhile, and the re-list leaves it out.
+        d.observe(&Event::<ConfigMap>::Init);
+        d.observe(&Event::InitApply(cm("b")));
+        d.observe(&Event::InitApply(cm("d")));
+        assert_eq!(d.observe(&Event::<ConfigMap>::InitDone), vec![key("c")]);
+        assert_eq!(d.observe(&Event::Delete(cm("b"))), vec![key("b")]);
+    }
+}
