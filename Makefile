@@ -22,6 +22,7 @@ help:
 	@echo "make check-generated  fail when generated files are stale"
 	@echo "make lint             cargo fmt --check and clippy -D warnings (lint-dockerfiles: hadolint)"
 	@echo "make bench            benchmarks: speed and memory figures"
+	@echo "make chaos            every operation crossed with every fault, with writers (hours; CHAOS_SEED, CHAOS_FILTER)"
 	@echo "make images           container images of both controllers (needs a Docker engine)"
 	@echo "make localkube        start the local control plane;  make localkube-down stops it"
 
@@ -64,15 +65,30 @@ unit: $(HELM)
 	$(CARGO) test -p e2e --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.
+# The chaos scenarios come last, one at a time: their faults (a zone, a node, the API server)
+# would disturb tests running beside them.
 e2e:
 	@status=0; \
 	E2E_HEAVY=$(E2E_HEAVY) $(CARGO) test -p e2e --no-fail-fast --test suite -- --test-threads=$(E2E_THREADS) || status=1; \
 	$(MAKE) localkube-test || status=1; \
 	echo "# Leader election and server-side apply against the real API server."; \
 	$(CARGO) test -p plumbing -- --ignored --test-threads=1 || status=1; \
+	echo "# Chaos: the fixed-seed scenarios (make chaos runs the whole matrix)."; \
+	$(CARGO) test -p e2e --test chaos -- --test-threads=1 || status=1; \
 	exit $$status
 
 ## ---- benchmarks -------------------------------------------------------------------------------
+
+.PHONY: chaos
+# Every operation crossed with every fault (tests/e2e/tests/chaos.rs), on KUBECONFIG's localkube or a
+# local one; prints a table per scenario and writes it under target/chaos/.
+chaos: localkube-tools build
+ifeq ($(strip $(KUBECONFIG)),)
+	$(MAKE) localkube localkube-images
+	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(CARGO) test -p e2e --test chaos -- --ignored full_matrix --nocapture
+else
+	$(CARGO) test -p e2e --test chaos -- --ignored full_matrix --nocapture
+endif
 
 .PHONY: bench
 # Speed and memory figures, printed: time to form a cluster, to scale it out with keys (Valkey 9

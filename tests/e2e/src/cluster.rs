@@ -206,8 +206,8 @@ impl ClusterFixture {
         Ok(Some(String::from_utf8_lossy(&bytes.0).into_owned()))
     }
 
-    /// A cluster-aware connection (follows MOVED and ASK), seeded with every ready member's IP.
-    pub async fn client(&self) -> Result<ClusterConnection> {
+    /// `redis://<podIP>:6379/` of every member that has a pod IP.
+    pub async fn seed_urls(&self) -> Result<Vec<String>> {
         let seeds: Vec<String> = self
             .nodes()
             .await?
@@ -216,26 +216,13 @@ impl ClusterFixture {
             .map(|ip| format!("redis://{ip}:6379/"))
             .collect();
         check(!seeds.is_empty(), "no member has a pod IP")?;
-        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
-            .retries(8)
-            .connection_timeout(Duration::from_secs(2))
-            .response_timeout(Duration::from_secs(5));
-        if let Some(password) = self.password().await? {
-            builder = builder.password(password);
-        }
-        let client = builder.build().map_err(|source| E2eError::Valkey {
-            addr: "cluster".into(),
-            source,
-        })?;
-        client
-            .get_async_connection()
-            .await
-            .map_err(|source| E2eError::Valkey {
-                addr: "cluster".into(),
-                source,
-            })
+        Ok(seeds)
     }
 
+    /// A cluster-aware connection (follows MOVED and ASK), seeded with every member's IP.
+    pub async fn client(&self) -> Result<ClusterConnection> {
+        connect(self.seed_urls().await?, self.password().await?).await
+    }
     /// Writes `count` keys `pre:<i>` and returns them (all acknowledged, or an error).
     pub async fn write_keys(&self, prefix: &str, count: u64) -> Result<BTreeMap<String, String>> {
         let mut conn = self.client().await?;
@@ -256,17 +243,7 @@ impl ClusterFixture {
 
     /// Reads every key back through a fresh cluster connection; fails naming the missing ones.
     pub async fn verify(&self, expected: &BTreeMap<String, String>) -> Result<()> {
-        let mut conn = self.client().await?;
-        let mut missing = Vec::new();
-        for (key, value) in expected {
-            let got: Option<String> = conn.get(key).await.map_err(|source| E2eError::Valkey {
-                addr: key.clone(),
-                source,
-            })?;
-            if got.as_deref() != Some(value.as_str()) {
-                missing.push(format!("{key}={got:?}"));
-            }
-        }
+        let missing = self.missing(expected.iter()).await?;
         check(
             missing.is_empty(),
             format!(
@@ -276,6 +253,63 @@ impl ClusterFixture {
                 &missing[..missing.len().min(10)]
             ),
         )
+    }
+
+    /// The keys of `expected` that do not read back with their value (through a fresh cluster
+    /// connection that follows MOVED and ASK).
+    pub async fn missing<'a>(
+        &self,
+        expected: impl Iterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Vec<String>> {
+        let mut conn = self.client().await?;
+        let mut missing = Vec::new();
+        for (key, value) in expected {
+            let got: Option<String> = conn.get(key).await.map_err(|source| E2eError::Valkey {
+                addr: key.clone(),
+                source,
+            })?;
+            if got.as_deref() != Some(value.as_str()) {
+                missing.push(key.clone());
+            }
+        }
+        Ok(missing)
+    }
+
+    /// `valkey-cli --cluster check` against a ready member (the cli of the 8.0 image, on the
+    /// host); its output, or an error with it when the check fails.
+    pub async fn cluster_check(&self) -> Result<String> {
+        let ip = self
+            .nodes()
+            .await?
+            .iter()
+            .filter(|n| n.status.as_ref().is_some_and(|s| s.ready))
+            .find_map(|n| n.status.as_ref()?.pod_ip.clone())
+            .ok_or_else(|| E2eError::Check("no ready member".into()))?;
+        let cli = crate::localkube_dir().join("images/valkey-8.0/bin/valkey-cli");
+        let mut cmd = tokio::process::Command::new(&cli);
+        cmd.args(["--cluster", "check", &format!("{ip}:6379")])
+            .kill_on_drop(true);
+        if let Some(password) = self.password().await? {
+            // The password reaches the cli through its environment, not its command line.
+            cmd.env("VALKEYCLI_AUTH", &password)
+                .env("REDISCLI_AUTH", &password);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+            .await
+            .map_err(|_| E2eError::Check("valkey-cli --cluster check timed out".into()))?
+            .map_err(|source| E2eError::Spawn {
+                program: cli.display().to_string(),
+                source,
+            })?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(E2eError::Check(format!(
+                "valkey-cli --cluster check failed: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
     }
 
     /// CLUSTER INFO of one member, as a map.
@@ -367,6 +401,28 @@ impl ClusterFixture {
         let conn = self.client().await?;
         Ok(Writer::start(conn))
     }
+}
+
+/// A cluster connection from seed URLs, with the clients' password when there is one.
+pub async fn connect(seeds: Vec<String>, password: Option<String>) -> Result<ClusterConnection> {
+    let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
+        .retries(8)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5));
+    if let Some(password) = password {
+        builder = builder.password(password);
+    }
+    let client = builder.build().map_err(|source| E2eError::Valkey {
+        addr: "cluster".into(),
+        source,
+    })?;
+    client
+        .get_async_connection()
+        .await
+        .map_err(|source| E2eError::Valkey {
+            addr: "cluster".into(),
+            source,
+        })
 }
 
 /// Writes keys one after another; remembers which were acknowledged.

@@ -1,0 +1,606 @@
+//! Chaos scenarios: an operation on a running cluster (nothing, a scale-out, a roll, ...) crossed
+//! with a fault injected at a random point of it (seeded), while a writer runs through a cluster
+//! client. Each scenario reports what a user of the data cares about: writes acknowledged and lost
+//! (plain `OK`, and `OK` confirmed by `WAIT 1`), the longest stretch without an acknowledged write,
+//! the time from the fault's end to a Ready cluster, and `valkey-cli --cluster check`.
+//!
+//! The bar: no WAIT-acknowledged write is ever lost; no plain-acknowledged write is lost where
+//! Valkey on its own would lose none (every planned operation, partitions the majority can see
+//! through, restarts with data). A crashed or cut-off primary may lose the writes it acknowledged
+//! but had not yet replicated: that is asynchronous replication, and `WAIT` is the client's tool
+//! against it ([`Fault::valkey_alone_may_lose_writes`]).
+
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use valkey_api::v1alpha1::{ClusterState, Role, ValkeyNode};
+
+use crate::cluster::ClusterFixture;
+use crate::faults::{self, Endpoint, NodeStop};
+use crate::operator::ControllerProcess;
+use crate::{E2eError, Poll, Result, check, wait_until};
+use writer::{Acks, ReplicatedWriter};
+
+/// What the user does to the cluster while the fault strikes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation {
+    /// Nothing: the cluster only serves.
+    Idle,
+    /// `spec.shards` to this many.
+    Shards(i32),
+    /// `spec.replicas` to this many.
+    Replicas(i32),
+    /// A new image (a rolling restart of every member; from 8.0 to 9.1 an upgrade).
+    Image(&'static str),
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Operation::Idle => f.write_str("idle"),
+            Operation::Shards(n) => write!(f, "shards→{n}"),
+            Operation::Replicas(n) => write!(f, "replicas→{n}"),
+            Operation::Image(image) => write!(f, "image→{image}"),
+        }
+    }
+}
+
+/// What goes wrong, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// The cluster-controller is killed (SIGKILL) and started again.
+    KillClusterController,
+    /// A primary's pod is deleted (Valkey fails over; on 9.x the primary hands over first).
+    DeletePrimaryPod,
+    /// A primary cannot reach the operator (the host) nor one of its replicas; every other
+    /// member still sees it, so Valkey starts no election.
+    PartialPartition {
+        seconds: u64,
+    },
+    /// A primary is cut from everyone: the majority elects its replica.
+    IsolatePrimary {
+        seconds: u64,
+    },
+    /// A primary's processes are stopped (SIGSTOP) and continued.
+    PausePrimary {
+        seconds: u64,
+    },
+    /// A primary's valkey-server is killed and restarted in place by the kubelet (same pod, same
+    /// volume; without persistence that is an empty restart with the same node ID).
+    RestartPrimaryInPlace,
+    /// Every pod of the zone that runs a primary is cut from the rest.
+    PartitionZone {
+        seconds: u64,
+    },
+    /// The node that runs a primary stops (its kubelet and its pods).
+    StopNode {
+        how: NodeStop,
+        seconds: u64,
+    },
+    /// The API server restarts.
+    RestartApiServer,
+}
+
+impl Fault {
+    /// Whether Valkey on its own may lose plain-acknowledged writes under this fault: a primary
+    /// that crashes or is cut off from the majority may have acknowledged writes it had not yet
+    /// replicated. Everything the operator plans, and faults the majority sees through, lose none.
+    pub fn valkey_alone_may_lose_writes(&self, persistence: bool) -> bool {
+        match self {
+            Fault::IsolatePrimary { .. }
+            | Fault::PausePrimary { .. }
+            | Fault::PartitionZone { .. }
+            | Fault::StopNode { .. } => true,
+            Fault::RestartPrimaryInPlace => !persistence,
+            Fault::None
+            | Fault::KillClusterController
+            | Fault::DeletePrimaryPod
+            | Fault::PartialPartition { .. }
+            | Fault::RestartApiServer => false,
+        }
+    }
+
+    /// Whether the fault reaches beyond the scenario's own pods and processes (a zone, a node,
+    /// the API server): such scenarios must run alone.
+    pub fn is_global(&self) -> bool {
+        matches!(
+            self,
+            Fault::PartitionZone { .. } | Fault::StopNode { .. } | Fault::RestartApiServer
+        )
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::None => f.write_str("none"),
+            Fault::KillClusterController => f.write_str("cluster-controller killed"),
+            Fault::DeletePrimaryPod => f.write_str("primary pod deleted"),
+            Fault::PartialPartition { seconds } => {
+                write!(f, "primary cut from operator and a replica {seconds}s")
+            }
+            Fault::IsolatePrimary { seconds } => write!(f, "primary isolated {seconds}s"),
+            Fault::PausePrimary { seconds } => write!(f, "primary paused {seconds}s"),
+            Fault::RestartPrimaryInPlace => f.write_str("primary restarted in place"),
+            Fault::PartitionZone { seconds } => write!(f, "primary's zone cut {seconds}s"),
+            Fault::StopNode { how, seconds } => {
+                write!(f, "primary's node stopped ({how:?}) {seconds}s")
+            }
+            Fault::RestartApiServer => f.write_str("API server restarted"),
+        }
+    }
+}
+
+/// One scenario: a cluster, an operation, a fault.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    /// The ValkeyCluster's spec (YAML flow mapping).
+    pub spec: &'static str,
+    pub operation: Operation,
+    pub fault: Fault,
+    /// The fault strikes at a random moment in `0..=window` after the operation starts.
+    pub window: Duration,
+}
+
+impl Scenario {
+    fn persistence(&self) -> bool {
+        !self
+            .spec
+            .replace(' ', "")
+            .contains("persistence:{enabled:false")
+    }
+}
+
+/// What a scenario measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub scenario: String,
+    pub seed: u64,
+    /// When the fault struck, after the operation started.
+    pub struck_after: Duration,
+    pub plain_acked: usize,
+    pub plain_lost: usize,
+    pub replicated_acked: usize,
+    pub replicated_lost: usize,
+    pub refused: u64,
+    pub longest_gap: Duration,
+    /// From the fault's end to a Ready cluster.
+    pub ready_after: Duration,
+    /// `valkey-cli --cluster check` passed.
+    pub check_ok: bool,
+    /// Plain losses are allowed (Valkey alone may lose writes under this fault).
+    pub plain_loss_allowed: bool,
+    /// What went wrong, if the bar was not met or the scenario could not finish.
+    pub failure: Option<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// The table's header.
+    pub fn header() -> String {
+        "| scenario | seed | fault at | plain acked | plain lost | WAIT acked | WAIT lost | refused | longest gap | Ready after fault | cluster check | result |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|"
+            .to_owned()
+    }
+
+    /// One row of the table.
+    pub fn row(&self) -> String {
+        format!(
+            "| {} | {} | {:.1}s | {} | {}{} | {} | {} | {} | {:.1}s | {:.1}s | {} | {} |",
+            self.scenario,
+            self.seed,
+            self.struck_after.as_secs_f64(),
+            self.plain_acked,
+            self.plain_lost,
+            if self.plain_loss_allowed {
+                " (allowed)"
+            } else {
+                ""
+            },
+            self.replicated_acked,
+            self.replicated_lost,
+            self.refused,
+            self.longest_gap.as_secs_f64(),
+            self.ready_after.as_secs_f64(),
+            if self.check_ok { "ok" } else { "FAILED" },
+            match &self.failure {
+                None => "pass".to_owned(),
+                Some(why) => format!("FAIL: {}", why.replace('|', "/")),
+            }
+        )
+    }
+}
+
+/// The seed for this run: `CHAOS_SEED`, else a random one (printed by the caller).
+pub fn seed_from_env() -> u64 {
+    std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::rng().random())
+}
+
+/// Runs one scenario with `seed`. Errors only when the harness itself cannot go on; a scenario
+/// that misses the bar returns a report with its failure.
+pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let window_ms = u64::try_from(scenario.window.as_millis()).unwrap_or(u64::MAX);
+    let struck_after = Duration::from_millis(rng.random_range(0..=window_ms));
+    let prefix = format!("chaos-{}", scenario.name.replace('.', "-"));
+    let mut c = ClusterFixture::start(&prefix, "chaos", scenario.spec).await?;
+    c.wait_ready(Duration::from_secs(240)).await?;
+    let before = c.write_keys("pre", 1000).await?;
+    let writer = start_writer(&c).await?;
+    wait_acks(&writer, 50).await?;
+
+    let started = Instant::now();
+    apply_operation(&c, &scenario.operation).await?;
+    tokio::time::sleep(struck_after).await;
+    strike(&mut c, &scenario.fault).await?;
+    let fault_ended = Instant::now();
+
+    let mut failure = None;
+    let ready = wait_done(&c, Duration::from_secs(600)).await;
+    let ready_after = fault_ended.elapsed();
+    if let Err(e) = ready {
+        failure = Some(format!("not Ready after the fault: {e}"));
+    }
+    // Writes again for a moment once the cluster is back, so the writer proves it serves.
+    if failure.is_none()
+        && let Err(e) = wait_acks(&writer, 50).await
+    {
+        failure = Some(format!("no writes after the recovery: {e}"));
+    }
+    let acks = writer.stop().await;
+    let plain_loss_allowed = scenario
+        .fault
+        .valkey_alone_may_lose_writes(scenario.persistence());
+    let (plain_lost, replicated_lost) = losses(&c, &before, &acks).await?;
+    let check_ok = cluster_check(&c).await;
+    if failure.is_none() {
+        failure = bar(
+            plain_lost,
+            replicated_lost,
+            plain_loss_allowed,
+            check_ok,
+            &acks,
+        );
+    }
+    eprintln!(
+        "chaos {}: operation {} started {:?} ago",
+        scenario.name,
+        scenario.operation,
+        started.elapsed()
+    );
+    Ok(Report {
+        scenario: format!(
+            "{} ({}; {})",
+            scenario.name, scenario.operation, scenario.fault
+        ),
+        seed,
+        struck_after,
+        plain_acked: acks.plain.len() + before.len(),
+        plain_lost,
+        replicated_acked: acks.replicated.len(),
+        replicated_lost,
+        refused: acks.refused,
+        longest_gap: acks.longest_gap,
+        ready_after,
+        check_ok,
+        plain_loss_allowed,
+        failure,
+    })
+}
+
+/// The verdict on the losses; `None` when the bar is met.
+fn bar(
+    plain_lost: usize,
+    replicated_lost: usize,
+    plain_loss_allowed: bool,
+    check_ok: bool,
+    acks: &Acks,
+) -> Option<String> {
+    if replicated_lost > 0 {
+        return Some(format!(
+            "{replicated_lost} of {} WAIT-acknowledged writes lost",
+            acks.replicated.len()
+        ));
+    }
+    if plain_lost > 0 && !plain_loss_allowed {
+        return Some(format!(
+            "{plain_lost} of {} acknowledged writes lost where Valkey alone loses none",
+            acks.plain.len()
+        ));
+    }
+    if !check_ok {
+        return Some("valkey-cli --cluster check failed".to_owned());
+    }
+    None
+}
+
+async fn start_writer(c: &ClusterFixture) -> Result<ReplicatedWriter> {
+    let conn = c.client().await?;
+    let seeds = c.seed_urls().await?;
+    let password = c.password().await?;
+    let connect: writer::Connect = std::sync::Arc::new(move || {
+        let (seeds, password) = (seeds.clone(), password.clone());
+        Box::pin(async move { crate::cluster::connect(seeds, password).await.ok() })
+    });
+    Ok(ReplicatedWriter::start("w", conn, connect))
+}
+
+async fn wait_acks(writer: &ReplicatedWriter, n: usize) -> Result<()> {
+    let from = writer.acked().await;
+    wait_until(
+        Duration::from_secs(60),
+        &format!("{n} more acknowledged writes"),
+        || async move {
+            let now = writer.acked().await;
+            Ok(if now >= from + n {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{} so far", now - from))
+            })
+        },
+    )
+    .await
+}
+
+async fn apply_operation(c: &ClusterFixture, operation: &Operation) -> Result<()> {
+    let patch = match operation {
+        Operation::Idle => return Ok(()),
+        Operation::Shards(n) => serde_json::json!({ "shards": n }),
+        Operation::Replicas(n) => serde_json::json!({ "replicas": n }),
+        Operation::Image(image) => serde_json::json!({ "image": image }),
+    };
+    c.patch_spec(patch).await.map(|_| ())
+}
+
+/// The member that is a primary now, its pod, and the Kubernetes node and zone it runs on.
+struct Target {
+    pod: String,
+    node: String,
+    zone: String,
+    replicas: Vec<String>,
+}
+
+async fn primary_target(c: &ClusterFixture) -> Result<Target> {
+    let primary = c.member_with_role(Role::Primary).await?;
+    let status = primary.status.clone().unwrap_or_default();
+    let pod = status.pod_name.clone().unwrap_or_default();
+    let node = status.node_name.clone().unwrap_or_default();
+    let zone = c
+        .zones()
+        .await?
+        .get(&primary.metadata.name.clone().unwrap_or_default())
+        .cloned()
+        .unwrap_or_default();
+    let shard = shard_of(&primary);
+    let replicas = c
+        .nodes()
+        .await?
+        .into_iter()
+        .filter(|n| shard_of(n) == shard && n.metadata.name != primary.metadata.name)
+        .filter_map(|n| n.status?.pod_name)
+        .collect();
+    Ok(Target {
+        pod,
+        node,
+        zone,
+        replicas,
+    })
+}
+
+fn shard_of(node: &ValkeyNode) -> Option<String> {
+    node.metadata
+        .labels
+        .as_ref()?
+        .get("valkey.io/shard")
+        .cloned()
+}
+
+/// Injects the fault, holds it for its duration and undoes it; returns when it is over.
+async fn strike(c: &mut ClusterFixture, fault: &Fault) -> Result<()> {
+    let ns = c.ns.name.clone();
+    let hold = |seconds: u64| tokio::time::sleep(Duration::from_secs(seconds));
+    match fault {
+        Fault::None => Ok(()),
+        Fault::KillClusterController => {
+            c.cluster_controller.kill().await?;
+            c.cluster_controller =
+                ControllerProcess::start("cluster-controller", &c.ns, &[]).await?;
+            Ok(())
+        }
+        Fault::DeletePrimaryPod => {
+            let t = primary_target(c).await?;
+            c.ns.kubectl(&["delete", "pod", &t.pod, "--wait=false"])
+                .await
+                .map(|_| ())
+        }
+        Fault::PartialPartition { seconds } => {
+            let t = primary_target(c).await?;
+            let replica =
+                t.replicas.first().cloned().ok_or_else(|| {
+                    E2eError::Check("a partial partition needs a replica".to_owned())
+                })?;
+            let primary = Endpoint::pod(&ns, &t.pod);
+            let cut = faults::partition(
+                std::slice::from_ref(&primary),
+                &[Endpoint::Host, Endpoint::pod(&ns, &replica)],
+            )
+            .await?;
+            hold(*seconds).await;
+            cut.undo().await
+        }
+        Fault::IsolatePrimary { seconds } => {
+            let t = primary_target(c).await?;
+            let cut = faults::partition(&[Endpoint::pod(&ns, &t.pod)], &[Endpoint::Rest]).await?;
+            let host = faults::partition(&[Endpoint::pod(&ns, &t.pod)], &[Endpoint::Host]).await?;
+            hold(*seconds).await;
+            cut.undo().await?;
+            host.undo().await
+        }
+        Fault::PausePrimary { seconds } => {
+            let t = primary_target(c).await?;
+            let paused = faults::pause(&ns, &t.pod).await?;
+            hold(*seconds).await;
+            paused.undo().await
+        }
+        Fault::RestartPrimaryInPlace => {
+            let t = primary_target(c).await?;
+            faults::kill(&ns, &t.pod, Some("valkey")).await
+        }
+        Fault::PartitionZone { seconds } => {
+            let t = primary_target(c).await?;
+            let zone = Endpoint::Zone(t.zone.clone());
+            let cut = faults::partition(std::slice::from_ref(&zone), &[Endpoint::Rest]).await?;
+            let host = faults::partition(&[zone], &[Endpoint::Host]).await?;
+            hold(*seconds).await;
+            cut.undo().await?;
+            host.undo().await
+        }
+        Fault::StopNode { how, seconds } => {
+            let t = primary_target(c).await?;
+            let stopped = faults::stop_node(&t.node, *how).await?;
+            hold(*seconds).await;
+            stopped.undo().await
+        }
+        Fault::RestartApiServer => faults::restart_apiserver(false).await,
+    }
+}
+
+/// Waits until the cluster is Ready for its spec with every member on its desired revision.
+pub async fn wait_done(c: &ClusterFixture, within: Duration) -> Result<()> {
+    wait_until(within, "Ready, every member rolled", || async {
+        let cluster = c.api().get(&c.name).await?;
+        let ready = cluster.status.as_ref().is_some_and(|s| {
+            s.state == Some(ClusterState::Ready)
+                && s.observed_generation == cluster.metadata.generation
+                && s.ready_shards == cluster.spec.shards
+        });
+        let nodes = c.nodes().await?;
+        let wanted = usize::try_from(cluster.spec.shards * (cluster.spec.replicas + 1)).ok();
+        let rolled = Some(nodes.len()) == wanted
+            && nodes.iter().all(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    s.ready
+                        && s.current_revision.is_some()
+                        && s.current_revision == s.desired_revision
+                })
+            });
+        Ok(if ready && rolled {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet(format!(
+                "{:?}",
+                cluster.status.map(|s| (s.state, s.reason, s.message))
+            ))
+        })
+    })
+    .await
+}
+
+/// Reads every acknowledged write back; returns (plain lost, WAIT-acknowledged lost).
+async fn losses(
+    c: &ClusterFixture,
+    before: &BTreeMap<String, String>,
+    acks: &Acks,
+) -> Result<(usize, usize)> {
+    let missing = c.missing(before.iter().chain(acks.plain.iter())).await?;
+    let replicated_lost = missing
+        .iter()
+        .filter(|k| acks.replicated.contains_key(*k))
+        .count();
+    Ok((missing.len(), replicated_lost))
+}
+
+/// `valkey-cli --cluster check` against one member, as the operator's tools would run it.
+async fn cluster_check(c: &ClusterFixture) -> bool {
+    match c.cluster_check().await {
+        Ok(out) => out.contains("[OK] All 16384 slots covered"),
+        Err(e) => {
+            eprintln!("valkey-cli --cluster check: {e}");
+            false
+        }
+    }
+}
+
+/// Runs scenarios, at most `parallel` at once (global ones alone), and returns their reports.
+pub async fn run_all(scenarios: &[Scenario], seed: u64) -> Vec<Report> {
+    let mut reports = Vec::new();
+    let (global, local): (Vec<&Scenario>, Vec<&Scenario>) =
+        scenarios.iter().partition(|s| s.fault.is_global());
+    let mut set = tokio::task::JoinSet::new();
+    for (i, scenario) in local.into_iter().enumerate() {
+        let scenario = scenario.clone();
+        let seed = seed.wrapping_add(i as u64);
+        set.spawn(async move { (scenario.clone(), run(&scenario, seed).await, seed) });
+    }
+    while let Some(joined) = set.join_next().await {
+        if let Ok((scenario, result, seed)) = joined {
+            reports.push(report_or_error(&scenario, result, seed));
+        }
+    }
+    for (i, scenario) in global.into_iter().enumerate() {
+        let seed = seed.wrapping_add(1000 + i as u64);
+        let result = run(scenario, seed).await;
+        reports.push(report_or_error(scenario, result, seed));
+    }
+    reports
+}
+
+fn report_or_error(scenario: &Scenario, result: Result<Report>, seed: u64) -> Report {
+    result.unwrap_or_else(|e| Report {
+        scenario: format!(
+            "{} ({}; {})",
+            scenario.name, scenario.operation, scenario.fault
+        ),
+        seed,
+        struck_after: Duration::ZERO,
+        plain_acked: 0,
+        plain_lost: 0,
+        replicated_acked: 0,
+        replicated_lost: 0,
+        refused: 0,
+        longest_gap: Duration::ZERO,
+        ready_after: Duration::ZERO,
+        check_ok: false,
+        plain_loss_allowed: false,
+        failure: Some(format!("the scenario could not run: {e}")),
+    })
+}
+
+/// Prints the table and fails when any scenario missed the bar.
+pub fn verdict(reports: &[Report]) -> Result<()> {
+    let mut table = Report::header();
+    for r in reports {
+        table.push('\n');
+        table.push_str(&r.row());
+    }
+    eprintln!("\n{table}\n");
+    let dir = crate::repo_root().join("target/chaos");
+    let _ = std::fs::create_dir_all(&dir);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let _ = std::fs::write(dir.join(format!("{stamp}.md")), &table);
+    let failed: Vec<&str> = reports
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.scenario.as_str())
+        .collect();
+    check(
+        failed.is_empty(),
+        format!("{} scenario(s) missed the bar: {failed:?}", failed.len()),
+    )
+}
