@@ -38,6 +38,15 @@ fn with(base: &str, name: &str, spec_patch: &str) -> String {
     serde_yaml::to_string(&doc).unwrap_or_default()
 }
 
+/// `base` named `name`, with `config` as its spec.config, as JSON: every value stays a string
+/// (YAML would read `yes` and `no` as booleans).
+fn with_config(base: &str, name: &str, config: serde_json::Value) -> String {
+    let mut doc: serde_json::Value =
+        serde_yaml::from_str(&base.replace("NAME", name)).unwrap_or(serde_json::Value::Null);
+    doc["spec"]["config"] = config;
+    doc.to_string()
+}
+
 /// Creating `manifest` must fail, and the API's message must contain `field`.
 async fn rejected(ns: &TestNamespace, what: &str, manifest: &str, field: &str) -> Result<()> {
     match kubectl_stdin(&["create", "-n", &ns.name, "-f", "-"], manifest).await {
@@ -47,6 +56,24 @@ async fn rejected(ns: &TestNamespace, what: &str, manifest: &str, field: &str) -
             format!("{what}: the message does not name {field}: {stderr}"),
         ),
         Err(e) => Err(e),
+    }
+}
+
+/// Creating `manifest` must fail by a rule whose message names `key` (not by a type error that
+/// names it only as a field path).
+async fn refused_naming(ns: &TestNamespace, what: &str, manifest: &str, key: &str) -> Result<()> {
+    rejected(ns, what, manifest, key).await?;
+    match kubectl_stdin(
+        &["create", "--dry-run=server", "-n", &ns.name, "-f", "-"],
+        manifest,
+    )
+    .await
+    {
+        Err(E2eError::Kubectl { stderr, .. }) => check(
+            !stderr.contains("must be of type"),
+            format!("{what}: refused for its type, not by a rule: {stderr}"),
+        ),
+        other => Err(E2eError::Check(format!("{what}: {other:?}"))),
     }
 }
 
@@ -444,4 +471,266 @@ spec:
         fetched.spec == node.spec,
         format!("node differs: {:?}", fetched.spec),
     )
+}
+
+/// Config that would let Valkey run foreign code, undo the operator's safety, or take over what
+/// the operator owns (addresses, authentication, TLS) is refused with a message naming the key;
+/// tunables next to them, and the safe values of checked keys, are accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn config_the_operator_cannot_allow_is_refused_naming_the_key() -> Result<()> {
+    install_crds().await?;
+    let ns = TestNamespace::create("api-config").await?;
+    let refused: &[(&str, &str)] = &[
+        ("loadmodule", "/tmp/evil.so"),
+        ("enable-module-command", "yes"),
+        ("enable-debug-command", "local"),
+        ("enable-protected-configs", "yes"),
+        ("cluster-allow-replica-migration", "yes"),
+        ("cluster-node-timeout", "soon"),
+        ("cluster-announce-ip", "10.0.0.9"),
+        ("cluster-announce-tls-port", "7000"),
+        ("cluster-announce-client-ipv4", "10.0.0.9"),
+        ("replica-announce-ip", "10.0.0.9"),
+        ("slave-announce-port", "7000"),
+        ("aclfile", "/tmp/users.acl"),
+        ("requirepass", "x"),
+        ("masterauth", "x"),
+        ("masteruser", "x"),
+        ("primaryauth", "x"),
+        ("primaryuser", "x"),
+        ("acl-pubsub-default", "allchannels"),
+        ("tls-port", "6380"),
+        ("tls-cluster", "yes"),
+        ("tls-replication", "yes"),
+        ("tls-auth-clients", "no"),
+        ("tls-cert-file", "/tmp/x.crt"),
+        ("tls-key-file", "/tmp/x.key"),
+        ("tls-ca-cert-file", "/tmp/ca.crt"),
+        ("tls-auto-reload-interval", "0"),
+        ("tls-client-key-file-pass", "x"),
+        ("unixsocketperm", "777"),
+        ("rename-command", "CONFIG x"),
+        ("port", "7000"),
+        ("cluster-port", "17000"),
+    ];
+    let mut failures = Vec::new();
+    for (i, (key, value)) in refused.iter().enumerate() {
+        let manifest = with_config(
+            CLUSTER,
+            &format!("refused-{i}"),
+            serde_json::json!({ *key: value }),
+        );
+        // The message names the key itself, not only the field.
+        if let Err(e) = refused_naming(&ns, &format!("config key {key}"), &manifest, key).await {
+            failures.push(e.to_string());
+        }
+    }
+    // appendonly is checked against persistence: off with persistence would lose writes on a
+    // restart; without persistence it is the user's business.
+    if let Err(e) = refused_naming(
+        &ns,
+        "appendonly no with persistence",
+        &with_config(CLUSTER, "aof-off", serde_json::json!({"appendonly": "no"})),
+        "appendonly",
+    )
+    .await
+    {
+        failures.push(e.to_string());
+    }
+    // A ValkeyNode, whoever writes it, never loads foreign code either.
+    for key in [
+        "loadmodule",
+        "enable-module-command",
+        "enable-debug-command",
+        "enable-protected-configs",
+    ] {
+        let manifest = with_config(
+            NODE,
+            &format!("node-{key}"),
+            serde_json::json!({ key: "yes" }),
+        );
+        if let Err(e) = refused_naming(&ns, &format!("node config key {key}"), &manifest, key).await
+        {
+            failures.push(e.to_string());
+        }
+    }
+    check(failures.is_empty(), failures.join("\n"))?;
+
+    // The safe values and the tunables are accepted.
+    for (name, config) in [
+        (
+            "safe-values",
+            serde_json::json!({"cluster-allow-replica-migration": "no", "appendonly": "yes", "cluster-node-timeout": "30000", "maxmemory": "100mb"}),
+        ),
+        (
+            "tls-tunables",
+            serde_json::json!({"tls-protocols": "TLSv1.3", "tls-ciphersuites": "TLS_AES_256_GCM_SHA384", "tls-session-caching": "no"}),
+        ),
+    ] {
+        ns.apply(&with_config(CLUSTER, name, config)).await?;
+    }
+    let mut cache: serde_json::Value = serde_json::from_str(&with_config(
+        CLUSTER,
+        "cache-without-aof",
+        serde_json::json!({"appendonly": "no"}),
+    ))
+    .unwrap_or_default();
+    cache["spec"]["persistence"] = serde_json::json!({"enabled": false});
+    ns.apply(&cache.to_string()).await?;
+    Ok(())
+}
+
+/// `spec.auth.users`, `spec.tls` and `spec.networkPolicy`: what cannot work is refused naming the
+/// field; a full valid object is kept as written.
+#[tokio::test(flavor = "multi_thread")]
+async fn users_tls_and_network_policy_are_checked() -> Result<()> {
+    install_crds().await?;
+    let ns = TestNamespace::create("api-security").await?;
+    let user = |name: &str, rules: &str| {
+        format!(
+            "{{auth: {{users: [{{name: {name}, passwordSecret: {{name: app-pw}}, rules: '{rules}'}}]}}}}"
+        )
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "a reserved user name",
+            with(CLUSTER, "u1", &user("replication", "+@read")),
+            "the names default, operator, healthcheck and replication are reserved",
+        ),
+        (
+            "the default user as a named user",
+            with(CLUSTER, "u2", &user("default", "+@read")),
+            "reserved",
+        ),
+        (
+            "a user without a password",
+            with(CLUSTER, "u3", &user("app", "nopass ~* +@all")),
+            "must not set passwords (nopass",
+        ),
+        (
+            "a password in the rules",
+            with(CLUSTER, "u4", &user("app", "~* >hunter2 +@all")),
+            "must not set passwords",
+        ),
+        (
+            "a hash in the rules",
+            with(CLUSTER, "u5", &user("app", "#abc ~*")),
+            "must not set passwords",
+        ),
+        (
+            "resetpass in the rules",
+            with(CLUSTER, "u6", &user("app", "~* resetpass")),
+            "must not set passwords",
+        ),
+        (
+            "a user without a password Secret",
+            with(CLUSTER, "u7", "{auth: {users: [{name: app}]}}"),
+            "spec.auth.users[0].passwordSecret",
+        ),
+        (
+            "a user name with a space",
+            with(CLUSTER, "u8", &user("'my app'", "~*")),
+            "spec.auth.users[0].name",
+        ),
+        (
+            "two users of one name",
+            with(
+                CLUSTER,
+                "u9",
+                "{auth: {users: [{name: app, passwordSecret: {name: a}}, {name: app, passwordSecret: {name: b}}]}}",
+            ),
+            "Duplicate value",
+        ),
+        (
+            "a plain port without TLS",
+            with(CLUSTER, "t1", "{tls: {plaintext: true}}"),
+            "tls.plaintext keeps a plain port beside TLS and needs tls.enabled",
+        ),
+        (
+            "a certificate without TLS",
+            with(CLUSTER, "t2", "{tls: {certificateSecret: my-cert}}"),
+            "tls.certificateSecret needs tls.enabled",
+        ),
+        (
+            "a network peer with a range and labels",
+            with(
+                CLUSTER,
+                "n1",
+                "{networkPolicy: {clients: [{cidr: 10.0.0.0/8, podLabels: {app: web}}]}}",
+            ),
+            "either an IP range (cidr) or labels",
+        ),
+        (
+            "an empty network peer",
+            with(CLUSTER, "n2", "{networkPolicy: {clients: [{}]}}"),
+            "needs cidr, namespaceLabels or podLabels",
+        ),
+        (
+            "a network peer with a bad range",
+            with(
+                CLUSTER,
+                "n3",
+                "{networkPolicy: {clients: [{cidr: 10.0.0.0/40}]}}",
+            ),
+            "cidr must be an IP range in CIDR notation",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, manifest, field) in &cases {
+        if let Err(e) = rejected(&ns, what, manifest, field).await {
+            failures.push(e.to_string());
+        }
+    }
+    check(failures.is_empty(), failures.join("\n"))?;
+
+    // A full valid object is kept as written.
+    let cluster: ValkeyCluster = serde_yaml::from_str(
+        r#"
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyCluster
+metadata: {name: secure}
+spec:
+  auth:
+    enabled: false
+    users:
+      - {name: app, passwordSecret: {name: app-pw, key: password}, rules: "~app:* &* +@read +@write"}
+      - {name: reporting, passwordSecret: {name: reporting-pw, key: pw}, rules: "~* -@all +@read"}
+  tls: {enabled: true, certificateSecret: secure-cert, plaintext: true}
+  networkPolicy:
+    enabled: true
+    clients:
+      - {namespaceLabels: {team: web}, podLabels: {app: frontend}}
+      - {podLabels: {app: worker}}
+      - {cidr: 10.20.0.0/16}
+"#,
+    )
+    .map_err(|e| E2eError::Check(e.to_string()))?;
+    let created = ns
+        .api::<ValkeyCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await?;
+    check(
+        created.spec == cluster.spec,
+        format!("create changed the spec: {:?}", created.spec),
+    )?;
+
+    // TLS is chosen when a cluster is created: turning it off (or on) later is refused.
+    let refused = ns
+        .api::<ValkeyCluster>()
+        .patch(
+            "secure",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"tls": {"enabled": false, "plaintext": false, "certificateSecret": null}}})),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status))
+            if status.code == 422 && status.message.contains("tls.enabled cannot change") =>
+        {
+            Ok(())
+        }
+        other => Err(E2eError::Check(format!(
+            "turning TLS off on an existing cluster: expected a 422 naming tls.enabled, got {other:?}"
+        ))),
+    }
 }
