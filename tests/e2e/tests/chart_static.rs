@@ -212,3 +212,87 @@ async fn a_typo_in_values_is_rejected_naming_the_key() -> Result<()> {
     )?;
     Ok(())
 }
+
+/// The ValkeyNode admission policy comes with the cluster-controller, names its ServiceAccount as
+/// the one writer, matches creates and updates of ValkeyNodes (not their status), and covers the
+/// watched namespace only when the controller watches one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_valkey_node_policy_lets_only_the_cluster_controller_write() -> Result<()> {
+    let policies = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| {
+                text(d, &["kind"]).starts_with("ValidatingAdmissionPolicy")
+                    && text(d, &["metadata", "name"]).ends_with("-valkeynode-writers")
+            })
+            .cloned()
+            .collect()
+    };
+    let docs = documents(&render(&[]).await?)?;
+    let all = policies(&docs);
+    let policy = all
+        .iter()
+        .find(|d| text(d, &["kind"]) == "ValidatingAdmissionPolicy")
+        .ok_or_else(|| E2eError::Check("no ValidatingAdmissionPolicy rendered".into()))?;
+    let binding = all
+        .iter()
+        .find(|d| text(d, &["kind"]) == "ValidatingAdmissionPolicyBinding")
+        .ok_or_else(|| E2eError::Check("no binding rendered".into()))?;
+    let rule = &field(policy, &["spec", "matchConstraints", "resourceRules"])[0];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    };
+    check(
+        strings(&rule["resources"]) == ["valkeynodes"]
+            && strings(&rule["operations"]) == ["CREATE", "UPDATE"]
+            && text(policy, &["spec", "failurePolicy"]) == "Fail",
+        format!("the policy must match creates and updates of valkeynodes only: {rule:?}"),
+    )?;
+    let writer = field(policy, &["spec", "variables"])
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"].as_str() == Some("writer"))
+        .map(|v| text(v, &["expression"]))
+        .unwrap_or_default();
+    check(
+        writer
+            == "\"system:serviceaccount:valkey-operator-system:valkey-operator-cluster-controller\"",
+        format!("the one writer is the cluster-controller's ServiceAccount: {writer}"),
+    )?;
+    check(
+        text(binding, &["spec", "policyName"]) == text(policy, &["metadata", "name"])
+            && strings(field(binding, &["spec", "validationActions"])) == ["Deny"]
+            && field(binding, &["spec", "matchResources"]).is_null(),
+        format!("watching every namespace, the binding denies everywhere: {binding:?}"),
+    )?;
+
+    let one = documents(&render(&["--set", "clusterController.watchNamespaces={team-a}"]).await?)?;
+    let scoped = policies(&one);
+    let binding = scoped
+        .iter()
+        .find(|d| text(d, &["kind"]) == "ValidatingAdmissionPolicyBinding")
+        .ok_or_else(|| E2eError::Check("no binding rendered for one namespace".into()))?;
+    check(
+        text(
+            binding,
+            &[
+                "spec",
+                "matchResources",
+                "namespaceSelector",
+                "matchLabels",
+                "kubernetes.io/metadata.name",
+            ],
+        ) == "team-a",
+        format!("watching team-a, the binding covers team-a only: {binding:?}"),
+    )?;
+    let without = documents(&render(&["--set", "clusterController.enabled=false"]).await?)?;
+    check(
+        policies(&without).is_empty(),
+        "no cluster-controller, no policy naming it",
+    )?;
+    Ok(())
+}

@@ -16,7 +16,8 @@ use e2e::helm::{chart, helm, helm_fails, helm_program, run};
 use e2e::operator::{install_crds, wait_cluster};
 use e2e::{
     E2eError, Poll, Result, TestNamespace, check, describe_pod, is_localkube, kubeconfig_path,
-    kubectl_program, localkube_container_log, localkube_dir, pod_ip, pod_ready, wait_until,
+    kubectl, kubectl_program, kubectl_stdin, localkube_container_log, localkube_dir, pod_ip,
+    pod_ready, wait_until,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -624,6 +625,8 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
     ns.apply(&cluster_manifest("life", 2, 1)).await?;
     wait_cluster_ready(&ns, "life").await?;
     steps.done("2x1 cluster Ready");
+    only_the_cluster_controller_writes_valkey_nodes(&ns, "life-0-0").await?;
+    steps.done("a plain user may not write a ValkeyNode; break-glass may");
     // Events from both controllers prove their Events RBAC (a refused Event is only logged).
     let events = ns
         .kubectl(&[
@@ -769,6 +772,100 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
         volumes_after == volumes_before,
         format!("volumes before {volumes_before:?}, after uninstall {volumes_after:?}"),
     )?;
+    Ok(())
+}
+
+/// With the release's ValidatingAdmissionPolicy: a user whom RBAC lets write ValkeyNodes is still
+/// refused by the API server, with a message that says why, when creating one or changing an
+/// existing one's spec or labels; an annotation is still theirs to change; the break-glass group
+/// (system:masters by default) may write. The cluster-controller itself is the one writer the
+/// cluster's own readiness proves.
+async fn only_the_cluster_controller_writes_valkey_nodes(
+    ns: &TestNamespace,
+    existing: &str,
+) -> Result<()> {
+    const USER: &str = "jane";
+    const WHY: &str = "ValkeyNodes are written by the valkey-operator cluster-controller only";
+    ns.apply(&format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: valkeynode-editor}}
+rules: [{{apiGroups: [valkey.io], resources: [valkeynodes], verbs: ["*"]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: valkeynode-editor}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: valkeynode-editor}}
+subjects: [{{kind: User, name: {USER}, apiGroup: rbac.authorization.k8s.io}}]
+"#
+    ))
+    .await?;
+    let node = r#"{"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+        "metadata": {"name": "intruder"},
+        "spec": {"image": "valkey/valkey:9.1", "credentials": {"secretName": "life-acl"}}}"#;
+    let as_user = |extra: &'static [&'static str], verb: &'static str| {
+        let mut args = vec![
+            verb,
+            "-n",
+            ns.name.as_str(),
+            "--dry-run=server",
+            "--as",
+            USER,
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    // RBAC alone would allow it: the refusal below is the policy's.
+    check(
+        can_i(USER, "create", "valkeynodes.valkey.io", &ns.name).await?,
+        "the test user should be allowed by RBAC",
+    )?;
+    // The binding reaches the API server's admission a moment after the install.
+    let refusal = wait_until(
+        Duration::from_secs(30),
+        "the API server refusing a ValkeyNode from a plain user",
+        || async {
+            let mut args = as_user(&[], "create");
+            args.extend(["-f", "-"]);
+            Ok(match kubectl_stdin(&args, node).await {
+                Err(E2eError::Kubectl { stderr, .. }) if stderr.contains(WHY) => {
+                    Poll::Ready(stderr)
+                }
+                other => Poll::NotYet(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    check(
+        refusal.contains(&format!("{USER} may not create one")),
+        format!("the refusal should say who and what: {refusal}"),
+    )?;
+    for (what, patch) in [
+        ("spec", r#"{"spec": {"image": "evil/valkey:9.1"}}"#),
+        (
+            "labels",
+            r#"{"metadata": {"labels": {"valkey.io/shard": "7"}}}"#,
+        ),
+    ] {
+        let mut args = as_user(&[], "patch");
+        args.extend(["valkeynode", existing, "--type=merge", "-p", patch]);
+        match kubectl(&args).await {
+            Err(E2eError::Kubectl { stderr, .. })
+                if stderr.contains(WHY) && stderr.contains("may not change its spec or labels") => {
+            }
+            other => {
+                return Err(E2eError::Check(format!(
+                    "changing {what} of {existing} as {USER}: expected the policy's refusal, got {other:?}"
+                )));
+            }
+        }
+    }
+    let mut args = as_user(&[], "annotate");
+    args.extend(["valkeynode", existing, "note=hello"]);
+    kubectl(&args).await?;
+    let mut args = as_user(&["--as-group", "system:masters"], "create");
+    args.extend(["-f", "-"]);
+    kubectl_stdin(&args, node).await?;
     Ok(())
 }
 
