@@ -3,7 +3,8 @@
 #
 #   images.sh valkey        valkey-8.0 (Debian bookworm-backports) and valkey-9.1 (built with TLS
 #                           from Debian's source package), plus the valkey-9, valkey-latest,
-#                           valkey-8 links
+#                           valkey-8 links, and redis_exporter (Debian bookworm's
+#                           prometheus-redis-exporter)
 #   images.sh controllers   copies target/debug/{node,cluster}-controller into the table
 #
 # Each step is skipped when its output is already there. Nothing is installed on the machine except
@@ -182,6 +183,28 @@ valkey_80() {
 	"$dst/bin/valkey-server" --version
 }
 
+# The Redis exporter as its usual image, oliver006/redis_exporter (any tag): Debian bookworm's
+# prometheus-redis-exporter 1.45, a static Go binary, named as in the upstream image.
+redis_exporter() {
+	local dst=$IMAGES/redis_exporter
+	if [[ -x $dst/bin/redis_exporter ]] && "$dst/bin/redis_exporter" --version >/dev/null 2>&1; then
+		log "redis_exporter up to date"
+		return
+	fi
+	local work
+	work=$(mktemp -d)
+	log "redis_exporter: apt-get download prometheus-redis-exporter (bookworm)"
+	apt_download "$work" prometheus-redis-exporter
+	mkdir -p "$work/root"
+	dpkg -x "$work"/debs/prometheus-redis-exporter_*.deb "$work/root"
+	rm -rf "$dst.tmp"
+	mkdir -p "$dst.tmp/bin"
+	cp "$work/root/usr/bin/prometheus-redis-exporter" "$dst.tmp/bin/redis_exporter"
+	rm -rf "$dst" "$work"
+	mv "$dst.tmp" "$dst"
+	"$dst/bin/redis_exporter" --version 2>&1 | head -1 >&2
+}
+
 valkey_links() {
 	ln -sfn valkey-9.1 "$IMAGES/valkey-9"
 	ln -sfn valkey-9.1 "$IMAGES/valkey-latest"
@@ -211,6 +234,7 @@ valkey)
 	valkey_80
 	valkey_91
 	valkey_links
+	redis_exporter
 	;;
 controllers) controllers ;;
 *) die "usage: $0 valkey|controllers" ;;

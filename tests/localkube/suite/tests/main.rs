@@ -1,6 +1,7 @@
 //! localkube's own tests, one target (they share one pool of test threads): what the cluster does
 //! for the operator's end-to-end tests (`cluster`), what charts rely on a kubelet for
-//! (`conformance`), the pod network at scale (`network`), and fault injection (`faults`).
+//! (`conformance`), the pod network at scale (`network`), fault injection (`faults`), and what the
+//! image table's images serve (`images`).
 //!
 //! They run against the cluster KUBECONFIG names, like the e2e suite (`make localkube-test`); the
 //! network and fault tests need localkube itself and say so elsewhere.
@@ -8,6 +9,7 @@
 mod cluster;
 mod conformance;
 mod faults;
+mod images;
 mod network;
 
 use std::time::Duration;
