@@ -281,6 +281,54 @@ spec:
     )
 }
 
+/// A fault whose owner process ends without undoing it (killed: no unwinding, no Drop) is undone
+/// by the supervisor within seconds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fault_ends_with_the_process_that_owns_it() -> Result<()> {
+    if !e2e::is_localkube() {
+        return skip("fault injection is localkube's");
+    }
+    let ns = TestNamespace::create("owner").await?;
+    let (_, ip) = ready_valkey(&ns, "owned", None, &[]).await?;
+    let mut owner = tokio::process::Command::new("sleep")
+        .arg("600")
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| E2eError::Spawn {
+            program: "sleep".into(),
+            source,
+        })?;
+    let owner_pid = owner.id().unwrap_or_default().to_string();
+    let target = format!("pod/{}/owned", ns.name);
+    let program = faults::localkube_program().display().to_string();
+    let id = host(
+        &program,
+        &[
+            "fault",
+            "partition",
+            "--from",
+            &target,
+            "--to",
+            "host",
+            "--owner",
+            &owner_pid,
+        ],
+    )
+    .await?;
+    let id = id.trim().to_string();
+    unreachable(&ip).await?;
+    owner
+        .kill()
+        .await
+        .map_err(|e| E2eError::Check(format!("killing the owner: {e}")))?;
+    answers_again(&ip).await?;
+    let listed = host(&program, &["fault", "list"]).await?;
+    check(
+        !listed.lines().any(|l| l.starts_with(&id)),
+        format!("fault {id} is still listed after its owner ended:\n{listed}"),
+    )
+}
+
 /// The Ready condition of a node: "True", "False" or "Unknown".
 async fn node_ready(name: &str) -> Result<String> {
     let nodes: Api<Node> = Api::all(e2e::client().await?);

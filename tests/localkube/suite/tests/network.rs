@@ -110,6 +110,24 @@ async fn pods_reach_each_other_with_one_neighbour_entry_each() -> Result<()> {
     Ok(())
 }
 
+/// User and system CPU of the process kubelet so far, in clock ticks (100 a second).
+fn kubelet_cpu_ticks() -> Option<u64> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        if exe.file_name().is_some_and(|n| n == "localkube-kubelet") {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+            let (utime, stime) = (
+                fields.get(11)?.parse::<u64>().ok()?,
+                fields.get(12)?.parse::<u64>().ok()?,
+            );
+            return Some(utime + stime);
+        }
+    }
+    None
+}
+
 /// Sum of the resident memory of this namespace's pod processes, in KiB.
 fn rss_kib(pods: &[Pod]) -> u64 {
     let mut total = 0;
@@ -177,6 +195,14 @@ async fn hundreds_of_pods_are_ready_and_reach_each_other() -> Result<()> {
         .lines()
         .count();
     let rss = rss_kib(&pods);
+    // The kubelet's CPU while the pods only get probed (an exec valkey-cli ping every 10 s each,
+    // answered natively from inside each pod): a fixed window, this is a measurement.
+    let window = Duration::from_secs(30);
+    let before = kubelet_cpu_ticks();
+    tokio::time::sleep(window).await;
+    let probe_cpu = kubelet_cpu_ticks()
+        .zip(before)
+        .map(|(after, before)| (after - before) as f64 / 100.0 / window.as_secs_f64() * 100.0);
     let nodes: std::collections::BTreeMap<String, usize> =
         pods.iter().fold(Default::default(), |mut m, p| {
             let n = p
@@ -190,7 +216,8 @@ async fn hundreds_of_pods_are_ready_and_reach_each_other() -> Result<()> {
     println!(
         "{count} pods: all Ready in {:.1} s; host PINGed each and each pod MIGRATEd to 10 others in {:.1} s; \
          neighbour entries: {pod_entries} in the pod namespaces, {host_entries} on the bridge; \
-         valkey-server RSS {:.0} MiB in total ({:.1} MiB each); pods per node {nodes:?}",
+         valkey-server RSS {:.0} MiB in total ({:.1} MiB each); pods per node {nodes:?}; \
+         kubelet CPU while probing: {probe_cpu:.1?} % of a core",
         to_ready.as_secs_f64(),
         reach_time.as_secs_f64(),
         rss as f64 / 1024.0,
