@@ -13,7 +13,7 @@ use super::context::Context;
 use super::error::Error;
 use super::status::Problem;
 use super::{apply, desired, observe, report, secrets};
-use crate::engine::{Decision, Pass};
+use crate::engine::{Action, Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
 const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
@@ -68,16 +68,7 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
             let retry = ctx.action_failures.failed(key).min(MAX_ACTION_RETRY);
             let times = ctx.action_failures.failures(key);
             tracing::info!(%error, times, retry_in = ?retry, "the step failed; the next pass looks again");
-            let problem = (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
-                reason: "ActionFailing".into(),
-                // No count in the words: a status that changed on every failure would be
-                // written, and its own watch event would start the next pass at once.
-                message: format!(
-                    "{action} keeps failing: {error}. The operator retries, at most every {}s.",
-                    MAX_ACTION_RETRY.as_secs()
-                ),
-            });
-            (retry, problem)
+            (retry, failing_problem(action, error, times))
         }
         _ => {
             ctx.action_failures.succeeded(key);
@@ -86,12 +77,85 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
     }
 }
 
+/// What the status says about an action that failed `times` in a row: nothing for the first
+/// failures (the normal noise of pods restarting), then Valkey's words. No count in the words: a
+/// status that changed on every failure would be written, and its own watch event would start the
+/// next pass at once, a hot loop the back-off could not stop.
+fn failing_problem(action: &Action, error: &EngineError, times: u32) -> Option<Problem> {
+    (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
+        reason: "ActionFailing".into(),
+        message: format!(
+            "{action} keeps failing: {error}. The operator retries, at most every {}s.",
+            MAX_ACTION_RETRY.as_secs()
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::controller::fixtures::{CLUSTER, cluster, context};
     use http::Method;
     use plumbing::Reconciler;
+
+    /// A Valkey action that keeps failing is retried ever more slowly, never faster than the
+    /// back-off, and reported in the same words each time, so that its status is written once
+    /// and does not wake the controller again.
+    #[test]
+    fn a_failing_action_backs_off_and_is_reported_in_unchanging_words() {
+        let failures = plumbing::backoff::Backoff::default();
+        let key = ObjectKey::new("prod", "cache");
+        let retries: Vec<u64> = (0..8)
+            .map(|_| failures.failed(&key).min(MAX_ACTION_RETRY).as_secs())
+            .collect();
+        assert_eq!(retries, [1, 2, 4, 8, 16, 30, 30, 30]);
+
+        let action = Action::DeleteMember {
+            member: "cache-2-0".into(),
+        };
+        let error = EngineError::UnexpectedReply {
+            command: "CLUSTER MEET".into(),
+            reply: "NOPERM".into(),
+        };
+        assert_eq!(
+            failing_problem(&action, &error, 2),
+            None,
+            "two failures are noise"
+        );
+        let third = failing_problem(&action, &error, 3);
+        assert!(third.as_ref().is_some_and(|p| p.reason == "ActionFailing"
+            && p.message.contains("CLUSTER MEET")
+            && p.message.contains("NOPERM")));
+        assert_eq!(
+            third,
+            failing_problem(&action, &error, 9),
+            "the words do not count"
+        );
+
+        // The status computed from the same problem twice is the same status: no second write.
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        );
+        let outcome = |problem: Problem| crate::controller::status::Outcome::Problem {
+            problem,
+            health: None,
+        };
+        let first = crate::controller::status::compute(
+            None,
+            Some(1),
+            &outcome(third.clone().unwrap_or_else(|| panic!("no problem"))),
+            None,
+            &now,
+        );
+        let again = crate::controller::status::compute(
+            Some(&first),
+            Some(1),
+            &outcome(failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem"))),
+            None,
+            &now,
+        );
+        assert_eq!(first, again);
+    }
 
     #[tokio::test]
     async fn a_new_open_cluster_gets_its_members_and_waits_for_them() {

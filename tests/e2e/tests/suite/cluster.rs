@@ -726,18 +726,8 @@ async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() 
         message.contains("CLUSTER MEET") && message.contains("no permissions"),
         format!("the message names the command and Valkey's answer: {message}"),
     )?;
-    // Retried ever more slowly (1, 2, 4, 8, 16 s ... at most 30 s), not in a loop: a pass per
-    // retry and per change of the new member's status. A hot loop would count hundreds.
-    // (35 s: longer than the longest wait, so at least one retry falls inside.)
-    let window = Duration::from_secs(35);
-    let from = c.cluster_controller.metric("reconciles_total").await?;
-    tokio::time::sleep(window).await;
-    let grown = c.cluster_controller.metric("reconciles_total").await? - from;
-    eprintln!("{grown} reconciles in {window:?} while the action kept failing");
-    check(
-        (1.0..=15.0).contains(&grown),
-        format!("{grown} reconciles in {window:?}: expected a few back-off retries"),
-    )?;
+    // How fast it retries (ever more slowly, at most every 30 s) and that the unchanging words
+    // cause no hot loop are the pure function's tests (controller::reconcile).
     // Nothing was lost or taken away meanwhile; once Valkey allows it again the shard joins.
     check(c.nodes().await?.len() == 3, "all three members exist")?;
     for ip in &ips {

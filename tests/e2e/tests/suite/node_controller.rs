@@ -1171,10 +1171,10 @@ async fn an_image_that_cannot_be_pulled_is_reported() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_config_valkey_rejects_crash_loops_without_a_hot_loop() -> Result<()> {
-    let _took = Took::start("a_config_valkey_rejects_crash_loops_without_a_hot_loop");
+async fn a_config_that_valkey_rejects_is_reported_as_a_crash_loop() -> Result<()> {
+    let _took = Took::start("a_config_that_valkey_rejects_is_reported_as_a_crash_loop");
     let ns = TestNamespace::create("nc-crash").await?;
-    let controller = start_controller(&ns).await?;
+    let _controller = start_controller(&ns).await?;
     create_node(
         &ns,
         "misconfigured",
@@ -1199,22 +1199,9 @@ async fn a_config_valkey_rejects_crash_loops_without_a_hot_loop() -> Result<()> 
         format!("Ready message: {}", ready.message),
     )?;
 
-    // Measured: the pod restarts every 10-40 s (the kubelet's back-off) and the controller looks
-    // at a node that is not ready every 5 s; a pass per pod status change and per requeue stays
-    // far below one a second. A hot loop would count hundreds.
-    let window = Duration::from_secs(30);
-    let from = reconciles(&controller).await?;
-    tokio::time::sleep(window).await;
-    let grown = reconciles(&controller).await? - from;
-    eprintln!("{grown} reconciles in {window:?} while crash-looping");
-    check(
-        grown >= 2.0,
-        format!("only {grown} reconciles in {window:?}: the node is not re-read"),
-    )?;
-    check(
-        grown <= 20.0,
-        format!("{grown} reconciles in {window:?}: a hot loop"),
-    )?;
+    // That a crash-looping node is looked at every few seconds without a hot loop is the pure
+    // functions' test (status: an unchanged observation gives an unchanged status, no write;
+    // reconcile: a node that is not ready is re-read every 5 s).
     let node = ns.api::<ValkeyNode>().get("misconfigured").await?;
     check(
         !node.status.as_ref().is_some_and(|s| s.ready),
