@@ -187,6 +187,15 @@ func restartAPIServer(ctx context.Context, l layout.Layout, logf func(string, ..
 	logf("restarting the API server (%v)", how)
 	t0 := time.Now()
 	apiserver.end(logf, how, restartStopTimeout)
+	if err := startAPIServer(ctx, l, apiserver, exits); err != nil {
+		return err
+	}
+	logf("API server restarted (pid %d), ready after %s", apiserver.pid(), time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// startAPIServer starts the API server and waits until it answers /readyz.
+func startAPIServer(ctx context.Context, l layout.Layout, apiserver *child, exits chan<- exit) error {
 	if err := apiserver.start(exits); err != nil {
 		return err
 	}
@@ -194,13 +203,9 @@ func restartAPIServer(ctx context.Context, l layout.Layout, logf func(string, ..
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "kube-apiserver /readyz", 120*time.Second, apiserver, func(c context.Context) error {
+	return waitFor(ctx, "kube-apiserver /readyz", 120*time.Second, apiserver, func(c context.Context) error {
 		return probe(c, admin, layout.APIServerURL+"/readyz", "ok")
-	}); err != nil {
-		return err
-	}
-	logf("API server restarted (pid %d), ready after %s", apiserver.pid(), time.Since(t0).Round(time.Millisecond))
-	return nil
+	})
 }
 
 func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, etcd, apiserver, kcm, sched, kubelet *child) error {
@@ -216,16 +221,7 @@ func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), e
 	}
 	logf("etcd ready after %s", time.Since(t0).Round(time.Millisecond))
 
-	if err := apiserver.start(exits); err != nil {
-		return err
-	}
-	admin, err := AdminHTTPClient(l)
-	if err != nil {
-		return err
-	}
-	if err := waitFor(ctx, "kube-apiserver /readyz", 120*time.Second, apiserver, func(c context.Context) error {
-		return probe(c, admin, layout.APIServerURL+"/readyz", "ok")
-	}); err != nil {
+	if err := startAPIServer(ctx, l, apiserver, exits); err != nil {
 		return err
 	}
 	logf("apiserver ready after %s", time.Since(t0).Round(time.Millisecond))

@@ -212,6 +212,23 @@ async fn a_paused_pod_answers_nothing_until_the_guard_drops() -> Result<()> {
     )
 }
 
+/// Waits until the pod's container has restarted at least once and the pod is Ready again.
+async fn restarted_and_ready(ns: &TestNamespace, name: &str) -> Result<Pod> {
+    let pods = ns.api::<Pod>();
+    wait_until(POD_READY, &format!("{name} restarted and Ready"), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get(name).await?;
+            Ok(if restarts(&p) >= 1 && e2e::pod_ready(&p) {
+                Poll::Ready(p)
+            } else {
+                Poll::NotYet(describe_pod(&p))
+            })
+        }
+    })
+    .await
+}
+
 fn restarts(pod: &Pod) -> i32 {
     pod.status
         .as_ref()
@@ -251,19 +268,11 @@ spec:
     let mut conn = e2e::valkey(&ip, 6379).await?;
     e2e::valkey_cmd(&mut conn, &["SET", "kept", "in the emptyDir"]).await?;
     faults::kill(&ns.name, "victim", None).await?;
-    let pods = ns.api::<Pod>();
-    let after = wait_until(POD_READY, "victim restarted once and Ready", || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("victim").await?;
-            Ok(if restarts(&p) == 1 && e2e::pod_ready(&p) {
-                Poll::Ready(p)
-            } else {
-                Poll::NotYet(describe_pod(&p))
-            })
-        }
-    })
-    .await?;
+    let after = restarted_and_ready(&ns, "victim").await?;
+    check(
+        restarts(&after) == 1,
+        format!("restarted more than once: {}", describe_pod(&after)),
+    )?;
     check(
         after.metadata.uid == pod.metadata.uid,
         "the pod was replaced, not restarted in place",
@@ -442,23 +451,7 @@ async fn a_crashed_node_loses_its_containers_and_restarts_them_when_it_returns()
         wait_node(FAULT_NODE, false, NODE_NOT_READY).await?;
     }
     wait_node(FAULT_NODE, true, Duration::from_secs(60)).await?;
-    let pods = ns.api::<Pod>();
-    let after = wait_until(
-        POD_READY,
-        "the crashed node's pod restarted and Ready",
-        || {
-            let pods = pods.clone();
-            async move {
-                let p = pods.get("crashed").await?;
-                Ok(if restarts(&p) >= 1 && e2e::pod_ready(&p) {
-                    Poll::Ready(p)
-                } else {
-                    Poll::NotYet(describe_pod(&p))
-                })
-            }
-        },
-    )
-    .await?;
+    let after = restarted_and_ready(&ns, "crashed").await?;
     check(
         after.metadata.uid == pod.metadata.uid,
         "the pod was replaced",
