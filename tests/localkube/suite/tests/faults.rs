@@ -379,9 +379,22 @@ fn main_pid(pod: &Pod) -> Option<u32> {
         .next()?
         .parse()
         .ok()?;
-    std::path::Path::new(&format!("/proc/{pid}"))
-        .exists()
-        .then_some(pid)
+    alive(pid).then_some(pid)
+}
+
+/// Whether the process runs: it exists and is not a zombie (killed, not yet reaped).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .get(stat.rfind(')')? + 1..)?
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some(state != "Z")
+        })
+        .unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -444,7 +457,7 @@ async fn a_crashed_node_loses_its_containers_and_restarts_them_when_it_returns()
     {
         let _crash = faults::stop_node(FAULT_NODE, NodeStop::Crash).await?;
         check(
-            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            !alive(pid),
             format!("process {pid} of the crashed node lives on"),
         )?;
         unreachable(&ip).await?;
