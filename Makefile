@@ -3,6 +3,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+# Every cargo command selects the whole workspace (with a target filter where it runs one test
+# target): cargo resolves dependency features for the packages it selects, so `-p one-crate`
+# resolves them for that crate alone and recompiles every dependency whose features differ (serde
+# alone drags in almost everything), several times over in one `make test`.
+CARGO_TEST := $(CARGO) test --workspace
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 # End-to-end tests run as one pool: each in its own namespace with its own controller processes,
 # light tests on E2E_THREADS threads, heavy ones (a Valkey cluster, a chart install) at most
@@ -33,11 +38,14 @@ build:
 	$(CARGO) build --workspace --bins
 
 # The CRDs are crd() of the compiled API types; the reference comes from the same schema.
+GENERATE := $(ROOT)/target/debug/valkey-api-generate
 generate:
-	$(CARGO) run -q -p valkey-api --bin valkey-api-generate -- write
+	$(CARGO) build -q --workspace --bin valkey-api-generate
+	$(GENERATE) write
 
 check-generated:
-	$(CARGO) run -q -p valkey-api --bin valkey-api-generate -- check
+	$(CARGO) build -q --workspace --bin valkey-api-generate
+	$(GENERATE) check
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -61,20 +69,20 @@ endif
 # valkey-server processes from the localkube image table; the chart's static checks run helm).
 # localkube's own tests (tests/localkube/suite) need the cluster: they run with e2e.
 unit: $(HELM)
-	$(CARGO) test --workspace --exclude e2e --exclude localkube-suite --no-fail-fast
-	$(CARGO) test -p e2e --test chart_static
+	$(CARGO_TEST) --exclude e2e --exclude localkube-suite --no-fail-fast
+	$(CARGO_TEST) --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.
 # The chaos scenarios come last, one at a time: their faults (a zone, a node, the API server)
 # would disturb tests running beside them.
 e2e:
 	@status=0; \
-	E2E_HEAVY=$(E2E_HEAVY) $(CARGO) test -p e2e --no-fail-fast --test suite -- --test-threads=$(E2E_THREADS) || status=1; \
+	E2E_HEAVY=$(E2E_HEAVY) $(CARGO_TEST) --no-fail-fast --test suite -- --test-threads=$(E2E_THREADS) || status=1; \
 	$(MAKE) localkube-test || status=1; \
 	echo "# Leader election and server-side apply against the real API server."; \
-	$(CARGO) test -p plumbing -- --ignored --test-threads=1 || status=1; \
+	$(CARGO_TEST) --test leader_election --test api_helpers -- --ignored --test-threads=1 || status=1; \
 	echo "# Chaos: the fixed-seed scenarios (make chaos runs the whole matrix)."; \
-	$(CARGO) test -p e2e --test chaos -- --test-threads=1 || status=1; \
+	$(CARGO_TEST) --test chaos -- --test-threads=1 || status=1; \
 	exit $$status
 
 ## ---- benchmarks -------------------------------------------------------------------------------
@@ -85,9 +93,9 @@ e2e:
 chaos: localkube-tools build
 ifeq ($(strip $(KUBECONFIG)),)
 	$(MAKE) localkube localkube-images
-	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(CARGO) test -p e2e --test chaos -- --ignored full_matrix --nocapture
+	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(CARGO_TEST) --test chaos -- --ignored full_matrix --nocapture
 else
-	$(CARGO) test -p e2e --test chaos -- --ignored full_matrix --nocapture
+	$(CARGO_TEST) --test chaos -- --ignored full_matrix --nocapture
 endif
 
 .PHONY: bench
@@ -96,7 +104,7 @@ endif
 bench: localkube-tools build
 ifeq ($(strip $(KUBECONFIG)),)
 	$(MAKE) localkube
-	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(CARGO) test -p e2e --test bench -- --ignored --nocapture --test-threads=1
+	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(CARGO_TEST) --test bench -- --ignored --nocapture --test-threads=1
 else
-	$(CARGO) test -p e2e --test bench -- --ignored --nocapture --test-threads=1
+	$(CARGO_TEST) --test bench -- --ignored --nocapture --test-threads=1
 endif

@@ -88,14 +88,14 @@ localkube-reset: localkube-down
 LOCALKUBE_TEST_THREADS ?= 8
 localkube-test:
 	@status=0; \
-	$(CARGO) test -p localkube-suite --test localkube -- --test-threads=$(LOCALKUBE_TEST_THREADS) || status=1; \
-	$(CARGO) test -p localkube-suite --test localkube -- --ignored --exact faults::a_watch_survives_api_server_restarts || status=1; \
+	$(CARGO_TEST) --test localkube -- --test-threads=$(LOCALKUBE_TEST_THREADS) || status=1; \
+	$(CARGO_TEST) --test localkube -- --ignored --exact faults::a_watch_survives_api_server_restarts || status=1; \
 	exit $$status
 
 ## Hundreds of pods (LOCALKUBE_SCALE_PODS, default 300): all Ready, reachable, one neighbour entry
 ## each; prints the time, neighbour entries and memory.
 localkube-scale:
-	$(CARGO) test -p localkube-suite --test localkube -- --ignored --exact --nocapture network::hundreds_of_pods_are_ready_and_reach_each_other
+	$(CARGO_TEST) --test localkube -- --ignored --exact --nocapture network::hundreds_of_pods_are_ready_and_reach_each_other
 
 ## The Go side's own checks: formatting, vet and unit tests (same build flags as the binary, so the
 ## compiled dependencies come from the cache).
