@@ -126,12 +126,7 @@ impl ClusterFixture {
             &format!("a member that Valkey says is {role:?}"),
             || async move {
                 for node in self.nodes().await? {
-                    let Some(ip) = node
-                        .status
-                        .as_ref()
-                        .filter(|s| s.ready)
-                        .and_then(|s| s.pod_ip.clone())
-                    else {
+                    let Some(ip) = ready_pod_ip(&node) else {
                         continue;
                     };
                     let info = self
@@ -278,13 +273,7 @@ impl ClusterFixture {
     /// `valkey-cli --cluster check` against a ready member (the cli of the 8.0 image, on the
     /// host); its output, or an error with it when the check fails.
     pub async fn cluster_check(&self) -> Result<String> {
-        let ip = self
-            .nodes()
-            .await?
-            .iter()
-            .filter(|n| n.status.as_ref().is_some_and(|s| s.ready))
-            .find_map(|n| n.status.as_ref()?.pod_ip.clone())
-            .ok_or_else(|| E2eError::Check("no ready member".into()))?;
+        let ip = self.ready_member_ip().await?;
         let cli = crate::localkube_dir().join("images/valkey-8.0/bin/valkey-cli");
         let mut cmd = tokio::process::Command::new(&cli);
         cmd.args(["--cluster", "check", &format!("{ip}:6379")])
@@ -322,15 +311,18 @@ impl ClusterFixture {
             .collect())
     }
 
-    /// One command on one ready member (plain connection, default user).
-    pub async fn command_on_any(&self, args: &[&str]) -> Result<String> {
-        let ip = self
-            .nodes()
+    /// The pod IP of some ready member.
+    pub async fn ready_member_ip(&self) -> Result<String> {
+        self.nodes()
             .await?
             .iter()
-            .filter(|n| n.status.as_ref().is_some_and(|s| s.ready))
-            .find_map(|n| n.status.as_ref()?.pod_ip.clone())
-            .ok_or_else(|| E2eError::Check("no ready member".into()))?;
+            .find_map(ready_pod_ip)
+            .ok_or_else(|| E2eError::Check("no ready member".into()))
+    }
+
+    /// One command on one ready member (plain connection, default user).
+    pub async fn command_on_any(&self, args: &[&str]) -> Result<String> {
+        let ip = self.ready_member_ip().await?;
         self.command_on(&ip, args).await
     }
 
@@ -401,6 +393,14 @@ impl ClusterFixture {
         let conn = self.client().await?;
         Ok(Writer::start(conn))
     }
+}
+
+/// The pod IP of a member whose ValkeyNode says it is ready.
+pub fn ready_pod_ip(node: &ValkeyNode) -> Option<String> {
+    node.status
+        .as_ref()
+        .filter(|s| s.ready)
+        .and_then(|s| s.pod_ip.clone())
 }
 
 /// A cluster connection from seed URLs, with the clients' password when there is one.
@@ -479,14 +479,26 @@ impl Writer {
     }
 }
 
+/// A writer that counts its acknowledged writes.
+pub trait Acknowledged {
+    /// How many writes were acknowledged so far.
+    fn acknowledged(&self) -> impl std::future::Future<Output = usize>;
+}
+
+impl Acknowledged for Writer {
+    async fn acknowledged(&self) -> usize {
+        self.acked_count().await
+    }
+}
+
 /// Waits until the writer has had `n` more writes acknowledged (proof the cluster serves).
-pub async fn wait_writes(writer: &Writer, n: usize, within: Duration) -> Result<()> {
-    let start = writer.acked_count().await;
+pub async fn wait_writes(writer: &impl Acknowledged, n: usize, within: Duration) -> Result<()> {
+    let start = writer.acknowledged().await;
     wait_until(
         within,
         &format!("{n} more acknowledged writes"),
         || async move {
-            let now = writer.acked_count().await;
+            let now = writer.acknowledged().await;
             Ok(if now >= start + n {
                 Poll::Ready(())
             } else {

@@ -339,20 +339,7 @@ async fn start_writer(c: &ClusterFixture) -> Result<ReplicatedWriter> {
 }
 
 async fn wait_acks(writer: &ReplicatedWriter, n: usize) -> Result<()> {
-    let from = writer.acked().await;
-    wait_until(
-        Duration::from_secs(60),
-        &format!("{n} more acknowledged writes"),
-        || async move {
-            let now = writer.acked().await;
-            Ok(if now >= from + n {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("{} so far", now - from))
-            })
-        },
-    )
-    .await
+    crate::cluster::wait_writes(writer, n, Duration::from_secs(60)).await
 }
 
 async fn apply_operation(c: &ClusterFixture, operation: &Operation) -> Result<()> {

@@ -108,6 +108,12 @@ impl ReplicatedWriter {
     }
 }
 
+impl crate::cluster::Acknowledged for ReplicatedWriter {
+    async fn acknowledged(&self) -> usize {
+        self.acked().await
+    }
+}
+
 /// One write: `Some(replicated)` when the primary answered `OK`, `None` otherwise.
 async fn write(conn: &mut ClusterConnection, key: &str, value: &str) -> Option<bool> {
     let mut pipe = redis::pipe();

@@ -663,12 +663,7 @@ async fn a_member_that_returns_empty_replaces_its_predecessor() -> Result<()> {
                     c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
                         .get(name)
                         .await?;
-                let Some(ip) = node
-                    .status
-                    .as_ref()
-                    .filter(|s| s.ready)
-                    .and_then(|s| s.pod_ip.clone())
-                else {
+                let Some(ip) = e2e::cluster::ready_pod_ip(&node) else {
                     return Ok(e2e::Poll::NotYet("not ready".into()));
                 };
                 let id = c
