@@ -23,6 +23,7 @@ mod error;
 mod execute;
 mod member;
 mod observe;
+pub mod safety;
 
 pub use decide::{ATOMIC_MAX_ATTEMPTS, decide, health};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};

@@ -19,6 +19,7 @@ use crate::valkey::value;
 use crate::valkey::{Version, supports_atomic_slot_migration};
 
 use super::member::Member;
+use super::safety::{FailoverSettings, LinkAge, ReplicationHistory};
 
 /// What one member's Valkey reported, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub struct NodeState {
     migrations: Vec<SlotMigrationJob>,
     /// Whether the replication user may log in here (`ACL GETUSER`), when the engine fences it.
     replication_admitted: Option<bool>,
+    /// Its failover settings (CONFIG GET), or why they could not be read.
+    settings: Result<FailoverSettings, String>,
 }
 
 impl NodeState {
@@ -62,7 +65,37 @@ impl NodeState {
             keys,
             migrations,
             replication_admitted: None,
+            settings: Err("its settings were not read".into()),
         })
+    }
+
+    /// The same state, with what `CONFIG GET` said of its failover settings.
+    pub fn with_settings(mut self, settings: Result<FailoverSettings, String>) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Its failover settings, or why they are unknown.
+    pub fn settings(&self) -> Result<&FailoverSettings, &str> {
+        self.settings.as_ref().map_err(String::as_str)
+    }
+
+    /// Where it stands in replication history; `None` when INFO lacks the fields.
+    pub fn history(&self) -> Option<ReplicationHistory> {
+        ReplicationHistory::from_info(&self.info, self.keys)
+    }
+
+    /// How long a replica has been without its primary; `None` on a primary.
+    pub fn link_age(&self) -> Option<LinkAge> {
+        LinkAge::from_info(&self.info)
+    }
+
+    /// How long the server has been running, in milliseconds (0 when INFO does not say).
+    pub fn uptime_ms(&self) -> u64 {
+        self.info
+            .get("uptime_in_seconds")
+            .and_then(|s| s.parse::<u64>().ok())
+            .map_or(0, |s| s.saturating_mul(1000))
     }
 
     /// The same state, with what `ACL GETUSER <replication user>` said.
@@ -231,11 +264,14 @@ async fn read_node(
         }
         client.command(address, &cmd, timeout).await
     };
-    let (nodes, info, cluster_info, keys) = futures::join!(
+    let mut config_get = redis::cmd("CONFIG");
+    config_get.arg("GET").arg(&FailoverSettings::KEYS[..]);
+    let (nodes, info, cluster_info, keys, config) = futures::join!(
         run(&["CLUSTER", "NODES"]),
         run(&["INFO", "server", "replication"]),
         run(&["CLUSTER", "INFO"]),
         run(&["DBSIZE"]),
+        client.command(address, &config_get, timeout),
     );
     let nodes = cluster_nodes::parse(&text("CLUSTER NODES", nodes.map_err(say)?)?).map_err(say)?;
     let info = info::parse(&text("INFO", info.map_err(say)?)?).map_err(say)?;
@@ -265,11 +301,33 @@ async fn read_node(
             )
         }
     };
+    // Unreadable settings do not make the node unreachable: only the rules that need them
+    // (taking over for Valkey) hold back, and say why.
+    let settings = config
+        .map_err(say)
+        .and_then(|reply| pairs(&reply).ok_or_else(|| "CONFIG GET: not a list of pairs".into()))
+        .and_then(|pairs| FailoverSettings::from_config(&pairs));
     Ok(
         NodeState::new(address, nodes, info, cluster_info, keys, migrations)
             .map_err(say)?
-            .with_replication_admitted(admitted),
+            .with_replication_admitted(admitted)
+            .with_settings(settings),
     )
+}
+
+/// The key/value pairs of a RESP2 flat list or a RESP3 map, as text.
+fn pairs(reply: &Value) -> Option<BTreeMap<String, String>> {
+    match reply {
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|c| Some((value::text(c.first()?)?, value::text(c.get(1)?)?)))
+            .collect(),
+        Value::Map(entries) => entries
+            .iter()
+            .map(|(k, v)| Some((value::text(k)?, value::text(v)?)))
+            .collect(),
+        _ => None,
+    }
 }
 
 /// Whether an `ACL GETUSER` reply's flags say `on` (RESP2 list or RESP3 map). Only the flags are

@@ -1,0 +1,270 @@
+//! Data-safety rules every parent of ValkeyNodes obeys, whatever its topology (a cluster's
+//! shards, a primary with its replicas). They read plain data (INFO replication, DBSIZE,
+//! CONFIG GET) and say whether an action could lose data; nothing here knows of slots, shards
+//! or cluster views, so a second parent calls them as they are.
+//!
+//! - A node never becomes the sync source of a replica that holds data it lacks: a full resync
+//!   replaces the replica's data with the source's ([`sync_would_lose`]).
+//! - The operator promotes no replica Valkey itself would refuse to promote: one the user
+//!   forbade to fail over (`cluster-replica-no-failover`), or one whose data is too old
+//!   (`cluster-replica-validity-factor`, [`too_stale`]), unless the user accepted the loss.
+//! - It waits for Valkey's own failure detection before it acts for Valkey: the wait derives
+//!   from the servers' effective `cluster-node-timeout` ([`FailoverSettings::takeover_after_ms`]).
+
+use std::collections::BTreeMap;
+
+use crate::valkey::info::{Info, LinkStatus};
+
+/// Where a node stands in replication history: INFO replication and DBSIZE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationHistory {
+    /// `master_replid`: the history it follows (a primary's own, a replica's primary's).
+    pub replid: String,
+    /// `master_replid2`: the history it continued from when it was promoted; all zeros when it
+    /// started one of its own (a server that restarts without its data does).
+    pub replid2: String,
+    /// `master_repl_offset`: how far into `replid` it is.
+    pub offset: i64,
+    /// `second_repl_offset`: where `replid2`'s part ends; -1 without one.
+    pub second_offset: i64,
+    /// DBSIZE.
+    pub keys: u64,
+}
+
+impl ReplicationHistory {
+    /// The history INFO reports; `None` when a field is missing or malformed.
+    pub fn from_info(info: &Info, keys: u64) -> Option<Self> {
+        Some(Self {
+            replid: info.get("master_replid")?.to_owned(),
+            replid2: info.get("master_replid2")?.to_owned(),
+            offset: info.get("master_repl_offset")?.parse().ok()?,
+            second_offset: info.get("second_repl_offset")?.parse().ok()?,
+            keys,
+        })
+    }
+
+    /// True when it began a history of its own rather than continuing another's.
+    pub fn started_fresh(&self) -> bool {
+        self.replid2.bytes().all(|b| b == b'0')
+    }
+
+    /// True when `other` follows this history or the one this history continued.
+    fn related(&self, other: &ReplicationHistory) -> bool {
+        other.replid == self.replid || (!self.started_fresh() && other.replid == self.replid2)
+    }
+}
+
+/// Whether `source` serving `replica` (a full resync, which empties the replica first) would
+/// throw away data only the replica holds: `source` began a history of its own that is not the
+/// replica's (it restarted without its data, keeping its identity), while the replica has
+/// processed more of its history than `source` has of its own and holds more keys.
+///
+/// A primary promoted by a failover continues its predecessor's history, so the predecessor
+/// returning as its replica is not such a case: the writes it alone had are the ones
+/// asynchronous replication loses in any failover, and comparing key counts there would
+/// undo the failover.
+pub fn sync_would_lose(source: &ReplicationHistory, replica: &ReplicationHistory) -> bool {
+    !source.related(replica)
+        && source.started_fresh()
+        && replica.offset > source.offset
+        && replica.keys > source.keys
+}
+
+/// The servers' failover settings, read with CONFIG GET: the user may set any of them in the
+/// spec's config, so the operator reads what the servers run with rather than assuming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailoverSettings {
+    /// `cluster-node-timeout`, milliseconds.
+    pub node_timeout_ms: u64,
+    /// `cluster-replica-no-failover`: the user wants no automatic failover.
+    pub replica_no_failover: bool,
+    /// `cluster-replica-validity-factor`; 0 means any data age is acceptable.
+    pub validity_factor: u64,
+    /// `repl-ping-replica-period`, seconds.
+    pub ping_period_s: u64,
+}
+
+impl FailoverSettings {
+    /// The parameters of one `CONFIG GET`.
+    pub const KEYS: [&'static str; 4] = [
+        "cluster-node-timeout",
+        "cluster-replica-no-failover",
+        "cluster-replica-validity-factor",
+        "repl-ping-replica-period",
+    ];
+
+    /// From CONFIG GET's pairs; the error names the parameter that is missing or malformed.
+    pub fn from_config(config: &BTreeMap<String, String>) -> Result<Self, String> {
+        let get = |key: &str| {
+            config
+                .get(key)
+                .map(String::as_str)
+                .ok_or_else(|| format!("CONFIG GET: no {key}"))
+        };
+        let number = |key: &str| {
+            get(key).and_then(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("CONFIG GET: {key} is not a count: {v}"))
+            })
+        };
+        let replica_no_failover = match get("cluster-replica-no-failover")? {
+            "yes" => true,
+            "no" => false,
+            other => {
+                return Err(format!(
+                    "CONFIG GET: cluster-replica-no-failover is neither yes nor no: {other}"
+                ));
+            }
+        };
+        Ok(Self {
+            node_timeout_ms: number("cluster-node-timeout")?,
+            replica_no_failover,
+            validity_factor: number("cluster-replica-validity-factor")?,
+            ping_period_s: number("repl-ping-replica-period")?,
+        })
+    }
+
+    /// How long a primary must have been silent before the operator acts for Valkey (takes
+    /// over when no election can happen): one node timeout for Valkey to suspect it, one more
+    /// and a margin so that a pause of the node or the network is not taken for a death.
+    pub fn takeover_after_ms(&self) -> u64 {
+        self.node_timeout_ms.saturating_mul(2).saturating_add(5_000)
+    }
+}
+
+/// How long a replica has been without its primary, from INFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkAge {
+    /// The link is up: its data is current.
+    Up,
+    /// Down for this many seconds.
+    DownFor(u64),
+    /// Never connected since it started: it holds no data Valkey would vouch for.
+    Never,
+}
+
+impl LinkAge {
+    /// The link age a replica's INFO reports; `None` on a primary or when INFO is malformed.
+    pub fn from_info(info: &Info) -> Option<Self> {
+        match info.master_link_status().ok()?? {
+            LinkStatus::Up => Some(LinkAge::Up),
+            LinkStatus::Down => {
+                match info
+                    .get("master_link_down_since_seconds")?
+                    .parse::<i64>()
+                    .ok()?
+                {
+                    seconds if seconds < 0 => Some(LinkAge::Never),
+                    seconds => Some(LinkAge::DownFor(seconds.unsigned_abs())),
+                }
+            }
+        }
+    }
+}
+
+/// Valkey's own staleness rule (`clusterHandleReplicaFailover`): a replica whose link has been
+/// down for longer than node timeout × validity factor + the ping period, beyond the node
+/// timeout it takes to notice a failure, does not try to fail over, because it would serve old
+/// data. The operator holds itself to the same rule.
+pub fn too_stale(settings: &FailoverSettings, link: LinkAge) -> bool {
+    if settings.validity_factor == 0 {
+        return false;
+    }
+    let down_ms = match link {
+        LinkAge::Up => return false,
+        LinkAge::Never => return true,
+        LinkAge::DownFor(seconds) => seconds.saturating_mul(1000),
+    };
+    let age = if down_ms > settings.node_timeout_ms {
+        down_ms - settings.node_timeout_ms
+    } else {
+        down_ms
+    };
+    let allowed = settings.ping_period_s.saturating_mul(1000).saturating_add(
+        settings
+            .node_timeout_ms
+            .saturating_mul(settings.validity_factor),
+    );
+    age > allowed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "96d0ece2f6a59ea2e7d9c65d0cb88573c516fac1";
+    const NEW: &str = "a13e72b19c9c5302fd9e871f769acf3b97d2bc13";
+    const ZERO: &str = "0000000000000000000000000000000000000000";
+
+    fn history(replid: &str, replid2: &str, offset: i64, keys: u64) -> ReplicationHistory {
+        ReplicationHistory {
+            replid: replid.into(),
+            replid2: replid2.into(),
+            offset,
+            second_offset: if replid2 == ZERO { -1 } else { offset / 2 },
+            keys,
+        }
+    }
+
+    #[test]
+    fn a_primary_that_restarted_empty_must_not_feed_its_replica() {
+        let emptied = history(NEW, ZERO, 120, 3);
+        let replica = history(OLD, ZERO, 2_307_497, 1000);
+        assert!(sync_would_lose(&emptied, &replica));
+    }
+
+    #[test]
+    fn ordinary_replication_is_safe() {
+        // In step, or behind, on the same history.
+        let primary = history(OLD, ZERO, 5000, 1000);
+        assert!(!sync_would_lose(&primary, &history(OLD, ZERO, 4000, 990)));
+        // A fresh replica holds nothing.
+        assert!(!sync_would_lose(&primary, &history(NEW, ZERO, 0, 0)));
+        // The old primary returning to the replica promoted in its place, with a few writes
+        // the new primary never got: Valkey's ordinary failover loss, not this rule's.
+        let promoted = history(NEW, OLD, 4500, 990);
+        assert!(!sync_would_lose(&promoted, &history(OLD, ZERO, 5000, 1000)));
+        // A primary restarted with its data (same keys) may serve its replica.
+        let reloaded = history(NEW, ZERO, 0, 1000);
+        assert!(!sync_would_lose(&reloaded, &history(OLD, ZERO, 5000, 1000)));
+    }
+
+    fn settings(node_timeout_ms: u64, validity_factor: u64) -> FailoverSettings {
+        FailoverSettings {
+            node_timeout_ms,
+            replica_no_failover: false,
+            validity_factor,
+            ping_period_s: 10,
+        }
+    }
+
+    #[test]
+    fn staleness_follows_valkeys_rule() {
+        let s = settings(5000, 10);
+        // 5 s to notice, then 10 × 5 s + 10 s allowed.
+        assert!(!too_stale(&s, LinkAge::DownFor(65)));
+        assert!(too_stale(&s, LinkAge::DownFor(66)));
+        assert!(too_stale(&s, LinkAge::Never));
+        assert!(!too_stale(&s, LinkAge::Up));
+        assert!(!too_stale(&settings(5000, 0), LinkAge::Never));
+    }
+
+    #[test]
+    fn settings_are_read_with_the_parameter_named_in_errors() {
+        let mut config: BTreeMap<String, String> = [
+            ("cluster-node-timeout", "30000"),
+            ("cluster-replica-no-failover", "yes"),
+            ("cluster-replica-validity-factor", "10"),
+            ("repl-ping-replica-period", "10"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let s = FailoverSettings::from_config(&config).expect("settings");
+        assert!(s.replica_no_failover);
+        assert_eq!(s.takeover_after_ms(), 65_000);
+        config.insert("cluster-node-timeout".into(), "soon".into());
+        let error = FailoverSettings::from_config(&config).expect_err("malformed");
+        assert!(error.contains("cluster-node-timeout"), "{error}");
+    }
+}
