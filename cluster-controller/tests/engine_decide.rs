@@ -1,135 +1,15 @@
-//! The pure decision, from observations built out of the captured replies in `fixtures/`.
-//!
-//! A capture holds one node's CLUSTER NODES; the view of another node of the same cluster at
-//! the same moment is the same lines with the `myself` flag on that node's line, which is how
-//! the other members' views are made here. Where a situation was not captured (a fresh node,
-//! a primary suspected failing while its replica is alive) the capture is changed in the one
-//! field that differs, and the test says so.
+//! The pure decision, from observations built out of the captured replies in `fixtures/`
+//! (see `common/world.rs` for how the members' views are made from one capture).
 
 mod common;
 
-use std::net::SocketAddr;
-
 use cluster_controller::engine::{
-    Action, Decision, Desired, Member, NodeState, Observation, Reach, Reason, decide, health,
+    Action, Decision, Desired, NodeState, Observation, Reach, Reason, decide, health,
 };
 use cluster_controller::plan::migration::legacy::Intent;
 use cluster_controller::valkey::{cluster_info, cluster_nodes, info, slot_migrations};
 
-const PORT: u16 = 7100;
-
-fn addr(ip: &str) -> SocketAddr {
-    format!("{ip}:{PORT}").parse().expect("address")
-}
-
-/// The capture's lines with `myself` moved to the line of `ip`, without the lines of `drop`.
-fn view_of(capture: &str, ip: &str, drop: &[&str]) -> String {
-    capture
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter(|l| !drop.iter().any(|d| l.contains(&format!(" {d}:"))))
-        .map(|line| {
-            let mut fields: Vec<String> = line.split(' ').map(str::to_owned).collect();
-            let mut flags: Vec<&str> = fields[2].split(',').filter(|f| *f != "myself").collect();
-            if fields[1].starts_with(&format!("{ip}:")) {
-                flags.insert(0, "myself");
-            }
-            fields[2] = flags.join(",");
-            fields.join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// One member's observed state: its view of `capture`, and INFO of a primary or a replica
-/// from the same capture run.
-fn node(version: &str, capture: &str, ip: &str, drop: &[&str]) -> NodeState {
-    let nodes = cluster_nodes::parse(&view_of(capture, ip, drop)).expect("view");
-    let role = if nodes.myself().expect("myself").is_replica() {
-        "replica"
-    } else {
-        "primary"
-    };
-    let info = info::parse(&common::text(&format!("{version}/info_{role}"))).expect("info");
-    let cluster_info =
-        cluster_info::parse(&common::text(&format!("{version}/cluster_info_ok"))).expect("info");
-    NodeState::new(addr(ip), nodes, info, cluster_info, 100, Vec::new()).expect("state")
-}
-
-fn member(shard: u32, index: u32, ip: &str) -> Member {
-    let mut m = Member::new(shard, index, format!("c-{shard}-{index}"));
-    m.address = Some(addr(ip));
-    m.ready = true;
-    for revision in [
-        &mut m.current_revision,
-        &mut m.desired_revision,
-        &mut m.allowed_revision,
-    ] {
-        *revision = Some("r1".into());
-    }
-    m
-}
-
-struct World {
-    members: Vec<Member>,
-    observed: Observation,
-}
-
-impl World {
-    /// Every member sees `capture` (minus `drop`).
-    fn new(version: &str, capture: &str, members: Vec<Member>, drop: &[&str]) -> Self {
-        let observed = Observation {
-            fence_user: None,
-            members: members
-                .iter()
-                .map(|m| {
-                    let ip = m.address.expect("address").ip().to_string();
-                    let state = node(version, capture, &ip, drop);
-                    (m.name.clone(), Reach::Up(Box::new(state)))
-                })
-                .collect(),
-        };
-        Self { members, observed }
-    }
-
-    fn down(&mut self, name: &str) {
-        let m = self
-            .members
-            .iter_mut()
-            .find(|m| m.name == name)
-            .expect("member");
-        m.ready = false;
-        m.address = None;
-        self.observed
-            .members
-            .insert(name.to_owned(), Reach::NoAddress);
-    }
-
-    fn decide(&self, desired: Desired) -> Decision {
-        decide(&desired, &self.members, &self.observed)
-    }
-}
-
-/// The v9 capture: primaries .61 .62 .63 with replicas .64 .65 .66, and .67 met but empty.
-fn v9_members() -> Vec<Member> {
-    vec![
-        member(0, 0, "127.0.0.61"),
-        member(0, 1, "127.0.0.64"),
-        member(1, 0, "127.0.0.62"),
-        member(1, 1, "127.0.0.65"),
-        member(2, 0, "127.0.0.63"),
-        member(2, 1, "127.0.0.66"),
-    ]
-}
-
-const THREE_BY_ONE: Desired = Desired {
-    shards: 3,
-    replicas: 1,
-};
-
-fn v9_primary() -> String {
-    common::text("v9/cluster_nodes_primary")
-}
+use common::world::*;
 
 #[test]
 fn a_healthy_capture_is_steady_and_costs_nothing() {
@@ -179,10 +59,7 @@ fn a_node_of_no_member_is_forgotten_everywhere() {
 #[test]
 fn members_not_created_yet_are_waited_for() {
     let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
-    let decision = world.decide(Desired {
-        shards: 4,
-        replicas: 1,
-    });
+    let decision = world.decide(Desired::new(4, 1));
     assert_eq!(decision.reason(), Reason::WaitingForNodes, "{decision}");
     assert!(
         decision.message().contains("shard 3 member 0"),
@@ -199,18 +76,12 @@ fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
     let mut members = v9_members();
     members.push(member(3, 0, "127.0.0.67"));
     let world = World::new("v9", &v9_primary(), members, &[]);
-    match world.decide(Desired {
-        shards: 4,
-        replicas: 1,
-    }) {
+    match world.decide(Desired::new(4, 1)) {
         Decision::Wait { reason, .. } => assert_eq!(reason, Reason::WaitingForNodes),
         other => panic!("{other}"),
     }
     // Without replicas wanted, the replicas are surplus, but slots move first.
-    let decision = world.decide(Desired {
-        shards: 4,
-        replicas: 0,
-    });
+    let decision = world.decide(Desired::new(4, 0));
     match decision {
         Decision::Act {
             action:
@@ -255,10 +126,7 @@ fn a_running_migration_job_is_waited_for() {
         .observed
         .members
         .insert("c-0-0".into(), Reach::Up(Box::new(state)));
-    let decision = world.decide(Desired {
-        shards: 4,
-        replicas: 0,
-    });
+    let decision = world.decide(Desired::new(4, 0));
     assert_eq!(decision.reason(), Reason::MigratingSlots, "{decision}");
     assert!(matches!(decision, Decision::Wait { .. }), "{decision}");
 }
@@ -285,10 +153,7 @@ fn after_the_election_the_engine_waits_for_the_member_and_forgets_nothing() {
     members.push(member(3, 0, "127.0.0.67"));
     let mut world = World::new("v9", &capture, members, &[]);
     world.down("c-1-0");
-    let decision = world.decide(Desired {
-        shards: 4,
-        replicas: 1,
-    });
+    let decision = world.decide(Desired::new(4, 1));
     assert!(!matches!(decision, Decision::Act { .. }), "{decision}");
 }
 
@@ -302,10 +167,7 @@ fn slots_of_a_dead_primary_without_replica_wait_for_it() {
         member(1, 0, "127.0.0.72"),
         member(2, 0, "127.0.0.73"),
     ];
-    let desired = Desired {
-        shards: 3,
-        replicas: 0,
-    };
+    let desired = Desired::new(3, 0);
     let mut world = World::new("v8", &capture, members, &[]);
     world.down("c-2-0");
     let decision = world.decide(desired);
@@ -314,28 +176,49 @@ fn slots_of_a_dead_primary_without_replica_wait_for_it() {
 
     // With every member live (c-2-0 came back as a new node, here standing in as .73's
     // address answering with no knowledge of the old one), the old id is a stranger whose
-    // slots are lost.
+    // slots are lost: the cluster fails, and waits for the user's word.
     let members = vec![
         member(0, 0, "127.0.0.71"),
         member(0, 1, "127.0.0.74"),
         member(1, 0, "127.0.0.72"),
     ];
     let world = World::new("v8", &capture, members, &[]);
-    let decision = world.decide(Desired {
-        shards: 2,
-        replicas: 0,
-    });
-    match decision {
-        Decision::Act {
-            action: Action::Forget { node_id, .. },
+    let decision = world.decide(Desired::new(2, 0));
+    match &decision {
+        Decision::Blocked {
             reason: Reason::SlotsLost,
             message,
-        } => {
-            assert_eq!(node_id.as_str(), "9cfebe444372109dd2edae2ff5be7eea1e5c914d");
-            assert!(message.contains("lost"), "{message}");
-        }
+        } => assert!(
+            message.contains("10922-16383") && message.contains("acceptLostSlots"),
+            "{message}"
+        ),
         other => panic!("{other}"),
     }
+    assert!(decision.reason().is_failure());
+    // Accepted (only those slots, or every lost slot for a cache): forgotten, announced as forced.
+    let mut accepted = Desired::new(2, 0);
+    accepted.lost_slots.accepted = Some("10922-16383".parse().expect("slots"));
+    let mut refill = Desired::new(2, 0);
+    refill.lost_slots.refill = true;
+    for desired in [accepted, refill] {
+        let decision = world.decide(desired);
+        assert!(decision.is_forced(), "{decision}");
+        match decision {
+            Decision::Act {
+                action: Action::Forget { node_id, .. },
+                reason: Reason::SlotsLost,
+                message,
+                ..
+            } => {
+                assert_eq!(node_id.as_str(), "9cfebe444372109dd2edae2ff5be7eea1e5c914d");
+                assert!(message.contains("lost"), "{message}");
+            }
+            other => panic!("{other}"),
+        }
+    }
+    let mut too_little = Desired::new(2, 0);
+    too_little.lost_slots.accepted = Some("10922-12000".parse().expect("slots"));
+    assert_eq!(world.decide(too_little).reason(), Reason::SlotsLost);
 }
 
 /// v8 mid-migration of slot 2853 from .71 to .72 (MIGRATING on the source, IMPORTING on the
@@ -366,10 +249,7 @@ fn v8_mid_migration() -> World {
 #[test]
 fn an_open_legacy_slot_is_finished_first() {
     let world = v8_mid_migration();
-    let decision = world.decide(Desired {
-        shards: 3,
-        replicas: 0,
-    });
+    let decision = world.decide(Desired::new(3, 0));
     match decision {
         Decision::Act {
             action: Action::MigrateSlots(m),
@@ -390,10 +270,7 @@ fn an_open_legacy_slot_is_finished_first() {
 #[test]
 fn an_open_legacy_slot_towards_a_leaving_shard_is_rolled_back() {
     let world = v8_mid_migration();
-    let decision = world.decide(Desired {
-        shards: 1,
-        replicas: 1,
-    });
+    let decision = world.decide(Desired::new(1, 1));
     match decision {
         Decision::Act {
             action: Action::MigrateSlots(m),
@@ -455,11 +332,8 @@ fn rolling_restarts_replicas_first_then_fails_over_each_primary() {
 #[test]
 fn surplus_replicas_are_forgotten_then_deleted() {
     let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
-    let none = Desired {
-        shards: 3,
-        replicas: 0,
-    };
-    match world.decide(none) {
+    let none = Desired::new(3, 0);
+    match world.decide(none.clone()) {
         Decision::Act {
             action: Action::Forget { on, node_id },
             reason: Reason::RemovingNodes,
@@ -556,10 +430,7 @@ fn fresh_nodes_are_met_through_one_seed_then_given_even_slots() {
             .members
             .insert((*name).into(), Reach::Up(Box::new(state)));
     }
-    let desired = Desired {
-        shards: 2,
-        replicas: 0,
-    };
+    let desired = Desired::new(2, 0);
     match decide(&desired, &members, &observed) {
         Decision::Act {
             action: Action::Meet { on, peer },
@@ -619,10 +490,7 @@ fn a_marker_left_on_a_replica_is_cleared_through_its_primary() {
         .observed
         .members
         .insert("c-0-1".into(), Reach::Up(Box::new(state)));
-    match world.decide(Desired {
-        shards: 3,
-        replicas: 0,
-    }) {
+    match world.decide(Desired::new(3, 0)) {
         Decision::Act {
             action: Action::ClearSlot { on, slots },
             reason: Reason::MigratingSlots,

@@ -12,10 +12,7 @@ use common::servers;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forms_three_shards_with_a_replica_each() {
     let mut lab = Lab::new("form", servers::valkey_9(), 101);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(3, 1));
     let started = Instant::now();
     let health = lab.converge(Duration::from_secs(60)).await;
     eprintln!(

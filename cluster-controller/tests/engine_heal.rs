@@ -12,10 +12,7 @@ use common::lab::{Address, Lab};
 use common::servers;
 use common::traffic;
 
-const THREE_BY_ONE: Desired = Desired {
-    shards: 3,
-    replicas: 1,
-};
+const THREE_BY_ONE: Desired = Desired::new(3, 1);
 
 async fn formed(name: &str, subnet: u8, desired: Desired) -> (Lab, Vec<(String, String)>) {
     let mut lab = Lab::new(name, servers::valkey_9(), subnet);
@@ -159,16 +156,10 @@ async fn a_member_that_returns_empty_replaces_its_predecessor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shard_without_a_surviving_copy_gets_its_slots_back_empty() {
-    let (mut lab, _) = formed(
-        "heal-lost",
-        107,
-        Desired {
-            shards: 2,
-            replicas: 0,
-        },
-    )
-    .await;
+async fn a_cache_shard_without_a_surviving_copy_gets_its_slots_back_empty() {
+    let (mut lab, _) = formed("heal-lost", 107, Desired::new(2, 0)).await;
+    // A cache: lost slots are served again at once, empty (and announced as forced).
+    lab.desired.lost_slots.refill = true;
     let lost = lab
         .cluster_nodes("c-1-0")
         .await
@@ -185,6 +176,11 @@ async fn a_shard_without_a_surviving_copy_gets_its_slots_back_empty() {
         lab.saw("SlotsLost"),
         "the loss is reported: {:?}",
         lab.history
+    );
+    assert!(
+        lab.forced.iter().any(|l| l.contains("ADDSLOTSRANGE")),
+        "{:?}",
+        lab.forced
     );
     let me = lab
         .cluster_nodes("c-1-0")
@@ -205,15 +201,7 @@ async fn a_shard_without_a_surviving_copy_gets_its_slots_back_empty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_shard_cluster_takes_over_when_no_election_can_happen() {
     // With two primaries, losing one leaves one vote of two: Valkey cannot elect a replica.
-    let (mut lab, keys) = formed(
-        "heal-takeover",
-        112,
-        Desired {
-            shards: 2,
-            replicas: 1,
-        },
-    )
-    .await;
+    let (mut lab, keys) = formed("heal-takeover", 112, Desired::new(2, 1)).await;
     lab.kill("c-0-0");
     let started = Instant::now();
     lab.run_until(Duration::from_secs(90), |pass| {

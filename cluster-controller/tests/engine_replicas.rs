@@ -14,19 +14,13 @@ use common::traffic::{self, Writer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_one_to_two_to_zero() {
     let mut lab = Lab::new("replicas", servers::valkey_9(), 108);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(3, 1));
     lab.converge(Duration::from_secs(60)).await;
     let mut keys = traffic::write_keys(&lab.addresses(), "k", 1000).await;
     let writer = Writer::start(&lab.addresses(), "w").await;
 
     let started = Instant::now();
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 2,
-    });
+    lab.scale(Desired::new(3, 2));
     let health = lab.converge(Duration::from_secs(60)).await;
     eprintln!("[replicas] 1->2 took {:?}", started.elapsed());
     assert_eq!(health.replicas_in_sync, 6);
@@ -52,10 +46,7 @@ async fn replicas_one_to_two_to_zero() {
     }
 
     let started = Instant::now();
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 0,
-    });
+    lab.scale(Desired::new(3, 0));
     let health = lab.converge(Duration::from_secs(60)).await;
     eprintln!("[replicas] 2->0 took {:?}", started.elapsed());
     assert_eq!(health.ready_shards, 3);

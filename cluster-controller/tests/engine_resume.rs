@@ -42,16 +42,10 @@ async fn open_slots(lab: &Lab) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_migration_resumes_after_the_engine_dies_anywhere() {
     let mut lab = Lab::new("resume8", servers::valkey_8(), 109);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 0,
-    });
+    lab.scale(Desired::new(3, 0));
     lab.converge(Duration::from_secs(60)).await;
     let keys = traffic::write_keys(&lab.addresses(), "k", 3000).await;
-    lab.scale(Desired {
-        shards: 4,
-        replicas: 0,
-    });
+    lab.scale(Desired::new(4, 0));
     lab.run_until(Duration::from_secs(60), |pass| {
         matches!(
             &pass.decision,
@@ -140,16 +134,10 @@ async fn legacy_migration_resumes_after_the_engine_dies_anywhere() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atomic_migration_survives_a_new_engine_and_a_killed_target() {
     let mut lab = Lab::new("resume9", servers::valkey_9(), 110);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 0,
-    });
+    lab.scale(Desired::new(3, 0));
     lab.converge(Duration::from_secs(60)).await;
     let keys = traffic::write_keys(&lab.addresses(), "k", 3000).await;
-    lab.scale(Desired {
-        shards: 4,
-        replicas: 0,
-    });
+    lab.scale(Desired::new(4, 0));
     lab.run_until(Duration::from_secs(60), |pass| {
         matches!(
             &pass.decision,

@@ -15,10 +15,7 @@ use common::traffic::{self, Writer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_loses_no_write() {
     let mut lab = Lab::new("rolling", servers::valkey_9(), 111);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(3, 1));
     lab.converge(Duration::from_secs(60)).await;
     let mut keys = traffic::write_keys(&lab.addresses(), "k", 1000).await;
     let writer = Writer::start(&lab.addresses(), "w").await;

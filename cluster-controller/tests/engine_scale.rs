@@ -17,19 +17,13 @@ const KEYS: usize = 3000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_9_scales_three_to_five_to_two() {
     let mut lab = Lab::new("scale9", servers::valkey_9(), 102);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(3, 1));
     lab.converge(Duration::from_secs(60)).await;
     let mut keys = traffic::write_keys(&lab.addresses(), "before", KEYS).await;
     let writer = Writer::start(&lab.addresses(), "during").await;
 
     let started = Instant::now();
-    lab.scale(Desired {
-        shards: 5,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(5, 1));
     let health = lab.converge(Duration::from_secs(180)).await;
     let out = started.elapsed();
     assert_eq!(health.ready_shards, 5);
@@ -37,10 +31,7 @@ async fn valkey_9_scales_three_to_five_to_two() {
     lab.assert_no_open_slots().await;
 
     let started = Instant::now();
-    lab.scale(Desired {
-        shards: 2,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(2, 1));
     let health = lab.converge(Duration::from_secs(180)).await;
     let back = started.elapsed();
     assert_eq!(health.ready_shards, 2);
@@ -72,19 +63,13 @@ async fn valkey_9_scales_three_to_five_to_two() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_8_scales_three_to_four() {
     let mut lab = Lab::new("scale8", servers::valkey_8(), 103);
-    lab.scale(Desired {
-        shards: 3,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(3, 1));
     lab.converge(Duration::from_secs(60)).await;
     let mut keys = traffic::write_keys(&lab.addresses(), "before", KEYS).await;
     let writer = Writer::start(&lab.addresses(), "during").await;
 
     let started = Instant::now();
-    lab.scale(Desired {
-        shards: 4,
-        replicas: 1,
-    });
+    lab.scale(Desired::new(4, 1));
     let health = lab.converge(Duration::from_secs(300)).await;
     let out = started.elapsed();
     assert_eq!(health.ready_shards, 4);

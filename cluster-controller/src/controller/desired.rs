@@ -6,22 +6,51 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use valkey_api::v1alpha1::{NodeCredentials, ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
+use valkey_api::v1alpha1::{
+    NodeCredentials, SlotsLostPolicy, ValkeyCluster, ValkeyNode, ValkeyNodeSpec,
+};
 
 use super::auth::{self, CREDENTIALS_DIR, HEALTHCHECK_PASSWORD_KEY, HEALTHCHECK_USER};
 use super::labels::{member_labels, member_name};
 use super::placement;
-use crate::engine::Desired;
+use super::status::Problem;
+use crate::engine::{Desired, LostSlotsPolicy};
+use crate::valkey::slots::SlotSet;
 
 /// Pod annotation that changes when the ACL Secret does, so pods restart (one at a time) to load it.
 pub const CREDENTIALS_REVISION_ANNOTATION: &str = "valkey.io/credentials-revision";
 
-/// What the spec asks of the engine: how many shards, how many replicas each.
-pub fn topology(cluster: &ValkeyCluster) -> Desired {
-    Desired {
-        shards: cluster.spec.shards.max(1) as u32,
-        replicas: cluster.spec.replicas.max(0) as u32,
-    }
+/// What the spec asks of the engine: how many shards, how many replicas each, whether the
+/// servers keep their data, whether the cluster served slots before (`status.shards`), and
+/// what the user allows when data is lost. `Err` names a malformed `spec.acceptLostSlots`.
+pub fn topology(cluster: &ValkeyCluster) -> Result<Desired, Problem> {
+    let accepted = match cluster.spec.accept_lost_slots.as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(text.parse::<SlotSet>().map_err(|e| Problem {
+            reason: "InvalidSpec".into(),
+            message: format!(
+                "spec.acceptLostSlots: {e}; write slot ranges from 0 to 16383 as the status \
+                 names them, such as 0-99,200"
+            ),
+        })?),
+    };
+    Ok(Desired {
+        persistent: cluster.spec.persistence.enabled,
+        formed: cluster.status.as_ref().is_some_and(|s| s.shards > 0),
+        lost_slots: LostSlotsPolicy {
+            refill: cluster.spec.on_slots_lost == SlotsLostPolicy::Refill,
+            accepted,
+        },
+        ..size(cluster)
+    })
+}
+
+/// How many shards, how many replicas each.
+fn size(cluster: &ValkeyCluster) -> Desired {
+    Desired::new(
+        cluster.spec.shards.max(1) as u32,
+        cluster.spec.replicas.max(0) as u32,
+    )
 }
 
 /// A member the spec wants and the ValkeyNode it should be, without a restart gate.
@@ -44,7 +73,7 @@ impl DesiredMember {
 
 /// Every member the spec wants, shard by shard.
 pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
-    topology(cluster)
+    size(cluster)
         .slots_of_members()
         .filter_map(|(shard, index)| {
             let node = desired_node(cluster, shard, index, auth, None)?;

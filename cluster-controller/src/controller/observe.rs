@@ -10,6 +10,7 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 use super::labels::CLUSTER_LABEL;
 use super::members;
 use crate::engine::Member;
+use crate::valkey::cluster_nodes::NodeId;
 
 /// The cluster's ValkeyNodes, by name: those in its namespace with its label and owned by it (by
 /// uid, so what a deleted namesake left behind is not taken for a member).
@@ -31,8 +32,21 @@ pub fn member_nodes(nodes: &Store<ValkeyNode>, cluster: &ValkeyCluster) -> Vec<A
 }
 
 /// The engine's view of the nodes.
-pub fn engine_members(nodes: &[Arc<ValkeyNode>]) -> Vec<Member> {
-    nodes.iter().filter_map(|n| members::member(n)).collect()
+///
+/// Each member is bound to the node it was last seen as: the engine's bindings, which the
+/// status keeps (`status.nodeIds`).
+pub fn engine_members(nodes: &[Arc<ValkeyNode>], cluster: &ValkeyCluster) -> Vec<Member> {
+    let bound = cluster.status.as_ref().and_then(|s| s.node_ids.as_ref());
+    nodes
+        .iter()
+        .filter_map(|n| members::member(n))
+        .map(|mut m| {
+            m.node_id = bound
+                .and_then(|b| b.get(&m.name))
+                .and_then(|id| NodeId::parse(id));
+            m
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -72,6 +86,6 @@ mod tests {
                 .iter()
                 .all(|n| n.namespace().as_deref() == Some("prod"))
         );
-        assert_eq!(engine_members(&found).len(), 6);
+        assert_eq!(engine_members(&found, &cache).len(), 6);
     }
 }

@@ -39,9 +39,16 @@ pub async fn pass(
     let desired = desired::members(cluster, &auth.node);
     apply::member_nodes(ctx, cluster, &desired, &existing).await?;
 
-    let members = observe::engine_members(&existing);
+    let topology = match desired::topology(cluster) {
+        Ok(topology) => topology,
+        Err(problem) => {
+            report::problem(ctx, cluster, problem).await?;
+            return Ok(Requeue::await_change());
+        }
+    };
+    let members = observe::engine_members(&existing, cluster);
     let engine = ctx.engine(key, &auth.credentials);
-    let pass = engine.pass(&desired::topology(cluster), &members).await;
+    let pass = engine.pass(&topology, &members).await;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
         apply::engine_action(ctx, cluster, action, &desired, &existing, &members).await?;
@@ -49,7 +56,14 @@ pub async fn pass(
 
     report::decision_events(ctx, cluster, &pass).await;
     let outcome = report::outcome(&pass, &existing, failing);
-    report::write_status(ctx, cluster, &outcome, auth.password_secret.as_deref()).await?;
+    report::write_status(
+        ctx,
+        cluster,
+        &outcome,
+        auth.password_secret.as_deref(),
+        Some(&pass.bindings),
+    )
+    .await?;
     Ok(Requeue::requeue(requeue))
 }
 

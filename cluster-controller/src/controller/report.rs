@@ -2,11 +2,13 @@
 //! Events: what was done to which member, a cluster that needs a person, a cluster that became
 //! Ready.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 
@@ -16,6 +18,7 @@ use super::labels::FIELD_MANAGER;
 use super::members;
 use super::status::{self, Outcome, Problem};
 use crate::engine::{self, Action, Decision, Pass};
+use crate::valkey::cluster_nodes::NodeId;
 
 /// A reference to a member's ValkeyNode, as the related object of an Event.
 pub fn node_reference(namespace: &str, name: &str) -> ObjectReference {
@@ -38,13 +41,21 @@ pub async fn decision_events(ctx: &Context, cluster: &ValkeyCluster, pass: &Pass
                 "{action}{}",
                 if failed { " (failed; retrying)" } else { "" }
             );
+            // A forced step (it overrides Valkey or may lose data) is a Warning that says why.
+            let (type_, note) = if pass.decision.is_forced() {
+                let why = pass.decision.message();
+                (EventType::Warning, format!("{note}: {why}"))
+            } else {
+                (EventType::Normal, note)
+            };
             ctx.events
-                .normal_related(
-                    cluster,
-                    node_reference(
+                .publish(
+                    &cluster.object_ref(&()),
+                    Some(node_reference(
                         &cluster.namespace().unwrap_or_default(),
                         action_member(action),
-                    ),
+                    )),
+                    type_,
                     reason.as_str(),
                     action_verb(action),
                     &note,
@@ -116,26 +127,37 @@ pub async fn problem(
             health: None,
         },
         password_secret.as_deref(),
+        None,
     )
     .await
 }
 
-/// Writes the status when it changed, and announces a cluster that became Ready.
+/// Writes the status when it changed, and announces a cluster that became Ready. `bindings`: the
+/// node each member is bound to after the pass, kept in `status.nodeIds` for the next one.
 pub async fn write_status(
     ctx: &Context,
     cluster: &ValkeyCluster,
     outcome: &Outcome<'_>,
     password_secret: Option<&str>,
+    bindings: Option<&BTreeMap<String, NodeId>>,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous: Option<&ValkeyClusterStatus> = cluster.status.as_ref();
-    let new = status::compute(
+    let mut new = status::compute(
         previous,
         cluster.meta().generation,
         outcome,
         password_secret,
         &now,
     );
+    if let Some(bindings) = bindings.filter(|b| !b.is_empty()) {
+        new.node_ids = Some(
+            bindings
+                .iter()
+                .map(|(member, id)| (member.clone(), id.to_string()))
+                .collect(),
+        );
+    }
     if previous == Some(&new) {
         return Ok(());
     }
@@ -170,9 +192,9 @@ fn action_member(action: &Action) -> &str {
         | Action::ClearSlot { on, .. } => &on.member,
         Action::MigrateSlots(m) => &m.target.member,
         Action::StartAtomicMigration { target, .. } => &target.member,
-        Action::Failover { on_replica, .. } | Action::Takeover { on_replica, .. } => {
-            &on_replica.member
-        }
+        Action::Failover { on_replica, .. }
+        | Action::ForcedFailover { on_replica, .. }
+        | Action::Takeover { on_replica, .. } => &on_replica.member,
         Action::AllowRestart { member } | Action::DeleteMember { member } => member,
     }
 }
@@ -185,7 +207,7 @@ fn action_verb(action: &Action) -> &'static str {
         Action::Forget { .. } => "Forget",
         Action::MigrateSlots(_) | Action::StartAtomicMigration { .. } => "MigrateSlots",
         Action::CancelMigrations { .. } | Action::ClearSlot { .. } => "CleanUpMigration",
-        Action::Failover { .. } => "Failover",
+        Action::Failover { .. } | Action::ForcedFailover { .. } => "Failover",
         Action::Takeover { .. } => "Takeover",
         Action::AdmitReplication { .. } => "AdmitReplication",
         Action::AllowRestart { .. } => "AllowRestart",
@@ -247,7 +269,7 @@ mod tests {
             decision: &decision,
             health: None,
         };
-        write_status(&ctx, &cache, &outcome, Some("cache-password"))
+        write_status(&ctx, &cache, &outcome, Some("cache-password"), None)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let written = script.await.unwrap_or_else(|e| panic!("{e}"));
@@ -256,7 +278,7 @@ mod tests {
         let (ctx, api, _nodes) = context();
         let mut again = cache.clone();
         again.status = serde_json::from_value(written).ok();
-        write_status(&ctx, &again, &outcome, Some("cache-password"))
+        write_status(&ctx, &again, &outcome, Some("cache-password"), None)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         api.done().await;
@@ -272,6 +294,7 @@ mod tests {
             observation: Default::default(),
             decision: blocked,
             health: None,
+            bindings: Default::default(),
             outcome: None,
         };
         let (ctx, mut api, _nodes) = context();
@@ -291,5 +314,48 @@ mod tests {
         cache.status = serde_json::from_value(serde_json::json!({"reason": "DrainBlocked"})).ok();
         decision_events(&ctx, &cache, &pass).await;
         api.done().await;
+    }
+
+    /// A step that overrides Valkey or may lose data is announced as a Warning that says why;
+    /// the same action taken in the ordinary way is a Normal event.
+    #[tokio::test]
+    async fn a_forced_step_is_a_warning_that_says_why() {
+        let on = crate::engine::NodeRef {
+            member: "cache-0-1".into(),
+            address: "10.0.0.2:6379".parse().unwrap_or_else(|e| panic!("{e}")),
+            id: crate::valkey::cluster_nodes::NodeId::parse(&"a".repeat(40))
+                .unwrap_or_else(|| panic!("id")),
+        };
+        let takeover = crate::engine::Action::Takeover {
+            on_replica: on.clone(),
+            failed: on.id.clone(),
+        };
+        for (forced, want) in [(true, "Warning"), (false, "Normal")] {
+            let decision = Decision::Act {
+                action: takeover.clone(),
+                reason: crate::engine::Reason::FailingOver,
+                message: "no election can happen; writes it had not received are lost".into(),
+                forced,
+            };
+            let pass = Pass {
+                observation: Default::default(),
+                decision,
+                health: None,
+                bindings: Default::default(),
+                outcome: None,
+            };
+            let (ctx, mut api, _nodes) = context();
+            let script = tokio::spawn(async move {
+                let event = api.event().await;
+                assert_eq!(event["type"].as_str(), Some(want));
+                assert_eq!(event["related"]["name"].as_str(), Some("cache-0-1"));
+                let note = event["note"].as_str().unwrap_or_default().to_owned();
+                assert!(note.contains("TAKEOVER"), "{note}");
+                assert_eq!(note.contains("writes it had not received are lost"), forced);
+                api.done().await;
+            });
+            decision_events(&ctx, &cluster(CLUSTER), &pass).await;
+            script.await.unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }

@@ -82,7 +82,7 @@ pub fn compute(
             decision: Decision::Blocked { reason, message },
             ..
         } => (
-            if *reason == Reason::SlotsLost {
+            if reason.is_failure() {
                 ClusterState::Failed
             } else {
                 ClusterState::Degraded
@@ -154,6 +154,8 @@ pub fn compute(
             |h| to_i32(h.ready_shards),
         ),
         password_secret_name: password_secret.map(str::to_owned),
+        // The members' nodes: the caller sets them from the pass; otherwise they stand.
+        node_ids: previous.and_then(|s| s.node_ids.clone()),
         conditions: Some(conditions),
         observed_generation: generation,
     }

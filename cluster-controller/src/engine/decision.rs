@@ -68,9 +68,17 @@ pub enum Action {
         on_replica: NodeRef,
         primary: NodeRef,
     },
-    /// `CLUSTER FAILOVER TAKEOVER` on `on_replica`: its primary `failed` has been down for
-    /// longer than an election takes and no election happened (too few primaries left to vote,
-    /// as in a two-shard cluster). The replica takes the slots without a vote.
+    /// `CLUSTER FAILOVER FORCE` on `on_replica`: an election without its primary's agreement,
+    /// for a primary that is alive but must not stay primary (it restarted without the data its
+    /// replica holds, so the replica's link to it stays fenced and a planned failover, which
+    /// waits for the replica to catch up with the primary, could never start).
+    ForcedFailover {
+        on_replica: NodeRef,
+        primary: NodeRef,
+    },
+    /// `CLUSTER FAILOVER TAKEOVER` on `on_replica`: its primary `failed` has been silent for
+    /// longer than Valkey needs to notice, and no election can happen (too few primaries left
+    /// to vote, as in a two-shard cluster). The replica takes the slots without a vote.
     Takeover { on_replica: NodeRef, failed: NodeId },
     /// `ACL SETUSER <user> on` on `on`: the node is settled in the cluster, so replicas (and slot
     /// imports) may log in to it as the replication user.
@@ -125,9 +133,16 @@ impl fmt::Display for Action {
                 f,
                 "CLUSTER FAILOVER on {on_replica} (taking over from {primary})"
             ),
+            Action::ForcedFailover {
+                on_replica,
+                primary,
+            } => write!(
+                f,
+                "CLUSTER FAILOVER FORCE on {on_replica} (taking over from {primary})"
+            ),
             Action::Takeover { on_replica, failed } => write!(
                 f,
-                "CLUSTER FAILOVER TAKEOVER on {on_replica} (its primary {failed} failed and no election happened)"
+                "CLUSTER FAILOVER TAKEOVER on {on_replica} (its primary {failed} failed and no election can happen)"
             ),
             Action::AdmitReplication { on, user } => {
                 write!(
@@ -166,6 +181,14 @@ pub enum Reason {
     ReplicaSyncing,
     Converging,
     Rolling,
+    /// A primary came back without the data its replica holds; the replica takes over.
+    PrimaryRestartedEmpty,
+    /// Every replica that could take over from a failed primary missed too many writes.
+    ReplicaTooStale,
+    /// A member's address answers as another member's node, or as a node of another cluster.
+    IdentityConflict,
+    /// Restarting a member as asked would lose its data (no replica, no persistence).
+    RestartWouldLoseData,
 }
 
 impl Reason {
@@ -193,7 +216,17 @@ impl Reason {
             Reason::ReplicaSyncing => "ReplicaSyncing",
             Reason::Converging => "Converging",
             Reason::Rolling => "Rolling",
+            Reason::PrimaryRestartedEmpty => "PrimaryRestartedEmpty",
+            Reason::ReplicaTooStale => "ReplicaTooStale",
+            Reason::IdentityConflict => "IdentityConflict",
+            Reason::RestartWouldLoseData => "RestartWouldLoseData",
         }
+    }
+
+    /// True when the cluster cannot serve some of its slots until a person acts: the status
+    /// says `Failed` rather than `Degraded`.
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Reason::SlotsLost | Reason::ReplicaTooStale)
     }
 }
 
@@ -218,11 +251,15 @@ pub struct Health {
 /// The outcome of [`super::decide`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Exactly one next step.
+    /// Exactly one next step. `forced` marks a step that overrides Valkey or may lose data
+    /// (a takeover without a vote, a failover forced on a live primary, forgetting a node that
+    /// held slots, serving lost slots again empty): the Kubernetes side announces it with a
+    /// Warning Event, not a Normal one.
     Act {
         action: Action,
         reason: Reason,
         message: String,
+        forced: bool,
     },
     /// Something is in progress (handshake, sync, failover election, a migration job).
     Wait { reason: Reason, message: String },
@@ -259,7 +296,23 @@ impl Decision {
             action,
             reason,
             message: message.into(),
+            forced: false,
         }
+    }
+
+    /// A step to announce with a Warning (see [`Decision::Act`]).
+    pub(crate) fn forced(action: Action, reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Act {
+            action,
+            reason,
+            message: message.into(),
+            forced: true,
+        }
+    }
+
+    /// True for a forced step (see [`Decision::Act`]).
+    pub fn is_forced(&self) -> bool {
+        matches!(self, Decision::Act { forced: true, .. })
     }
 
     pub(crate) fn wait(reason: Reason, message: impl Into<String>) -> Self {

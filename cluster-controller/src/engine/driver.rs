@@ -1,10 +1,12 @@
 //! One pass of the engine: observe, decide, act.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::client::{Credentials, ValkeyClient};
+use crate::valkey::cluster_nodes::NodeId;
 
-use super::decide::{decide, health};
+use super::decide::{bindings, decide, health};
 use super::decision::{Decision, Health};
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome, execute, migrate_auth};
@@ -42,6 +44,9 @@ pub struct Pass {
     pub decision: Decision,
     /// How the cluster stands, from the same observation (see [`health`]).
     pub health: Option<Health>,
+    /// The node each member is bound to from now on (see [`bindings`]): the Kubernetes side
+    /// keeps it and passes it back as [`Member::node_id`].
+    pub bindings: BTreeMap<String, NodeId>,
     /// The result of executing a Valkey action; `Some(Ok(Outcome::Delegated))` for a
     /// Kubernetes action; `None` when the decision was not to act.
     pub outcome: Option<Result<Outcome, EngineError>>,
@@ -74,13 +79,19 @@ impl<C: ValkeyClient> Engine<C> {
         .await;
         let decision = decide(desired, members, &observation);
         let health = health(desired, members, &observation);
+        let bindings = bindings(desired, members, &observation);
         let outcome = match &decision {
             Decision::Act {
                 action,
                 reason,
                 message,
+                ..
             } => {
-                tracing::info!(%reason, %action, "{message}");
+                if decision.is_forced() {
+                    tracing::warn!(%reason, %action, forced = true, "{message}");
+                } else {
+                    tracing::info!(%reason, %action, "{message}");
+                }
                 let outcome = execute(&self.client, action, &self.config.execute).await;
                 match &outcome {
                     Err(error) => tracing::warn!(%reason, %action, %error, "action failed"),
@@ -99,6 +110,7 @@ impl<C: ValkeyClient> Engine<C> {
             observation,
             decision,
             health,
+            bindings,
             outcome,
         }
     }
@@ -118,10 +130,7 @@ mod tests {
             RedisClient::new(Default::default()),
             EngineConfig::for_credentials(&Credentials::none()),
         );
-        let desired = Desired {
-            shards: 1,
-            replicas: 0,
-        };
+        let desired = Desired::new(1, 0);
         let pass = engine.pass(&desired, &[]);
         assert_send(&pass);
     }

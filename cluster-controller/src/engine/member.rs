@@ -2,6 +2,9 @@
 
 use std::net::SocketAddr;
 
+use crate::valkey::cluster_nodes::NodeId;
+use crate::valkey::slots::SlotSet;
+
 /// One ValkeyNode, as the Kubernetes side sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -19,6 +22,11 @@ pub struct Member {
     pub desired_revision: Option<String>,
     /// What the parent currently allows (`spec.allowedRevision`).
     pub allowed_revision: Option<String>,
+    /// The cluster node id the member was last seen with (the engine's own earlier
+    /// [`crate::engine::Pass::bindings`], kept by the Kubernetes side): a member is bound to its
+    /// node, so a reused address or a stale status cannot make another node pass for it, and
+    /// the node of a member that is down is never taken for a stranger.
+    pub node_id: Option<NodeId>,
 }
 
 impl Member {
@@ -33,6 +41,7 @@ impl Member {
             current_revision: None,
             desired_revision: None,
             allowed_revision: None,
+            node_id: None,
         }
     }
 
@@ -52,12 +61,38 @@ impl Member {
     }
 }
 
-/// The topology the spec asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The topology the spec asks for, and what the user allows when data is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
     pub shards: u32,
     /// Replicas per shard: each shard has members with index `0..=replicas`.
     pub replicas: u32,
+    /// The servers keep their data on disk across restarts (append-only file). Without it a
+    /// restarted primary with no replica comes back empty.
+    pub persistent: bool,
+    /// The cluster has served slots before (a later pass, not its formation): slots that then
+    /// have no owner anywhere lost their data, even when no surviving node holds a key.
+    pub formed: bool,
+    /// What the user allows when every copy of some slots is gone.
+    pub lost_slots: LostSlotsPolicy,
+}
+
+/// What the user allows when data is lost (`spec.onSlotsLost`, `spec.acceptLostSlots`). The
+/// operator never serves slots again empty, nor promotes a replica that missed writes, on its
+/// own: a store must not silently answer "no such key" for data it had.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LostSlotsPolicy {
+    /// A cache: serve lost slots again at once, empty (`onSlotsLost: Refill`).
+    pub refill: bool,
+    /// Slots the user named as accepted lost (`acceptLostSlots`).
+    pub accepted: Option<SlotSet>,
+}
+
+impl LostSlotsPolicy {
+    /// Whether the user allows losing what `slots` held.
+    pub fn allows(&self, slots: &SlotSet) -> bool {
+        self.refill || self.accepted.as_ref().is_some_and(|a| slots.is_subset(a))
+    }
 }
 
 /// Where a member stands relative to [`Desired`].
@@ -73,6 +108,21 @@ pub enum Place {
 }
 
 impl Desired {
+    /// `shards` × (1 + `replicas`) members, without persistence, never formed before, and the
+    /// safe policy for lost slots (wait for the user).
+    pub const fn new(shards: u32, replicas: u32) -> Self {
+        Self {
+            shards,
+            replicas,
+            persistent: false,
+            formed: false,
+            lost_slots: LostSlotsPolicy {
+                refill: false,
+                accepted: None,
+            },
+        }
+    }
+
     pub fn place(&self, member: &Member) -> Place {
         if member.shard >= self.shards {
             Place::LeavingShard
@@ -96,10 +146,7 @@ mod tests {
 
     #[test]
     fn places() {
-        let desired = Desired {
-            shards: 2,
-            replicas: 1,
-        };
+        let desired = Desired::new(2, 1);
         assert_eq!(desired.place(&Member::new(1, 1, "c-1-1")), Place::Staying);
         assert_eq!(desired.place(&Member::new(1, 2, "c-1-2")), Place::Surplus);
         assert_eq!(
@@ -121,5 +168,23 @@ mod tests {
         assert!(m.is_restarting() && !m.needs_restart());
         m.current_revision = Some("b".into());
         assert!(!m.is_restarting() && !m.needs_restart());
+    }
+
+    #[test]
+    fn lost_slots_need_the_users_word() {
+        let lost: SlotSet = "0-99".parse().expect("slots");
+        let mut policy = LostSlotsPolicy::default();
+        assert!(!policy.allows(&lost));
+        policy.accepted = Some("0-50".parse().expect("slots"));
+        assert!(!policy.allows(&lost), "only part of them accepted");
+        policy.accepted = Some("0-5460".parse().expect("slots"));
+        assert!(policy.allows(&lost));
+        assert!(
+            LostSlotsPolicy {
+                refill: true,
+                accepted: None
+            }
+            .allows(&lost)
+        );
     }
 }

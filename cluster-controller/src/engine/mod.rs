@@ -25,10 +25,10 @@ mod member;
 mod observe;
 pub mod safety;
 
-pub use decide::{ATOMIC_MAX_ATTEMPTS, decide, health};
+pub use decide::{ATOMIC_MAX_ATTEMPTS, bindings, decide, health};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass};
 pub use error::EngineError;
 pub use execute::{ExecuteConfig, Outcome, execute, migrate_auth};
-pub use member::{Desired, Member, Place};
+pub use member::{Desired, LostSlotsPolicy, Member, Place};
 pub use observe::{NodeState, Observation, Reach, observe, observe_fenced};

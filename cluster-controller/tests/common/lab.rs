@@ -18,7 +18,10 @@ use cluster_controller::valkey::slot_migrations;
 use cluster_controller::valkey::value;
 use redis::Value;
 
-use super::servers::{self, Binary, DEFAULT_PASSWORD, OPERATOR_PASSWORD, OPERATOR_USER, Server};
+use super::servers::{
+    self, Binary, DEFAULT_PASSWORD, OPERATOR_PASSWORD, OPERATOR_USER, Options, REPLICATION_USER,
+    Server,
+};
 
 /// How a restarted member comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +33,7 @@ pub enum Address {
 pub struct Lab {
     pub name: String,
     pub binary: Binary,
+    pub options: Options,
     root: PathBuf,
     acl: PathBuf,
     subnet: u8,
@@ -51,21 +55,33 @@ pub struct Lab {
     pub history: Vec<String>,
     pub passes: usize,
     pub errors: Vec<String>,
+    /// Members whose ValkeyNode status the lab pretends, whatever their server does: the
+    /// address the status names and whether it says ready (a stale status, or a member the
+    /// operator cannot reach while Kubernetes still sees its pod ready).
+    pretended: BTreeMap<String, (SocketAddr, bool)>,
+    /// Every forced step (the ones the Kubernetes side announces with a Warning), in order.
+    pub forced: Vec<String>,
 }
 
 impl Lab {
     /// A lab whose servers bind `127.0.<subnet>.x`; every test uses its own subnet so tests
     /// run in parallel.
     pub fn new(name: &str, binary: Binary, subnet: u8) -> Self {
+        Self::with_options(name, binary, subnet, Options::default())
+    }
+
+    /// A lab whose servers run as `options` say; a fenced lab's engine admits replication.
+    pub fn with_options(name: &str, binary: Binary, subnet: u8, options: Options) -> Self {
         let root = std::env::temp_dir()
             .join("valkey-engine-tests")
             .join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
-        let acl = servers::write_acl(&root);
+        let acl = servers::write_acl(&root, options);
         let credentials = Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD);
         let mut config = EngineConfig::for_credentials(&credentials);
         config.execute.pass_budget = Duration::from_secs(2);
+        config.fence_user = options.fenced.then(|| REPLICATION_USER.to_owned());
         let engine = Engine::new(
             RedisClient::new(RedisClientConfig {
                 credentials,
@@ -73,24 +89,21 @@ impl Lab {
             }),
             config,
         );
+        // `AUTH default <password>` works with and without a password on the default user (the
+        // one-argument form is refused by a user without one).
         let probe = RedisClient::new(RedisClientConfig {
-            credentials: Credentials {
-                username: None,
-                password: Some(DEFAULT_PASSWORD.to_owned().into()),
-            },
+            credentials: Credentials::user("default", DEFAULT_PASSWORD),
             connect_timeout: Duration::from_millis(300),
         });
         Self {
             name: name.to_owned(),
             binary,
+            options,
             root,
             acl,
             subnet,
             next_host: 1,
-            desired: Desired {
-                shards: 0,
-                replicas: 0,
-            },
+            desired: Desired::new(0, 0),
             members: Vec::new(),
             servers: BTreeMap::new(),
             pending_starts: Vec::new(),
@@ -102,6 +115,8 @@ impl Lab {
             history: Vec::new(),
             passes: 0,
             errors: Vec::new(),
+            pretended: BTreeMap::new(),
+            forced: Vec::new(),
         }
     }
 
@@ -115,8 +130,14 @@ impl Lab {
     /// Changes the spec; creates (and starts) the members it adds, as the Kubernetes side
     /// would. Members it drops stay until the engine deletes them.
     pub fn scale(&mut self, desired: Desired) {
-        self.desired = desired;
-        for (shard, index) in desired.slots_of_members() {
+        let formed = self.desired.formed;
+        self.desired = Desired {
+            persistent: self.options.persistence,
+            formed,
+            ..desired
+        };
+        let wanted: Vec<(u32, u32)> = self.desired.slots_of_members().collect();
+        for (shard, index) in wanted {
             if self
                 .members
                 .iter()
@@ -132,7 +153,7 @@ impl Lab {
             self.members.push(member);
             let mut server = Server::new(self.root.join(&name));
             let ip = self.fresh_ip();
-            server.start(&self.binary, &self.acl, ip);
+            server.start(&self.binary, &self.acl, ip, self.options.persistence);
             self.last_ips.insert(name.clone(), ip);
             self.servers.insert(name, server);
         }
@@ -184,8 +205,48 @@ impl Lab {
             (Address::New, _) => self.fresh_ip(),
         };
         let (binary, acl) = (self.binary.clone(), self.acl.clone());
-        self.server(name).start(&binary, &acl, ip);
+        let persistence = self.options.persistence;
+        self.server(name).start(&binary, &acl, ip, persistence);
         self.last_ips.insert(name.to_owned(), ip);
+    }
+
+    /// kill -9 and start again at once at the same address from the same folder: the same
+    /// node id (nodes.conf), and without persistence no data.
+    pub fn restart_in_place(&mut self, name: &str) {
+        self.server(name).kill();
+        self.start(name, Address::Same);
+    }
+
+    /// From now on the member's ValkeyNode status says `address` and `ready`, whatever its
+    /// server does.
+    pub fn pretend_status(&mut self, name: &str, address: SocketAddr, ready: bool) {
+        self.pretended.insert(name.to_owned(), (address, ready));
+    }
+
+    /// The operator can no longer reach the member, while Kubernetes still sees its pod ready:
+    /// its status names an address where nothing answers (for the engine only; clients and
+    /// other servers still reach it).
+    pub fn hide_from_operator(&mut self, name: &str) {
+        let ip = self
+            .last_ip(name)
+            .unwrap_or_else(|| panic!("{name} never ran"));
+        self.pretend_status(name, SocketAddr::from((ip, 1)), true);
+    }
+
+    /// The member's status follows its server again.
+    pub fn stop_pretending(&mut self, name: &str) {
+        self.pretended.remove(name);
+    }
+
+    /// The address `name` last ran at.
+    pub fn ip_of(&self, name: &str) -> Ipv4Addr {
+        self.last_ip(name)
+            .unwrap_or_else(|| panic!("{name} never ran"))
+    }
+
+    /// The folder and ACL file of this lab, for servers a test runs beside the members.
+    pub fn paths(&self) -> (PathBuf, PathBuf) {
+        (self.root.clone(), self.acl.clone())
     }
 
     fn last_ip(&self, name: &str) -> Option<Ipv4Addr> {
@@ -222,9 +283,14 @@ impl Lab {
                 (true, Some(addr)) => self.ping(addr).await,
                 _ => false,
             };
+            let pretended = self.pretended.get(&name).copied();
             let member = self.member_mut(&name);
             member.address = address.filter(|_| running);
             member.ready = ready;
+            if let Some((address, ready)) = pretended {
+                member.address = Some(address);
+                member.ready = ready;
+            }
         }
         let mut down: BTreeMap<u32, usize> = BTreeMap::new();
         for member in &self.members {
@@ -250,6 +316,10 @@ impl Lab {
         let pass = self.engine.pass(&self.desired, &self.members).await;
         self.passes += 1;
         let line = pass.decision.to_string();
+        if pass.decision.is_forced() {
+            eprintln!("[{}] forced: {line}", self.name);
+            self.forced.push(line.clone());
+        }
         if self.history.last() != Some(&line) {
             eprintln!("[{}] {line}", self.name);
             self.history.push(line);
@@ -266,7 +336,20 @@ impl Lab {
         if let Decision::Act { action, .. } = &pass.decision {
             self.kubernetes(action);
         }
+        // What the Kubernetes side keeps between passes: each member's node, and whether the
+        // cluster ever served slots.
+        for member in &mut self.members {
+            member.node_id = pass.bindings.get(&member.name).cloned();
+        }
+        if pass.health.as_ref().is_some_and(|h| h.shards > 0) {
+            self.desired.formed = true;
+        }
         pass
+    }
+
+    /// True when some decision so far mentions `text`.
+    pub fn saw_text(&self, text: &str) -> bool {
+        self.history.iter().any(|line| line.contains(text))
     }
 
     fn kubernetes(&mut self, action: &Action) {
@@ -341,6 +424,19 @@ impl Lab {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+
+    /// Passes for `window` (a fault's duration), a pass every 200 ms or so; returns the
+    /// decisions taken meanwhile.
+    pub async fn run_for(&mut self, window: Duration) -> Vec<Decision> {
+        let until = Instant::now() + window;
+        let mut seen = Vec::new();
+        while Instant::now() < until {
+            let pass = self.pass().await;
+            seen.push(pass.decision);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        seen
     }
 
     /// True when some decision so far had `reason`.

@@ -46,5 +46,7 @@ pub fn int(name: &str) -> u64 {
 }
 
 pub mod lab;
+pub mod net;
 pub mod servers;
 pub mod traffic;
+pub mod world;

@@ -96,13 +96,42 @@ pub fn valkey_8() -> Binary {
     binary("VALKEY_SERVER_8", "valkey-8.0")
 }
 
+/// How a test's servers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// The replication user starts disabled on every start and the engine admits it once the
+    /// node is settled, as the operator runs its servers.
+    pub fenced: bool,
+    /// An append-only file: a restarted server keeps its data. Without it, it comes back empty
+    /// (same node id, from nodes.conf), as a pod without persistence restarted in place.
+    pub persistence: bool,
+    /// The default user needs no password: clients that do not authenticate.
+    pub open_default_user: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            fenced: false,
+            persistence: true,
+            open_default_user: false,
+        }
+    }
+}
+
 /// Writes the ACL file every server of a test shares.
-pub fn write_acl(dir: &Path) -> PathBuf {
+pub fn write_acl(dir: &Path, options: Options) -> PathBuf {
     let path = dir.join("users.acl");
+    let default = if options.open_default_user {
+        "nopass".to_owned()
+    } else {
+        format!(">{DEFAULT_PASSWORD}")
+    };
+    let replication = if options.fenced { "off" } else { "on" };
     let text = format!(
-        "user default on >{DEFAULT_PASSWORD} ~* &* +@all\n\
+        "user default on {default} ~* &* +@all\n\
          user {OPERATOR_USER} on >{OPERATOR_PASSWORD} ~* &* +@all\n\
-         user {REPLICATION_USER} on >{REPLICATION_PASSWORD} ~* &* +@all\n"
+         user {REPLICATION_USER} {replication} >{REPLICATION_PASSWORD} ~* &* +@all\n"
     );
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     path
@@ -135,7 +164,7 @@ impl Server {
         matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
     }
 
-    pub fn start(&mut self, binary: &Binary, acl: &Path, ip: Ipv4Addr) {
+    pub fn start(&mut self, binary: &Binary, acl: &Path, ip: Ipv4Addr, persistence: bool) {
         assert!(
             self.child.is_none(),
             "{} is already running",
@@ -156,7 +185,7 @@ impl Server {
             .args(["--aclfile", &acl.display().to_string()])
             .args(["--masteruser", REPLICATION_USER])
             .args(["--masterauth", REPLICATION_PASSWORD])
-            .args(["--appendonly", "yes"])
+            .args(["--appendonly", if persistence { "yes" } else { "no" }])
             .args(["--save", ""])
             .args(["--dir", &self.dir.display().to_string()])
             .args(["--logfile", "server.log"])

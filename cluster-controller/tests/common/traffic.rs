@@ -25,6 +25,8 @@ pub async fn connect(nodes: &[SocketAddr]) -> ClusterConnection {
         })
         .collect();
     let client = ClusterClient::builder(infos)
+        // `AUTH default <password>`, which a default user without a password accepts too.
+        .username("default")
         .password(DEFAULT_PASSWORD)
         .retries(8)
         .connection_timeout(Duration::from_secs(1))

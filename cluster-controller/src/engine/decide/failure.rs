@@ -2,20 +2,18 @@
 //!
 //! Valkey replaces a failed primary itself (its replicas elect one); the engine waits for
 //! that, and never forgets a failed primary while a replica of it could still be elected,
-//! since a forgotten primary's slots could no longer be taken over. An election needs the votes
-//! of most primaries, which a small cluster that lost one of two cannot give: when a primary
-//! has been failed (FAIL, by Valkey's own clock) for longer than an election takes, its most
-//! caught-up replica takes over without a vote.
-
-use std::collections::BTreeSet;
+//! since a forgotten primary's slots could no longer be taken over. When no election can happen
+//! the engine may take over for Valkey, under the rules of [`super::takeover`].
 
 use crate::engine::decision::{Action, Decision, Reason};
-use crate::engine::member::Place;
-use crate::valkey::cluster_nodes::{ClusterNode, NodeId};
+use crate::valkey::cluster_nodes::{ClusterNode, LinkState};
+use crate::valkey::slots::SlotSet;
 
+use super::takeover;
 use super::topology::{Live, Topology};
 
-/// A primary that serves slots and that some live node sees failing: wait for Valkey.
+/// A primary that serves slots and that some live node sees failing: wait for Valkey, or take
+/// over when Valkey cannot.
 pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
     // Only the staying members' views count: a leaving member that was already forgotten
     // keeps an ageing view of a cluster that no longer talks to it.
@@ -32,36 +30,24 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
                     ),
                 ));
             }
-            let electors: Vec<_> = t
+            if t.answers(&entry.id) {
+                return Some(Decision::wait(
+                    Reason::Converging,
+                    format!(
+                        "{} sees node {} (serving slots {slots}) as failing, but it answers at a \
+                         member's address",
+                        viewer.name(),
+                        entry.id
+                    ),
+                ));
+            }
+            let electors: Vec<&Live> = t
                 .live
                 .iter()
                 .filter(|l| l.primary_id() == Some(&entry.id))
                 .collect();
-            if let Some(best) = takeover_candidate(viewer, entry, &electors) {
-                return Some(Decision::act(
-                    Action::Takeover {
-                        on_replica: best.node_ref(),
-                        failed: entry.id.clone(),
-                    },
-                    Reason::FailingOver,
-                    format!(
-                        "primary {} of slots {slots} failed {} s ago and no replica was elected; {} takes over",
-                        entry.id,
-                        failed_for_ms(viewer, entry).unwrap_or(0) / 1000,
-                        best.name()
-                    ),
-                ));
-            }
-            let electors: Vec<&str> = electors.iter().map(|l| l.name()).collect();
             if !electors.is_empty() {
-                return Some(Decision::wait(
-                    Reason::FailingOver,
-                    format!(
-                        "primary {} of slots {slots} failed; waiting for {} to take over",
-                        entry.id,
-                        electors.join(", ")
-                    ),
-                ));
+                return Some(takeover::for_failed_primary(t, entry, &electors));
             }
             if !t.down.is_empty() {
                 let down: Vec<&str> = t.down.iter().map(|d| d.member.name.as_str()).collect();
@@ -75,40 +61,11 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
                     ),
                 ));
             }
-            // Nobody can bring these slots back: [`strangers`] forgets the node.
+            // Nobody can bring these slots back: [`strangers`] forgets the node once the user
+            // accepts the loss.
         }
     }
     None
-}
-
-/// How long an election may take before the engine stops waiting for one: Valkey starts it
-/// about one node timeout (5 s as configured by the operator) after the failure.
-pub const TAKEOVER_AFTER_MS: u64 = 20_000;
-
-/// How long `viewer` has seen `entry` silent, on the viewer's own clock.
-fn failed_for_ms(viewer: &Live<'_>, entry: &ClusterNode) -> Option<u64> {
-    let now = viewer.state.info().server_time_ms()?;
-    Some(now.saturating_sub(entry.pong_received))
-}
-
-/// The replica to take over from a primary that failed without an election: only once the
-/// primary has been silent for longer than [`TAKEOVER_AFTER_MS`] and the engine cannot reach it
-/// either (the caller only asks about primaries no live member is). A failure may stay PFAIL for
-/// ever when too few primaries are left to agree on FAIL, so PFAIL counts. The replica with the
-/// most replicated data wins.
-fn takeover_candidate<'a>(
-    viewer: &Live<'_>,
-    entry: &ClusterNode,
-    electors: &[&'a Live<'a>],
-) -> Option<&'a Live<'a>> {
-    if failed_for_ms(viewer, entry)? < TAKEOVER_AFTER_MS {
-        return None;
-    }
-    electors
-        .iter()
-        .filter(|l| l.staying())
-        .max_by_key(|l| (l.state.replication_offset(), std::cmp::Reverse(l.name())))
-        .copied()
 }
 
 fn failing_owner(node: &ClusterNode) -> bool {
@@ -118,16 +75,16 @@ fn failing_owner(node: &ClusterNode) -> bool {
         && (node.flags.fail || node.flags.pfail)
 }
 
-/// Every staying member must be live before the topology changes.
+/// What waits for the staying members that are down: whatever needs the whole cluster (moving
+/// slots between shards, rolling, calling it healthy). Repairs that do not need them have had
+/// their turn by the time this speaks.
 pub(super) fn unreachable(t: &Topology) -> Option<Decision> {
-    let down: Vec<_> = t
-        .down
-        .iter()
-        .filter(|d| d.place == Place::Staying)
-        .collect();
+    let down: Vec<_> = t.down_staying().collect();
     let first = down.first()?;
     let why: Vec<String> = down.iter().map(|d| d.why()).collect();
-    let reason = if down.iter().any(|d| d.member.is_restarting()) {
+    let reason = if down.iter().any(|d| d.suspicion.is_some()) {
+        Reason::IdentityConflict
+    } else if down.iter().any(|d| d.member.is_restarting()) {
         Reason::Rolling
     } else if first.member.address.is_some() && first.member.ready {
         Reason::NodeUnreachable
@@ -138,15 +95,15 @@ pub(super) fn unreachable(t: &Topology) -> Option<Decision> {
 }
 
 /// Node ids that some live node knows but no member has: a member that returned with a new
-/// id, a leaving member that is gone. Called once every staying member is live, so no such
-/// id can be a staying member's.
+/// id, a leaving member that is gone. A node that may be a down member's is left alone: the
+/// member returns as it.
 pub(super) fn strangers(t: &Topology) -> Option<Decision> {
-    let members: BTreeSet<&NodeId> = t.live.iter().map(|l| l.id()).collect();
     let mut strangers: Vec<&ClusterNode> = Vec::new();
     for viewer in t.staying() {
         for entry in &viewer.view().nodes {
             if !entry.flags.handshake
-                && !members.contains(&entry.id)
+                && !t.answers(&entry.id)
+                && !t.may_be_down_member(&entry.id)
                 && !strangers.iter().any(|s| s.id == entry.id)
             {
                 strangers.push(entry);
@@ -163,54 +120,75 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
         let views: Vec<&ClusterNode> = t.staying().filter_map(|l| l.entry(id)).collect();
         let slots = views
             .iter()
-            .fold(crate::valkey::slots::SlotSet::new(), |acc, e| {
-                acc.union(&e.slots)
-            });
-        let (reason, message) = if slots.is_empty() {
-            (
+            .fold(SlotSet::new(), |acc, e| acc.union(&e.slots));
+        let on = t
+            .staying()
+            .find(|l| l.entry(id).is_some())
+            .map(|l| l.node_ref())?;
+        if slots.is_empty() {
+            return Some(Decision::act(
+                Action::Forget {
+                    on: on.clone(),
+                    node_id: id.clone(),
+                },
                 Reason::RemovingNodes,
-                format!("forgetting node {id}, which belongs to no member"),
-            )
-        } else if views.iter().any(|e| e.flags.fail) {
-            (
+                format!(
+                    "forgetting node {id}, which belongs to no member (on {})",
+                    on.member
+                ),
+            ));
+        }
+        if views.iter().any(|e| e.flags.fail) {
+            let lost = format!(
+                "slots {slots} were served by node {id}, which failed with no replica left"
+            );
+            if !t.desired.lost_slots.allows(&slots) {
+                return Some(lost_slots(&slots, &lost));
+            }
+            return Some(Decision::forced(
+                Action::Forget {
+                    on: on.clone(),
+                    node_id: id.clone(),
+                },
                 Reason::SlotsLost,
                 format!(
-                    "slots {slots} were served by node {id}, which failed with no replica left: \
-                     their data is lost; forgetting it so the slots can be served again"
+                    "{lost}: their data is lost, as the user accepted; forgetting it so the \
+                     slots can be served again (on {})",
+                    on.member
                 ),
-            )
-        } else if views.iter().any(|e| {
-            e.flags.pfail || e.link == crate::valkey::cluster_nodes::LinkState::Disconnected
-        }) {
+            ));
+        }
+        if views
+            .iter()
+            .any(|e| e.flags.pfail || e.link == LinkState::Disconnected)
+        {
             return Some(Decision::wait(
                 Reason::NodeUnreachable,
                 format!(
                     "node {id}, serving slots {slots}, does not answer; waiting for the cluster to decide it failed"
                 ),
             ));
-        } else {
-            return Some(Decision::blocked(
-                Reason::UnknownNode,
-                format!(
-                    "node {id} at {} serves slots {slots} but belongs to no member; remove it \
-                     from the cluster or adopt it",
-                    stranger.ip.as_deref().unwrap_or("an unknown address")
-                ),
-            ));
-        };
-        let on = t
-            .staying()
-            .find(|l| l.entry(id).is_some())
-            .map(|l| l.node_ref())?;
-        let message = format!("{message} (on {})", on.member);
-        return Some(Decision::act(
-            Action::Forget {
-                on,
-                node_id: id.clone(),
-            },
-            reason,
-            message,
+        }
+        return Some(Decision::blocked(
+            Reason::UnknownNode,
+            format!(
+                "node {id} at {} serves slots {slots} but belongs to no member; remove it \
+                 from the cluster or adopt it",
+                stranger.ip.as_deref().unwrap_or("an unknown address")
+            ),
         ));
     }
     None
+}
+
+/// The cluster cannot serve `slots` again without losing what they held: a person decides.
+pub(super) fn lost_slots(slots: &SlotSet, what: &str) -> Decision {
+    Decision::blocked(
+        Reason::SlotsLost,
+        format!(
+            "{what}: every copy of slots {slots} is gone. The operator serves them again (empty) \
+             only with your word: set spec.acceptLostSlots to \"{slots}\" (or spec.onSlotsLost \
+             to Refill, for a cache)"
+        ),
+    )
 }

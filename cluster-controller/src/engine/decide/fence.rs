@@ -1,23 +1,38 @@
 //! Fencing replication: a node that (re)starts admits no replica until the engine has seen it
-//! settled in the cluster.
+//! settled in the cluster, and never while a replica could lose data by syncing from it.
 //!
-//! Why: replication follows addresses, not node ids. A primary that restarts empty at the same
-//! address (no persistence; pod IPs are often reused) would otherwise be found by its former
-//! replicas, which resync from it and throw their copy of the data away before anything can
-//! promote them. The ACL file starts the replication user disabled on every start, so those
-//! replicas are refused. The engine enables the user on every node that no orphaned replica could
-//! mistake for its lost primary: no live member replicates a node id other than this node's at
-//! this node's address. (A new shard's primary must be admitted before it holds slots: Valkey 9
-//! moves slots into it by logging in as the replication user.)
+//! Why: replication follows addresses, not node ids, and a full resync empties the replica
+//! first. A node that restarts without its data at its old address (no persistence; pod IPs
+//! are often reused), whether with a new node id or with its old one (the same volume kept
+//! nodes.conf), would otherwise be found by its former replicas, which would resync from it and
+//! throw their copy of the data away before anything could promote them. The replication user
+//! starts disabled on every start, so those replicas are refused. The engine enables it on a
+//! node only when
+//! - no member replicates, at this node's address, a node id other than this node's (the node it
+//!   replaced), as far as any view knows;
+//! - no live replica of it holds data it lacks ([`safety::sync_would_lose`]);
+//! - and, when the servers keep no data across restarts and the node began a replication
+//!   history of its own (it restarted), no replica of it is out of the engine's sight: that
+//!   replica may hold what it lacks.
+//!
+//! (A new shard's primary must be admitted before it holds slots: Valkey 9 moves slots into it
+//! by logging in as the replication user.)
+//!
+//! The fence needs nothing but the replication user and an operator user allowed `ACL
+//! GETUSER`/`SETUSER`; it does not depend on clients needing a password.
 
 use crate::engine::decision::{Action, Decision, Reason};
+use crate::engine::safety;
 
 use super::topology::{Live, Topology};
 
 pub(super) fn admit(t: &Topology, user: Option<&str>) -> Option<Decision> {
     let user = user?;
     t.live.iter().find_map(|l| {
-        if l.state.replication_admitted() != Some(false) || mistaken_for_another(t, l) {
+        if l.state.replication_admitted() != Some(false)
+            || mistaken_for_another(t, l)
+            || could_feed_a_richer_replica(t, l)
+        {
             return None;
         }
         Some(Decision::act(
@@ -34,18 +49,47 @@ pub(super) fn admit(t: &Topology, user: Option<&str>) -> Option<Decision> {
     })
 }
 
-/// Whether some live member replicates a different node at `candidate`'s address: the node
-/// `candidate` replaced, which that replica would resync from (and lose its data to).
+/// Whether some member's view has a replica of a different node at `candidate`'s address: the
+/// node `candidate` replaced, which that replica would resync from (and lose its data to).
 fn mistaken_for_another(t: &Topology, candidate: &Live<'_>) -> bool {
     let address = candidate.address();
-    t.live.iter().any(|replica| {
-        let Some(primary) = replica.primary_id() else {
-            return false;
-        };
-        primary != candidate.id()
-            && replica.entry(primary).is_some_and(|e| {
-                e.ip.as_deref() == Some(address.ip().to_string().as_str())
-                    && e.port == address.port()
-            })
+    let ip = address.ip().to_string();
+    t.live.iter().any(|viewer| {
+        let view = viewer.view();
+        view.nodes
+            .iter()
+            .filter(|n| n.is_replica())
+            .filter_map(|replica| replica.primary_id.as_ref())
+            .filter(|primary| *primary != candidate.id())
+            .filter_map(|primary| view.get(primary))
+            .any(|old| old.ip.as_deref() == Some(ip.as_str()) && old.port == address.port())
+    })
+}
+
+/// Whether admitting `candidate` could let a replica with data it lacks resync from it.
+fn could_feed_a_richer_replica(t: &Topology, candidate: &Live<'_>) -> bool {
+    let Some(source) = candidate.state.history() else {
+        return true;
+    };
+    let live_replicas = t
+        .live
+        .iter()
+        .filter(|r| r.primary_id() == Some(candidate.id()));
+    if live_replicas.clone().any(|r| {
+        r.state
+            .history()
+            .is_none_or(|h| safety::sync_would_lose(&source, &h))
+    }) {
+        return true;
+    }
+    if t.desired.persistent || !source.started_fresh() {
+        return false;
+    }
+    // Replicas of it that the views list but the engine cannot read.
+    t.live.iter().any(|viewer| {
+        viewer
+            .view()
+            .replicas_of(candidate.id())
+            .any(|r| !r.flags.myself && t.by_id(&r.id).is_none())
     })
 }

@@ -4,27 +4,38 @@
 //!
 //! 1. the spec is valid and every wanted member exists;
 //! 2. members know each other at their current addresses (MEET);
-//! 3. failed primaries are being replaced by Valkey (wait), every staying member is live;
-//! 4. node ids that belong to no member are forgotten (slots of a dead primary without a
-//!    replica are declared lost);
-//! 5. settled nodes admit replicas (the replication user is fenced on every start);
-//! 6. open migrations are finished or rolled back;
-//! 7. every slot has an owner (ADDSLOTS at formation or after a loss);
-//! 8. replicas replicate their shard's primary;
-//! 9. slots move until the wanted shards hold them evenly (leaving shards are drained);
-//! 10. leaving members hand over, are forgotten, and deleted;
-//! 11. the cluster is whole (replicas in sync, `cluster_state:ok`, everyone connected);
-//! 12. outdated members restart one at a time;
-//! 13. otherwise the cluster is steady.
+//! 3. failed primaries are being replaced by Valkey (wait), or taken over when no election can
+//!    happen;
+//! 4. a primary that came back without the data its replica holds hands over to that replica;
+//! 5. node ids that belong to no member (and may not be a down member's) are forgotten; slots
+//!    of a dead primary without a replica are declared lost, and served again only with the
+//!    user's word;
+//! 6. settled nodes admit replicas (the replication user is fenced on every start);
+//!
+//! With a staying member down (or answered by a node not taken for its own), what does not need
+//! it goes on: replicas are attached to primaries that serve their shard's slots, a surplus
+//! primary hands over; everything else waits for it. With every member live:
+//!
+//! 7. open migrations are finished or rolled back;
+//! 8. every slot has an owner (ADDSLOTS at formation, or after a loss the user accepted);
+//! 9. replicas replicate their shard's primary;
+//! 10. slots move until the wanted shards hold them evenly (leaving shards are drained);
+//! 11. leaving members hand over, are forgotten, and deleted;
+//! 12. the cluster is whole (replicas in sync, `cluster_state:ok`, everyone connected);
+//! 13. outdated members restart one at a time;
+//! 14. otherwise the cluster is steady.
 
+mod emptied;
 mod failure;
 mod fence;
 mod health;
+mod identity;
 mod membership;
 mod removal;
 mod replicas;
 mod rolling;
 mod slots;
+mod takeover;
 mod topology;
 
 use std::collections::BTreeMap;
@@ -34,6 +45,7 @@ pub use slots::ATOMIC_MAX_ATTEMPTS;
 use super::decision::{Decision, Health, Reason};
 use super::member::{Desired, Member};
 use super::observe::Observation;
+use crate::valkey::cluster_nodes::NodeId;
 use topology::Topology;
 
 /// Decides the one next step. Pure: the same inputs give the same decision.
@@ -42,11 +54,19 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         return decision;
     }
     let t = Topology::new(desired, members, observed);
-    membership::meet(&t)
+    let repairs = membership::meet(&t)
         .or_else(|| failure::failing_primaries(&t))
-        .or_else(|| failure::unreachable(&t))
+        .or_else(|| emptied::emptied_primaries(&t))
         .or_else(|| failure::strangers(&t))
-        .or_else(|| fence::admit(&t, observed.fence_user.as_deref()))
+        .or_else(|| fence::admit(&t, observed.fence_user.as_deref()));
+    if !t.whole() {
+        return repairs
+            .or_else(|| replicas::attach(&t))
+            .or_else(|| replicas::surplus_primaries(&t))
+            .or_else(|| failure::unreachable(&t))
+            .unwrap_or_else(|| Decision::Steady(health::health(&t)));
+    }
+    repairs
         .or_else(|| slots::open_migrations(&t))
         .or_else(|| slots::coverage(&t))
         .or_else(|| replicas::attach(&t))
@@ -56,6 +76,17 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         .or_else(|| health::gates(&t))
         .or_else(|| rolling::roll(&t))
         .unwrap_or_else(|| Decision::Steady(health::health(&t)))
+}
+
+/// The node each member is bound to after this pass (see [`Member::node_id`]): what a live
+/// member answered as, otherwise what it was bound to before. The Kubernetes side keeps it and
+/// passes it back on the next pass.
+pub fn bindings(
+    desired: &Desired,
+    members: &[Member],
+    observed: &Observation,
+) -> BTreeMap<String, NodeId> {
+    Topology::new(desired, members, observed).bindings()
 }
 
 /// How the cluster stands this pass, whatever the next step is: the status reports it on every

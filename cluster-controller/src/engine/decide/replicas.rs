@@ -3,16 +3,22 @@
 
 use crate::engine::decision::{Action, Decision, Reason};
 use crate::engine::member::Place;
+use crate::engine::safety;
+use crate::valkey::cluster_nodes::NodeId;
 
 use super::slots::shard_conflict;
 use super::topology::{Live, Topology};
 
-/// Attaches each staying member to its shard's primary with CLUSTER REPLICATE.
+/// Attaches each staying member to its shard's primary with CLUSTER REPLICATE. In a shard with
+/// a member down, only to a primary that serves the shard's slots: the member that is down may
+/// be the one that does.
 pub(super) fn attach(t: &Topology) -> Option<Decision> {
     let mut pending = None;
     for shard in 0..t.desired.shards {
         let primary = match t.shard_primary(shard) {
+            Ok(Some(primary)) if t.shard_has_down(shard) && primary.slots().is_empty() => continue,
             Ok(Some(primary)) => primary,
+            Ok(None) if t.shard_has_down(shard) => continue,
             Ok(None) => {
                 let members: Vec<&str> = t.shard(shard).map(Live::name).collect();
                 if members.is_empty() {
@@ -28,6 +34,31 @@ pub(super) fn attach(t: &Topology) -> Option<Decision> {
             }
             Err((a, b)) => return Some(shard_conflict(shard, &a, &b)),
         };
+        // A member that replicates a node serving slots no member answers as (the shard's
+        // primary gone quiet, perhaps before anyone noticed) waits for it or for its election:
+        // a primary without slots is no place for the data it holds.
+        if primary.slots().is_empty()
+            && let Some(orphan) = t.shard(shard).find(|l| {
+                l.primary_id()
+                    .is_some_and(|p| t.by_id(p).is_none() && serves_slots(t, p))
+            })
+        {
+            pending.get_or_insert_with(|| {
+                Decision::wait(
+                    Reason::FailingOver,
+                    format!(
+                        "{} replicates node {}, which serves slots but does not answer; waiting \
+                         for it to return or for the replica's election",
+                        orphan.name(),
+                        orphan
+                            .primary_id()
+                            .map(ToString::to_string)
+                            .unwrap_or_default()
+                    ),
+                )
+            });
+            continue;
+        }
         for member in t
             .shard(shard)
             .filter(|l| l.staying() && l.id() != primary.id())
@@ -44,6 +75,21 @@ pub(super) fn attach(t: &Topology) -> Option<Decision> {
                         member.name(),
                         member.state.keys(),
                         primary.name()
+                    ),
+                ));
+            }
+            if let (Some(source), Some(own)) = (primary.state.history(), member.state.history())
+                && safety::sync_would_lose(&source, &own)
+            {
+                return Some(Decision::blocked(
+                    Reason::NodeNotEmpty,
+                    format!(
+                        "{} holds {} keys of a replication history {} does not have ({} keys); \
+                         replicating it would replace them, so the operator does not",
+                        member.name(),
+                        own.keys,
+                        primary.name(),
+                        source.keys
                     ),
                 ));
             }
@@ -74,6 +120,13 @@ pub(super) fn attach(t: &Topology) -> Option<Decision> {
         }
     }
     pending
+}
+
+/// True when some staying member's view has `id` serving slots.
+fn serves_slots(t: &Topology, id: &NodeId) -> bool {
+    t.staying()
+        .filter_map(|l| l.entry(id))
+        .any(|e| !e.slots.is_empty())
 }
 
 /// A surplus member that is its shard's primary fails over to a staying replica first.

@@ -44,11 +44,7 @@ pub(super) fn roll(t: &Topology) -> Option<Decision> {
                 primary.name()
             ),
         )),
-        None if t.desired.replicas == 0 => Some(allow(
-            primary,
-            remaining,
-            "a primary without replicas: its slots are unavailable until it is back",
-        )),
+        None if t.desired.replicas == 0 => Some(restart_alone(t, primary, remaining)),
         None => Some(Decision::wait(
             Reason::ReplicaSyncing,
             format!(
@@ -57,6 +53,45 @@ pub(super) fn roll(t: &Topology) -> Option<Decision> {
             ),
         )),
     }
+}
+
+/// A primary without replicas restarts with its slots unserved until it is back; without
+/// persistence it comes back empty, which the user must have accepted.
+fn restart_alone(t: &Topology, primary: &Live, remaining: usize) -> Decision {
+    if t.desired.persistent || primary.state.keys() == 0 {
+        return allow(
+            primary,
+            remaining,
+            "a primary without replicas: its slots are unavailable until it is back",
+        );
+    }
+    let slots = primary.slots();
+    if !t.desired.lost_slots.allows(slots) {
+        return Decision::blocked(
+            Reason::RestartWouldLoseData,
+            format!(
+                "restarting {} would lose its {} keys: it has no replica and no persistence. Add \
+                 a replica (spec.replicas: 1) or enable persistence first, or accept losing slots \
+                 {slots}: set spec.acceptLostSlots to \"{slots}\" (or spec.onSlotsLost to Refill, \
+                 for a cache)",
+                primary.name(),
+                primary.state.keys()
+            ),
+        );
+    }
+    Decision::forced(
+        Action::AllowRestart {
+            member: primary.name().to_owned(),
+        },
+        Reason::Rolling,
+        format!(
+            "restarting {} (a primary without replicas or persistence): its {} keys in slots \
+             {slots} are lost, as the user accepted; {remaining} member(s) left on the old \
+             revision",
+            primary.name(),
+            primary.state.keys()
+        ),
+    )
 }
 
 fn allow(member: &Live, remaining: usize, what: &str) -> Decision {

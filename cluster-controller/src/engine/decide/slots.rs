@@ -245,8 +245,16 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
         return None;
     }
     // Slots can only lose data once data was written; a cluster without a single key is
-    // still being formed (perhaps by an engine that was stopped half-way).
-    let forming = t.live.iter().all(|l| l.state.keys() == 0);
+    // still being formed (perhaps by an engine that was stopped half-way), unless it had formed
+    // before and every slot lost its owner (every node came back empty).
+    let forming =
+        t.live.iter().all(|l| l.state.keys() == 0) && !(t.desired.formed && assigned.is_empty());
+    if !forming && !t.desired.lost_slots.allows(&unassigned) {
+        return Some(super::failure::lost_slots(
+            &unassigned,
+            &format!("slots {unassigned} have no owner"),
+        ));
+    }
     let plan = match rebalance::plan(&by_shard(t), &target_shards(t)) {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
@@ -262,28 +270,27 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
         }
         Err((a, b)) => return Some(shard_conflict(shard, &a, &b)),
     };
-    let (reason, message) = if forming {
-        (
+    let action = Action::AddSlots {
+        on: primary.node_ref(),
+        slots: slots.clone(),
+    };
+    Some(if forming {
+        Decision::act(
+            action,
             Reason::Forming,
             format!("assigning slots {slots} to {}", primary.name()),
         )
     } else {
-        (
+        Decision::forced(
+            action,
             Reason::SlotsLost,
             format!(
-                "slots {slots} have no owner (any data they held is lost); assigning them to {}",
+                "slots {slots} have no owner and their data is lost, as the user accepted; \
+                 serving them again, empty, on {}",
                 primary.name()
             ),
         )
-    };
-    Some(Decision::act(
-        Action::AddSlots {
-            on: primary.node_ref(),
-            slots,
-        },
-        reason,
-        message,
-    ))
+    })
 }
 
 pub(super) fn shard_conflict(shard: u32, a: &str, b: &str) -> Decision {

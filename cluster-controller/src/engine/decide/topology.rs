@@ -1,6 +1,7 @@
 //! The observation joined with the members: who is live, which Valkey node each member is, and
 //! what every live node believes. The rules of [`super`] read only this.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::engine::decision::NodeRef;
@@ -96,17 +97,22 @@ pub(super) fn at(entry: &ClusterNode, addr: SocketAddr) -> bool {
 }
 
 /// A member that is not live this pass, and why.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Down<'a> {
     pub member: &'a Member,
     pub place: Place,
     pub reach: Option<&'a Reach>,
+    /// Why the node that answers at its address is not taken for it (see [`super::identity`]).
+    pub suspicion: Option<String>,
 }
 
 impl Down<'_> {
     pub fn why(&self) -> String {
         let name = &self.member.name;
         match self.reach {
+            _ if self.suspicion.is_some() => {
+                format!("{name}: {}", self.suspicion.as_deref().unwrap_or_default())
+            }
             _ if self.member.address.is_none() => format!("{name} has no address yet"),
             Some(Reach::Unreachable { error, .. }) => format!("{name} does not answer: {error}"),
             _ if !self.member.ready => format!("{name} is not ready"),
@@ -116,23 +122,31 @@ impl Down<'_> {
 }
 
 pub(super) struct Topology<'a> {
-    pub desired: Desired,
+    pub desired: &'a Desired,
     pub members: Vec<&'a Member>,
     pub live: Vec<Live<'a>>,
+    /// Members not live: not ready, silent, or answered by a node not taken for theirs.
     pub down: Vec<Down<'a>>,
 }
 
 impl<'a> Topology<'a> {
-    pub fn new(desired: &Desired, members: &'a [Member], observed: &'a Observation) -> Self {
+    pub fn new(desired: &'a Desired, members: &'a [Member], observed: &'a Observation) -> Self {
         let mut sorted: Vec<&Member> = members.iter().collect();
         sorted.sort_by(|a, b| (a.shard, a.index, &a.name).cmp(&(b.shard, b.index, &b.name)));
+        let answering: Vec<(&Member, &NodeState)> = sorted
+            .iter()
+            .filter(|m| m.ready)
+            .filter_map(|m| Some((*m, observed.state(&m.name)?)))
+            .collect();
+        let mut suspicions = super::identity::suspicions(&sorted, &answering);
         let mut live = Vec::new();
         let mut down = Vec::new();
         for member in &sorted {
             let place = desired.place(member);
             let reach = observed.get(&member.name);
+            let suspicion = suspicions.remove(&member.name);
             match reach.and_then(Reach::state) {
-                Some(state) if member.ready => live.push(Live {
+                Some(state) if member.ready && suspicion.is_none() => live.push(Live {
                     member,
                     place,
                     state,
@@ -141,15 +155,67 @@ impl<'a> Topology<'a> {
                     member,
                     place,
                     reach,
+                    suspicion,
                 }),
             }
         }
         Self {
-            desired: *desired,
+            desired,
             members: sorted,
             live,
             down,
         }
+    }
+
+    /// True when every staying member is live: rules that concern the whole cluster (moving
+    /// slots between shards, rolling, declaring it healthy) need every member.
+    pub fn whole(&self) -> bool {
+        self.down.iter().all(|d| d.place != Place::Staying)
+    }
+
+    /// The staying members that are down.
+    pub fn down_staying(&self) -> impl Iterator<Item = &Down<'a>> {
+        self.down.iter().filter(|d| d.place == Place::Staying)
+    }
+
+    /// True when `id` is the node some member answered as this pass, live or not taken for its
+    /// own (a node answering at two members is real, whoever it belongs to).
+    pub fn answers(&self, id: &NodeId) -> bool {
+        self.live.iter().any(|l| l.id() == id)
+            || self
+                .down
+                .iter()
+                .filter_map(|d| d.reach.and_then(Reach::state))
+                .any(|s| s.id() == id)
+    }
+
+    /// True when `id` may be the node of a staying member that is down: its bound node, or any
+    /// node at all for a member never bound that has run (it has an address). Such a node is
+    /// never forgotten: the member returns as it.
+    pub fn may_be_down_member(&self, id: &NodeId) -> bool {
+        self.down_staying().any(|d| match &d.member.node_id {
+            Some(bound) => bound == id,
+            None => d.member.address.is_some(),
+        })
+    }
+
+    /// The node each member is bound to after this pass: the node a live member answered as,
+    /// otherwise the one it was bound to before.
+    pub fn bindings(&self) -> BTreeMap<String, NodeId> {
+        let mut out: BTreeMap<String, NodeId> = self
+            .members
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), m.node_id.clone()?)))
+            .collect();
+        for l in &self.live {
+            out.insert(l.name().to_owned(), l.id().clone());
+        }
+        out
+    }
+
+    /// True when `shard` has a staying member that is down.
+    pub fn shard_has_down(&self, shard: u32) -> bool {
+        self.down_staying().any(|d| d.member.shard == shard)
     }
 
     pub fn staying(&self) -> impl Iterator<Item = &Live<'a>> {

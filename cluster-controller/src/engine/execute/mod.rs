@@ -95,6 +95,9 @@ pub async fn execute(
                 "ACL SETUSER",
             )
         }
+        Action::ForcedFailover { on_replica, .. } => {
+            failover(client, on_replica, Some("FORCE"), config).await
+        }
         Action::Takeover { on_replica, .. } => {
             failover(client, on_replica, Some("TAKEOVER"), config).await
         }

@@ -1,0 +1,72 @@
+//! A primary that came back without its data but with its identity: no persistence, and the
+//! same pod's server restarted with the same volume, so the same node id from nodes.conf and
+//! still the primary of its slots. Valkey sees nothing wrong (it was away for less than a node
+//! timeout), and its replica, whose link the replication fence keeps down, holds the shard's
+//! only copy of the data.
+//!
+//! The replica takes over before the empty node can ever serve it: `CLUSTER FAILOVER FORCE`,
+//! because the primary is alive (a takeover without a vote is not needed) but a planned failover
+//! waits for the replica to catch up with the primary's offset, which a replica of another
+//! history never does. The emptied node then follows the new primary and resyncs from it.
+//! Writes the emptied node accepted since it came back are lost; the alternative is losing the
+//! shard's data.
+
+use std::cmp::Reverse;
+
+use crate::engine::decision::{Action, Decision, Reason};
+use crate::engine::safety;
+
+use super::topology::{Live, Topology};
+
+pub(super) fn emptied_primaries(t: &Topology) -> Option<Decision> {
+    for primary in t
+        .live
+        .iter()
+        .filter(|l| l.is_primary() && !l.slots().is_empty())
+    {
+        let Some(source) = primary.state.history() else {
+            continue;
+        };
+        let best = t
+            .live
+            .iter()
+            .filter(|r| r.primary_id() == Some(primary.id()))
+            .filter(|r| {
+                r.state
+                    .history()
+                    .is_some_and(|h| safety::sync_would_lose(&source, &h))
+            })
+            .max_by_key(|r| {
+                (
+                    r.staying(),
+                    r.state.keys(),
+                    r.state.replication_offset(),
+                    Reverse(r.name()),
+                )
+            });
+        let Some(best) = best else {
+            continue;
+        };
+        return Some(takes_over(primary, best));
+    }
+    None
+}
+
+fn takes_over(primary: &Live, replica: &Live) -> Decision {
+    Decision::forced(
+        Action::ForcedFailover {
+            on_replica: replica.node_ref(),
+            primary: primary.node_ref(),
+        },
+        Reason::PrimaryRestartedEmpty,
+        format!(
+            "{p} came back without its data ({pk} keys, a replication history of its own) while \
+             its replica {r} holds {rk} keys; {r} takes over before {p} can serve it, and {p} \
+             resyncs from {r} (writes {p} accepted since it came back are lost)",
+            p = primary.name(),
+            pk = primary.state.keys(),
+            r = replica.name(),
+            rk = replica.state.keys(),
+        ),
+    )
+}

@@ -1,0 +1,303 @@
+//! Faults the operator must not turn into lost writes, against real servers: a partition that
+//! hides a primary from the operator and its replica, a primary that restarts in place
+//! without its data, a member that stays down while another shard needs repair, a node of
+//! another cluster at a member's old address, and a shard whose every copy is lost.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cluster_controller::engine::{Decision, Desired, Reason};
+use cluster_controller::valkey::slots::SlotSet;
+use cluster_controller::valkey::value;
+
+use common::lab::{Address, Lab};
+use common::net::Partition;
+use common::servers::{self, Options, Server};
+use common::traffic::{self, Writer};
+
+const THREE_BY_ONE: Desired = Desired::new(3, 1);
+
+async fn formed(lab: &mut Lab, desired: Desired) -> Vec<(String, String)> {
+    lab.scale(desired);
+    lab.converge(Duration::from_secs(90)).await;
+    let keys = traffic::write_keys(&lab.addresses(), "k", 1000).await;
+    lab.wait_replicas_caught_up(Duration::from_secs(20)).await;
+    keys
+}
+
+async fn myself(lab: &Lab, name: &str) -> cluster_controller::valkey::cluster_nodes::ClusterNode {
+    lab.cluster_nodes(name)
+        .await
+        .myself()
+        .expect("myself")
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cut_off_from_the_operator_and_its_replica_keeps_its_writes() {
+    let options = Options {
+        fenced: true,
+        ..Options::default()
+    };
+    let mut lab = Lab::with_options("partial", servers::valkey_9(), 113, options);
+    let mut keys = formed(&mut lab, THREE_BY_ONE).await;
+    let writer = Writer::start(&lab.addresses(), "w").await;
+
+    // The operator and c-0-1 lose c-0-0; the other primaries and the clients still reach it.
+    lab.hide_from_operator("c-0-0");
+    let cut = Partition::between(&[lab.ip_of("c-0-0")], &[lab.ip_of("c-0-1")]);
+    let started = Instant::now();
+    // Longer than the 20 s after which the operator used to take over.
+    lab.run_for(Duration::from_secs(30)).await;
+    eprintln!("[partial] partition held {:?}", started.elapsed());
+    assert!(
+        !lab.saw_text("FAILOVER"),
+        "no failover while the primary is alive for the cluster: {:?}",
+        lab.history
+    );
+    assert!(
+        lab.saw_text("still sees it healthy"),
+        "the status says why: {:?}",
+        lab.history
+    );
+    drop(cut);
+    lab.stop_pretending("c-0-0");
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        myself(&lab, "c-0-0").await.is_primary(),
+        "c-0-0 stayed primary"
+    );
+
+    let report = writer.finish().await;
+    eprintln!(
+        "[partial] {} writes acknowledged, {} failed attempts retried",
+        report.acked.len(),
+        report.failed_attempts
+    );
+    assert!(!report.acked.is_empty());
+    keys.extend(report.acked);
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+/// A primary's server killed and started again at once from the same folder, without
+/// persistence: the same node id, still primary of its slots, and empty.
+async fn primary_back_empty_in_place(name: &str, binary: servers::Binary, subnet: u8, open: bool) {
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: open,
+    };
+    let mut lab = Lab::with_options(name, binary, subnet, options);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    let old_id = lab.node_id("c-0-0").await;
+    let slots = myself(&lab, "c-0-0").await.slots;
+
+    lab.restart_in_place("c-0-0");
+    let started = Instant::now();
+    let health = lab.converge(Duration::from_secs(90)).await;
+    eprintln!("[{name}] whole again after {:?}", started.elapsed());
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        lab.forced
+            .iter()
+            .any(|l| l.contains("FAILOVER FORCE on c-0-1")),
+        "c-0-1 was made primary, announced as forced: {:?}",
+        lab.history
+    );
+    assert_eq!(lab.node_id("c-0-0").await, old_id, "same node, same id");
+    assert!(myself(&lab, "c-0-0").await.is_replica());
+    assert_eq!(myself(&lab, "c-0-1").await.slots, slots);
+    lab.assert_topology().await;
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_empty_in_place_hands_over_to_its_replica_on_valkey_9() {
+    primary_back_empty_in_place("emptied9", servers::valkey_9(), 114, false).await;
+}
+
+/// On Valkey 8, and with clients needing no password: the fence does not depend on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_empty_in_place_hands_over_to_its_replica_on_valkey_8_without_auth() {
+    primary_back_empty_in_place("emptied8", servers::valkey_8(), 115, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_member_down_does_not_stop_repairs_elsewhere() {
+    let mut lab = Lab::new("down", servers::valkey_9(), 116);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    let old_id = lab.node_id("c-0-0").await;
+    // c-2-1 goes down and stays down; c-0-0 comes back as a new, empty node.
+    lab.kill("c-2-1");
+    lab.kill("c-0-0");
+    lab.wipe("c-0-0");
+    lab.start("c-0-0", Address::New);
+    let started = Instant::now();
+    let mut repaired = false;
+    lab.run_until(Duration::from_secs(90), |pass| {
+        let (Some(c00), Some(c01)) = (
+            pass.observation.state("c-0-0"),
+            pass.observation.state("c-0-1"),
+        ) else {
+            return false;
+        };
+        let attached = c00.myself().primary_id.as_ref() == Some(c01.id()) && c00.replica_in_sync();
+        let forgotten = pass
+            .observation
+            .members
+            .values()
+            .filter_map(|r| r.state())
+            .all(|s| s.nodes().nodes.iter().all(|n| n.id.as_str() != old_id));
+        repaired = attached && forgotten;
+        repaired
+    })
+    .await;
+    assert!(repaired);
+    eprintln!("[down] shard 0 repaired after {:?}", started.elapsed());
+    assert!(
+        lab.history.iter().any(|l| l.contains("c-2-1")),
+        "what waits names the member that is down: {:?}",
+        lab.history
+    );
+
+    lab.start("c-2-1", Address::Same);
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    lab.assert_topology().await;
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_another_cluster_at_a_members_old_address_is_left_alone() {
+    let mut lab = Lab::new("foreign", servers::valkey_9(), 117);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    // c-2-1's pod is gone but its status still names its address, now another cluster's node.
+    let ip = lab.ip_of("c-2-1");
+    let address = lab.member("c-2-1").address.expect("address");
+    lab.kill("c-2-1");
+    lab.pretend_status("c-2-1", address, true);
+    let (root, acl) = lab.paths();
+    let mut foreign = Server::new(root.join("foreign"));
+    foreign.start(&lab.binary, &acl, ip, true);
+    let probe = |args: &[&str]| {
+        let mut cmd = redis::Cmd::new();
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        cmd
+    };
+    use cluster_controller::client::ValkeyClient;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = lab
+            .probe
+            .command(
+                address,
+                &probe(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]),
+                Duration::from_secs(1),
+            )
+            .await;
+        if reply.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the foreign node did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let decisions = lab.run_for(Duration::from_secs(15)).await;
+    let last = decisions.last().expect("a pass");
+    assert_eq!(last.reason(), Reason::IdentityConflict, "{last}");
+    assert!(last.message().contains("another cluster"), "{last}");
+    let touched: Vec<String> = decisions
+        .iter()
+        .filter(|d| matches!(d, Decision::Act { .. }))
+        .map(ToString::to_string)
+        .filter(|d| d.contains(&ip.to_string()) || d.contains("c-2-1"))
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "nothing is done to the foreign node: {touched:?}"
+    );
+    let known = lab
+        .probe
+        .command(
+            address,
+            &probe(&["CLUSTER", "INFO"]),
+            Duration::from_secs(2),
+        )
+        .await
+        .ok()
+        .and_then(|v| value::text(&v))
+        .unwrap_or_default();
+    assert!(
+        known.contains("cluster_known_nodes:1"),
+        "the foreign node met none of ours:\n{known}"
+    );
+
+    foreign.kill();
+    lab.stop_pretending("c-2-1");
+    lab.start("c-2-1", Address::Same);
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_lost_with_persistence_off_waits_for_the_users_word() {
+    let options = Options {
+        persistence: false,
+        ..Options::default()
+    };
+    let mut lab = Lab::with_options("lost", servers::valkey_9(), 118, options);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    let lost: SlotSet = myself(&lab, "c-1-0").await.slots;
+    for name in ["c-1-0", "c-1-1"] {
+        lab.kill(name);
+        lab.wipe(name);
+        lab.start(name, Address::New);
+    }
+    lab.run_until(Duration::from_secs(90), |pass| {
+        pass.decision.reason() == Reason::SlotsLost
+    })
+    .await;
+    // It stays so: Failed, naming the lost slots, nothing served again on its own.
+    let decisions = lab.run_for(Duration::from_secs(5)).await;
+    for decision in &decisions {
+        match decision {
+            Decision::Blocked {
+                reason: Reason::SlotsLost,
+                message,
+            } => assert!(message.contains(&lost.to_string()), "{message}"),
+            other => panic!("expected to wait for the user: {other}"),
+        }
+        assert!(decision.reason().is_failure());
+    }
+    assert!(lab.forced.is_empty(), "{:?}", lab.forced);
+
+    lab.desired.lost_slots.accepted = Some(lost.clone());
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.slots_assigned), (3, 16384));
+    assert!(
+        lab.forced.iter().any(|l| l.contains("FORGET"))
+            && lab.forced.iter().any(|l| l.contains("ADDSLOTSRANGE")),
+        "forgetting the lost node and serving its slots again are announced: {:?}",
+        lab.forced
+    );
+    // Every key outside the lost slots is still there.
+    let mut kept = Vec::new();
+    for (key, value) in keys {
+        let slot = lab.command("c-0-0", &["CLUSTER", "KEYSLOT", &key]).await;
+        let slot = value::int(&slot).and_then(|s| u16::try_from(s).ok());
+        if slot.is_some_and(|s| !lost.contains(s)) {
+            kept.push((key, value));
+        }
+    }
+    assert!(
+        kept.len() > 500,
+        "{} keys outside the lost slots",
+        kept.len()
+    );
+    traffic::verify(&lab.addresses(), &kept).await;
+}
