@@ -3,11 +3,14 @@
 //! - [`plan`]: rebalancing and the per-slot migration machines (pure; imports `valkey`);
 //! - [`client`]: the one small trait the engine talks to Valkey through, and its redis impl
 //!   (imports nothing of this crate: it carries commands and replies);
+//! - [`access`]: the users every server holds, their rights, and applying them to running
+//!   servers (imports `valkey` and `client`);
 //! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
 //!   against real valkey-server processes, no Kubernetes; imports the three above);
 //! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out
 //!   (imports the engine and the client's credentials).
 
+pub mod access;
 pub mod client;
 pub mod controller;
 pub mod engine;

@@ -1,0 +1,72 @@
+//! What each Valkey user may do. The operator's own users get exactly the commands the operator
+//! sends as them; client users get data commands and never administration, whatever their own
+//! rules say. The README lists the same (keep them in step).
+
+use crate::valkey::Version;
+
+/// The clients' user, always present: password from the parent's Secret, or none when
+/// authentication is off.
+pub const DEFAULT_USER: &str = "default";
+/// The cluster-controller's own commands: topology, slot moves, INFO, and the users.
+pub const OPERATOR_USER: &str = "operator";
+/// Probes and the node-controller: PING and INFO.
+pub const HEALTHCHECK_USER: &str = "healthcheck";
+/// Replicas syncing from their primary, and Valkey 9's slot imports between primaries. Fenced:
+/// off whenever a server starts, turned on by the engine once the server is settled.
+pub const REPLICATION_USER: &str = "replication";
+
+/// Users a parent's spec may not name: the clients' default user and the operator's own.
+pub const RESERVED_USERS: &[&str] = &[
+    DEFAULT_USER,
+    OPERATOR_USER,
+    HEALTHCHECK_USER,
+    REPLICATION_USER,
+];
+
+/// Taken from every client user after its own rules: Valkey's `@admin` category (ACL, CONFIG,
+/// DEBUG, MODULE, SHUTDOWN, REPLICAOF, FAILOVER, PSYNC/SYNC, MONITOR, SAVE, the CLUSTER
+/// commands that change the topology, CLIENT KILL, ...) and moving keys between servers
+/// (MIGRATE, RESTORE), which bypasses the cluster's own slot ownership.
+pub const CLIENT_DENY: &str = "-@admin -migrate -restore -restore-asking";
+
+/// The default user's rules before [`CLIENT_DENY`]: every key, channel and data command.
+pub const DEFAULT_CLIENT_RULES: &str = "~* &* +@all";
+
+/// The operator: what the engine sends (CLUSTER topology and slot commands, INFO, DBSIZE,
+/// MIGRATE and, on the receiving side of MIGRATE, RESTORE-ASKING and SELECT), CONFIG GET/SET
+/// (Valkey's settings, and reloading TLS files on servers before 9.1), and the users (ACL
+/// GETUSER/SETUSER/DELUSER/USERS: applying users live, lifting the replication fence). Every
+/// name here exists on Valkey 8.0, so one ACL file serves every version.
+pub const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +select \
++cluster|info +cluster|nodes +cluster|shards +cluster|myid +cluster|meet +cluster|addslotsrange \
++cluster|replicate +cluster|forget +cluster|setslot +cluster|getkeysinslot \
++cluster|countkeysinslot +cluster|failover +migrate +restore-asking +asking +readonly \
++config|get +config|set +acl|getuser +acl|setuser +acl|deluser +acl|users";
+
+/// The operator's commands that exist only from Valkey 9.0 (atomic slot migration), given live
+/// to servers of that version (an ACL file naming them would not load on 8.0).
+pub const OPERATOR_RULES_9: &str =
+    "+cluster|migrateslots +cluster|getslotmigrations +cluster|cancelslotmigrations";
+
+/// Health checks: PING and INFO, no keys, no channels.
+pub const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
+
+/// Replication: a replica's PSYNC/SYNC/REPLCONF, and, on Valkey 9, the stream of an atomic slot
+/// import, which the importing primary runs as this user: the data commands that rebuild the
+/// moved keys, never administration.
+pub const REPLICATION_RULES: &str = "~* &* +@all -@admin +psync +sync +replconf";
+
+/// Valkey 9's slot import handshake (CLUSTER SYNCSLOTS), given live to servers of that version.
+pub const REPLICATION_RULES_9: &str = "+cluster|syncslots";
+
+/// Rules a server of `version` gets for `user` beyond its ACL file.
+pub fn extras(user: &str, version: Version) -> Option<&'static str> {
+    if version.major < 9 {
+        return None;
+    }
+    match user {
+        OPERATOR_USER => Some(OPERATOR_RULES_9),
+        REPLICATION_USER => Some(REPLICATION_RULES_9),
+        _ => None,
+    }
+}

@@ -1,0 +1,368 @@
+//! The users every server of a parent holds, as one value: rendered as the ACL file a server
+//! starts with, and as the `ACL SETUSER` commands that bring a running server to the same state
+//! without a restart. Passwords appear only as SHA-256 hashes.
+
+use sha2::{Digest, Sha256};
+
+use super::rights::{
+    self, CLIENT_DENY, DEFAULT_CLIENT_RULES, DEFAULT_USER, HEALTHCHECK_RULES, HEALTHCHECK_USER,
+    OPERATOR_RULES, OPERATOR_USER, REPLICATION_RULES, REPLICATION_USER,
+};
+use crate::valkey::Version;
+
+/// The SHA-256 of a password, as Valkey's ACL takes it (`#<hex>`).
+pub fn password_hash(password: &str) -> String {
+    hex::encode(Sha256::digest(password.as_bytes()))
+}
+
+/// How a user logs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Login {
+    /// With any of these passwords, given as hashes (more than one while a password rotates).
+    Hashes(Vec<String>),
+    /// With any password or none (the default user when authentication is off).
+    NoPassword,
+}
+
+/// One Valkey user: who, how it logs in, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclUser {
+    pub name: String,
+    pub login: Login,
+    /// The complete rules (keys, channels, commands), after a reset.
+    pub rules: String,
+    /// Off in the ACL file, so off whenever a server starts, and never switched on or off by
+    /// [`AclUser::setuser`]: the engine's replication fence owns that flag.
+    pub fenced: bool,
+}
+
+impl AclUser {
+    /// A user for clients: its own rules, then no administration whatever they say.
+    pub fn client(name: &str, login: Login, rules: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            login,
+            rules: format!("{} {CLIENT_DENY}", rules.trim()),
+            fenced: false,
+        }
+    }
+
+    fn operator(name: &str, password: &str, rules: &str, fenced: bool) -> Self {
+        Self {
+            name: name.to_owned(),
+            login: Login::Hashes(vec![password_hash(password)]),
+            rules: rules.to_owned(),
+            fenced,
+        }
+    }
+
+    fn login_tokens(&self) -> Vec<String> {
+        match &self.login {
+            Login::NoPassword => vec!["nopass".to_owned()],
+            Login::Hashes(hashes) => hashes.iter().map(|h| format!("#{h}")).collect(),
+        }
+    }
+
+    /// Its line of the ACL file.
+    pub fn file_line(&self) -> String {
+        let state = if self.fenced { "off" } else { "on" };
+        format!(
+            "user {} {state} {} {}",
+            self.name,
+            self.login_tokens().join(" "),
+            self.rules
+        )
+    }
+
+    /// The arguments of `ACL SETUSER` that give a running server of `version` this user exactly
+    /// (every earlier password, key, channel and command rule is reset in the same command, so
+    /// no moment sees a half-applied user), plus the rules that exist only on that version.
+    pub fn setuser(&self, version: Version) -> Vec<String> {
+        let mut args = vec!["ACL".to_owned(), "SETUSER".to_owned(), self.name.clone()];
+        if !self.fenced {
+            args.push("on".to_owned());
+        }
+        args.push("resetpass".to_owned());
+        args.extend(self.login_tokens());
+        args.extend(
+            ["resetkeys", "resetchannels", "clearselectors", "-@all"]
+                .into_iter()
+                .map(str::to_owned),
+        );
+        args.extend(self.rules.split_whitespace().map(str::to_owned));
+        if let Some(extra) = rights::extras(&self.name, version) {
+            args.extend(extra.split_whitespace().map(str::to_owned));
+        }
+        args
+    }
+}
+
+/// The operator's own passwords (generated once, kept in the parent's Secrets).
+#[derive(Clone, PartialEq, Eq)]
+pub struct OperatorPasswords {
+    pub operator: String,
+    pub healthcheck: String,
+    pub replication: String,
+}
+
+impl std::fmt::Debug for OperatorPasswords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OperatorPasswords(***)")
+    }
+}
+
+/// Every user of a parent's servers: the clients' default user, the operator's three, then the
+/// named client users by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserSet {
+    users: Vec<AclUser>,
+}
+
+impl UserSet {
+    /// `default` logs in with `default_login`; `named` are the parent's own client users
+    /// (name, login, rules), which may not take a reserved name.
+    pub fn new(
+        default_login: Login,
+        operator: &OperatorPasswords,
+        named: impl IntoIterator<Item = AclUser>,
+    ) -> Self {
+        let mut users = vec![
+            AclUser::client(DEFAULT_USER, default_login, DEFAULT_CLIENT_RULES),
+            AclUser::operator(OPERATOR_USER, &operator.operator, OPERATOR_RULES, false),
+            AclUser::operator(
+                HEALTHCHECK_USER,
+                &operator.healthcheck,
+                HEALTHCHECK_RULES,
+                false,
+            ),
+            // Off at every start: see the engine's fencing rule.
+            AclUser::operator(
+                REPLICATION_USER,
+                &operator.replication,
+                REPLICATION_RULES,
+                true,
+            ),
+        ];
+        let mut named: Vec<AclUser> = named
+            .into_iter()
+            .filter(|u| !rights::RESERVED_USERS.contains(&u.name.as_str()))
+            .collect();
+        named.sort_by(|a, b| a.name.cmp(&b.name));
+        named.dedup_by(|a, b| a.name == b.name);
+        users.extend(named);
+        Self { users }
+    }
+
+    pub fn users(&self) -> &[AclUser] {
+        &self.users
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.users.iter().map(|u| u.name.as_str())
+    }
+
+    /// The ACL file (`aclfile`) every server loads when it starts.
+    pub fn acl_file(&self) -> String {
+        let mut text: String = self.users.iter().map(|u| u.file_line() + "\n").collect();
+        if text.is_empty() {
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The commands that bring a running server of `version` to this set: the operator's own
+    /// user first (so the rest may use rights it has just gained), the clients' default user
+    /// last (a server reached through that user must not lose its rights half-way).
+    pub fn setusers(&self, version: Version) -> Vec<Vec<String>> {
+        let mut ordered: Vec<&AclUser> = self.users.iter().collect();
+        ordered.sort_by_key(|u| match u.name.as_str() {
+            OPERATOR_USER => 0,
+            DEFAULT_USER => 2,
+            _ => 1,
+        });
+        ordered.iter().map(|u| u.setuser(version)).collect()
+    }
+
+    /// A short fingerprint of what a server of `version` should hold: the same for the same
+    /// users, rights and password hashes.
+    pub fn fingerprint(&self, version: Version) -> String {
+        let mut hasher = Sha256::new();
+        for args in self.setusers(version) {
+            for arg in args {
+                hasher.update(arg.as_bytes());
+                hasher.update([0]);
+            }
+            hasher.update([1]);
+        }
+        hex::encode(&hasher.finalize()[..8])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passwords() -> OperatorPasswords {
+        OperatorPasswords {
+            operator: "op-pw".into(),
+            healthcheck: "hc-pw".into(),
+            replication: "rep-pw".into(),
+        }
+    }
+
+    fn v(major: u32) -> Version {
+        Version::new(major, 0, 0)
+    }
+
+    #[test]
+    fn the_acl_file_holds_hashes_not_passwords_and_starts_replication_fenced() {
+        let app = AclUser::client(
+            "app",
+            Login::Hashes(vec![password_hash("app-pw")]),
+            "~app:* +@read",
+        );
+        let set = UserSet::new(
+            Login::Hashes(vec![password_hash("client-pw")]),
+            &passwords(),
+            [app],
+        );
+        let file = set.acl_file();
+        assert_eq!(file.lines().count(), 5);
+        for secret in ["client-pw", "op-pw", "hc-pw", "rep-pw", "app-pw"] {
+            assert!(!file.contains(secret), "{secret} in {file}");
+            assert!(file.contains(&password_hash(secret)), "{secret}");
+        }
+        assert!(
+            file.lines()
+                .any(|l| l.starts_with("user replication off #"))
+        );
+        assert!(file.lines().any(|l| l.starts_with("user default on #")));
+        let app_line = file
+            .lines()
+            .find(|l| l.starts_with("user app "))
+            .unwrap_or_default();
+        assert!(
+            app_line.ends_with("~app:* +@read -@admin -migrate -restore -restore-asking"),
+            "client users lose administration after their own rules: {app_line}"
+        );
+    }
+
+    #[test]
+    fn a_user_without_password_is_only_the_default_one_when_auth_is_off() {
+        let set = UserSet::new(Login::NoPassword, &passwords(), []);
+        let file = set.acl_file();
+        assert!(
+            file.lines()
+                .any(|l| l.starts_with("user default on nopass ~* &* +@all -@admin"))
+        );
+        assert_eq!(file.matches("nopass").count(), 1, "{file}");
+    }
+
+    #[test]
+    fn named_users_cannot_take_a_reserved_name_and_come_in_name_order() {
+        let hashes = || Login::Hashes(vec![password_hash("x")]);
+        let set = UserSet::new(
+            hashes(),
+            &passwords(),
+            [
+                AclUser::client("zeta", hashes(), "+@read"),
+                AclUser::client("operator", hashes(), "+@all"),
+                AclUser::client("alpha", hashes(), "+@read"),
+            ],
+        );
+        let names: Vec<&str> = set.names().collect();
+        assert_eq!(
+            names,
+            [
+                "default",
+                "operator",
+                "healthcheck",
+                "replication",
+                "alpha",
+                "zeta"
+            ]
+        );
+        let operator = &set.users()[1];
+        assert!(
+            operator.rules.starts_with("~* &* -@all"),
+            "the operator keeps its own rights"
+        );
+    }
+
+    #[test]
+    fn setuser_resets_everything_but_leaves_the_fence_alone() {
+        let set = UserSet::new(
+            Login::Hashes(vec!["aa".into(), "bb".into()]),
+            &passwords(),
+            [],
+        );
+        let commands = set.setusers(v(8));
+        assert_eq!(
+            commands[0][2], "operator",
+            "the operator's own rights come first"
+        );
+        assert_eq!(
+            commands.last().map(|c| c[2].as_str()),
+            Some("default"),
+            "the default user's own rights go last"
+        );
+        let default = commands
+            .iter()
+            .find(|c| c[2] == "default")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            default[3..10],
+            [
+                "on",
+                "resetpass",
+                "#aa",
+                "#bb",
+                "resetkeys",
+                "resetchannels",
+                "clearselectors"
+            ]
+        );
+        let replication = commands
+            .iter()
+            .find(|c| c[2] == "replication")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            !replication.iter().any(|a| a == "on" || a == "off"),
+            "the fence's flag is the engine's: {replication:?}"
+        );
+    }
+
+    #[test]
+    fn valkey_9_servers_get_the_commands_of_atomic_slot_migration_live() {
+        let set = UserSet::new(Login::NoPassword, &passwords(), []);
+        let on = |major| {
+            set.setusers(v(major))
+                .into_iter()
+                .flatten()
+                .collect::<Vec<String>>()
+        };
+        assert!(
+            !on(8)
+                .iter()
+                .any(|a| a.contains("migrateslots") || a.contains("syncslots"))
+        );
+        assert!(on(9).iter().any(|a| a == "+cluster|migrateslots"));
+        assert!(on(9).iter().any(|a| a == "+cluster|syncslots"));
+        assert!(
+            !set.acl_file().contains("migrateslots"),
+            "the file must load on 8.0 too"
+        );
+        assert_ne!(set.fingerprint(v(8)), set.fingerprint(v(9)));
+        assert_eq!(
+            set.fingerprint(v(9)),
+            set.clone().fingerprint(Version::new(9, 1, 2))
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_operator_passwords() {
+        assert!(!format!("{:?}", passwords()).contains("op-pw"));
+    }
+}

@@ -1,0 +1,542 @@
+//! The users the operator gives every server, on real valkey-server processes of 9.x and 8.0:
+//! the clients' users get data commands and are refused every administration command with
+//! NOPERM; the operator's users get what they need and no data; and a change of users or
+//! passwords reaches a running server without a restart.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cluster_controller::access::{
+    AccessState, AclUser, Bootstrap, Login, OperatorPasswords, Target, UserSet, password_hash,
+    rotation,
+};
+use cluster_controller::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
+use redis::Value;
+
+use common::servers::{self, Binary, Server};
+
+const CLIENT_PASSWORD: &str = "client-secret";
+const APP_PASSWORD: &str = "app-secret";
+
+fn operator_passwords() -> OperatorPasswords {
+    OperatorPasswords {
+        operator: "op-secret".into(),
+        healthcheck: "hc-secret".into(),
+        replication: "rep-secret".into(),
+    }
+}
+
+fn users(default_passwords: &[&str], named: &[(&str, &str, &str)]) -> UserSet {
+    let hashes = |list: &[&str]| Login::Hashes(list.iter().map(|p| password_hash(p)).collect());
+    UserSet::new(
+        hashes(default_passwords),
+        &operator_passwords(),
+        named
+            .iter()
+            .map(|(name, password, rules)| AclUser::client(name, hashes(&[password]), rules)),
+    )
+}
+
+struct One {
+    server: Server,
+    address: SocketAddr,
+    _dir: PathBuf,
+}
+
+/// A server on `127.0.<subnet>.1` that starts with `acl` as its ACL file.
+fn start(name: &str, binary: &Binary, subnet: u8, acl: &str) -> One {
+    let dir = std::env::temp_dir()
+        .join("valkey-engine-tests")
+        .join(format!("access-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let acl_path = dir.join("users.acl");
+    std::fs::write(&acl_path, acl).unwrap_or_else(|e| panic!("{e}"));
+    let mut server = Server::new(dir.join("server"));
+    let ip = Ipv4Addr::new(127, 0, subnet, 1);
+    server.start(binary, &acl_path, ip, false);
+    One {
+        server,
+        address: SocketAddr::from((ip, servers::PORT)),
+        _dir: dir,
+    }
+}
+
+fn client(user: Option<&str>, password: Option<&str>) -> RedisClient {
+    RedisClient::new(RedisClientConfig {
+        credentials: Credentials {
+            username: user.map(str::to_owned),
+            password: password.map(|p| p.to_owned().into()),
+        },
+        connect_timeout: Duration::from_millis(500),
+    })
+}
+
+fn cmd(args: &[&str]) -> redis::Cmd {
+    let mut c = redis::Cmd::new();
+    for a in args {
+        c.arg(*a);
+    }
+    c
+}
+
+async fn run(client: &RedisClient, at: SocketAddr, args: &[&str]) -> Result<Value, String> {
+    client
+        .command(at, &cmd(args), Duration::from_secs(2))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn wait_up(one: &mut One, as_client: &RedisClient) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if run(as_client, one.address, &["PING"]).await.is_ok() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline && one.server.running(),
+            "the server did not come up: {}",
+            one.server.log_tail(10)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A user the tests add to the ACL file to ask `ACL DRYRUN` (the operator has no such right).
+const TEST_ADMIN: &str = "user testadmin on >testadmin ~* &* +@all\n";
+
+/// Each command must be refused with NOPERM (DEBUG and MODULE may be refused first by the server's
+/// own `enable-*-command` guard; `ACL DRYRUN` then shows the ACL refuses them too); returns the
+/// ones that were not.
+async fn not_refused(client: &RedisClient, at: SocketAddr, commands: &[&[&str]]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for args in commands {
+        match run(client, at, args).await {
+            Err(e) if e.to_lowercase().contains("noperm") => {}
+            Err(e) if e.contains("command not allowed") => {}
+            other => wrong.push(format!("{}: {other:?}", args.join(" "))),
+        }
+    }
+    wrong
+}
+
+/// `ACL DRYRUN user <command>` must refuse each command; returns the ones it allows.
+async fn dry_run_allows(at: SocketAddr, user: &str, commands: &[&[&str]]) -> Vec<String> {
+    let admin = client(Some("testadmin"), Some("testadmin"));
+    let mut wrong = Vec::new();
+    for args in commands {
+        let mut dry = vec!["ACL", "DRYRUN", user];
+        dry.extend_from_slice(args);
+        match run(&admin, at, &dry).await {
+            Ok(Value::Okay) => wrong.push(args.join(" ")),
+            Ok(Value::SimpleString(s)) if s == "OK" => wrong.push(args.join(" ")),
+            _ => {}
+        }
+    }
+    wrong
+}
+
+/// Each command must be allowed (it may still fail for its own reasons, but not NOPERM).
+async fn refused(client: &RedisClient, at: SocketAddr, commands: &[&[&str]]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for args in commands {
+        if let Err(e) = run(client, at, args).await
+            && e.to_lowercase().contains("noperm")
+        {
+            wrong.push(format!("{}: {e}", args.join(" ")));
+        }
+    }
+    wrong
+}
+
+const ADMINISTRATION: &[&[&str]] = &[
+    &["CONFIG", "GET", "masterauth"],
+    &["CONFIG", "SET", "maxmemory", "1"],
+    &["ACL", "SETUSER", "replication", "on"],
+    &["ACL", "LIST"],
+    &["ACL", "GETUSER", "operator"],
+    &["CLUSTER", "MEET", "127.0.0.1", "7000"],
+    &["CLUSTER", "RESET"],
+    &[
+        "CLUSTER",
+        "FORGET",
+        "0000000000000000000000000000000000000000",
+    ],
+    &["CLUSTER", "FAILOVER"],
+    &[
+        "CLUSTER",
+        "REPLICATE",
+        "0000000000000000000000000000000000000000",
+    ],
+    &["CLUSTER", "ADDSLOTS", "1"],
+    &["CLUSTER", "DELSLOTS", "1"],
+    &["CLUSTER", "SETSLOT", "1", "STABLE"],
+    &["CLUSTER", "FLUSHSLOTS"],
+    &["CLUSTER", "BUMPEPOCH"],
+    &["DEBUG", "SLEEP", "0"],
+    &["MODULE", "LIST"],
+    &["SHUTDOWN", "NOSAVE"],
+    &["MIGRATE", "127.0.0.1", "7000", "k", "0", "1000"],
+    &["RESTORE", "k", "0", "x"],
+    &["REPLICAOF", "NO", "ONE"],
+    &["FAILOVER"],
+    &["MONITOR"],
+    &["CLIENT", "KILL", "ID", "1"],
+    &["BGSAVE"],
+    &["PSYNC", "?", "-1"],
+];
+
+const DATA: &[&[&str]] = &[
+    &["SET", "k", "v"],
+    &["GET", "k"],
+    &["INCR", "n"],
+    &["HSET", "h", "f", "v"],
+    &["LPUSH", "l", "x"],
+    &["EXPIRE", "k", "100"],
+    &["DEL", "h"],
+    &["SCAN", "0"],
+    &["KEYS", "*"],
+    &["PUBLISH", "ch", "m"],
+    &["EVAL", "return 1", "0"],
+    &["WAIT", "0", "0"],
+    &["PING"],
+    &["INFO", "replication"],
+    &["READONLY"],
+    &["READWRITE"],
+    &["CLUSTER", "SLOTS"],
+    &["CLUSTER", "SHARDS"],
+    &["CLUSTER", "NODES"],
+    &["CLUSTER", "INFO"],
+    &["CLUSTER", "KEYSLOT", "k"],
+    &["ACL", "WHOAMI"],
+];
+
+async fn rights_on(binary: Binary, subnet: u8) {
+    let set = users(
+        &[CLIENT_PASSWORD],
+        &[("app", APP_PASSWORD, "~app:* &* +@all")],
+    );
+    let file = set.acl_file() + TEST_ADMIN;
+    let mut one = start(&format!("rights{subnet}"), &binary, subnet, &file);
+    let operator = client(Some("operator"), Some("op-secret"));
+    wait_up(&mut one, &operator).await;
+    let at = one.address;
+    // One server owning every slot, so keyed commands are served.
+    let admin = client(Some("testadmin"), Some("testadmin"));
+    run(&admin, at, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !format!("{:?}", run(&admin, at, &["CLUSTER", "INFO"]).await).contains("cluster_state:ok")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the one-server cluster never became ok"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The clients' default user and a named user: data yes, administration never.
+    let default = client(None, Some(CLIENT_PASSWORD));
+    let wrong = not_refused(&default, at, ADMINISTRATION).await;
+    assert!(
+        wrong.is_empty(),
+        "the default user may administer: {wrong:#?}"
+    );
+    let wrong = dry_run_allows(at, "default", ADMINISTRATION).await;
+    assert!(
+        wrong.is_empty(),
+        "ACL DRYRUN lets the default user run: {wrong:#?}"
+    );
+    let wrong = refused(&default, at, DATA).await;
+    assert!(
+        wrong.is_empty(),
+        "the default user lacks data commands: {wrong:#?}"
+    );
+    let app = client(Some("app"), Some(APP_PASSWORD));
+    let wrong = not_refused(&app, at, ADMINISTRATION).await;
+    assert!(wrong.is_empty(), "a named user may administer: {wrong:#?}");
+    let wrong = dry_run_allows(at, "app", ADMINISTRATION).await;
+    assert!(wrong.is_empty(), "ACL DRYRUN lets app run: {wrong:#?}");
+    let own_key = run(&app, at, &["SET", "app:1", "x"]).await;
+    assert!(own_key.is_ok(), "{own_key:?}");
+    let other_key = run(&app, at, &["GET", "other"]).await;
+    assert!(
+        other_key
+            .as_ref()
+            .is_err_and(|e| e.to_lowercase().contains("noperm")),
+        "its own key patterns hold: {other_key:?}"
+    );
+
+    // The operator: its commands, no data.
+    let operator_commands: &[&[&str]] = &[
+        &["CLUSTER", "NODES"],
+        &["CLUSTER", "INFO"],
+        &["CLUSTER", "MYID"],
+        &["CLUSTER", "SHARDS"],
+        &["CLUSTER", "COUNTKEYSINSLOT", "0"],
+        &["CLUSTER", "GETKEYSINSLOT", "0", "1"],
+        &["DBSIZE"],
+        &["INFO", "server", "replication"],
+        &["CONFIG", "GET", "cluster-node-timeout"],
+        &["ACL", "GETUSER", "replication"],
+        &["ACL", "USERS"],
+        &["SELECT", "0"],
+    ];
+    let wrong = refused(&operator, at, operator_commands).await;
+    assert!(wrong.is_empty(), "the operator lacks: {wrong:#?}");
+    let wrong = not_refused(
+        &operator,
+        at,
+        &[
+            &["GET", "k"],
+            &["SET", "k", "v"],
+            &["FLUSHALL"],
+            &["CLUSTER", "RESET"],
+            &["SHUTDOWN", "NOSAVE"],
+            &["DEBUG", "SLEEP", "0"],
+        ],
+    )
+    .await;
+    assert!(
+        wrong.is_empty(),
+        "the operator may do more than it needs: {wrong:#?}"
+    );
+
+    // Health checks: PING and INFO only.
+    let health = client(Some("healthcheck"), Some("hc-secret"));
+    assert!(
+        refused(&health, at, &[&["PING"], &["INFO", "replication"]])
+            .await
+            .is_empty()
+    );
+    let wrong = not_refused(&health, at, &[&["GET", "k"], &["CLUSTER", "NODES"]]).await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // Replication starts fenced.
+    let replication = client(Some("replication"), Some("rep-secret"));
+    let login = run(&replication, at, &["PING"]).await;
+    assert!(login.is_err(), "the replication user starts off: {login:?}");
+}
+
+#[tokio::test]
+async fn client_users_get_data_commands_and_never_administration_on_9() {
+    rights_on(servers::valkey_9(), 200).await;
+}
+
+#[tokio::test]
+async fn client_users_get_data_commands_and_never_administration_on_8() {
+    rights_on(servers::valkey_8(), 201).await;
+}
+
+/// A user added, a password rotated, a user removed: each reaches the running server at once,
+/// and through a rotation both passwords work until the old one retires.
+async fn live_changes_on(binary: Binary, subnet: u8) {
+    let before = users(&["p1"], &[]);
+    let mut one = start(
+        &format!("live{subnet}"),
+        &binary,
+        subnet,
+        &before.acl_file(),
+    );
+    let operator = client(Some("operator"), Some("op-secret"));
+    wait_up(&mut one, &operator).await;
+    let at = one.address;
+    let targets = [Target {
+        member: "m".into(),
+        address: at,
+    }];
+    let state = AccessState::default();
+    let no_bootstrap: [RedisClient; 0] = [];
+    let replication_password = "rep-secret".to_owned().into();
+    let bootstrap = Bootstrap {
+        clients: &no_bootstrap,
+        replication_password: &replication_password,
+    };
+    let timeout = Duration::from_secs(2);
+    let sync = |set: UserSet| {
+        let (state, operator, bootstrap, targets) = (&state, &operator, &bootstrap, &targets);
+        async move {
+            state
+                .sync(operator, bootstrap, targets, &set, timeout)
+                .await
+        }
+    };
+
+    // A fresh server from the same file is already in step; a 9.x one gains its extra rights.
+    let report = sync(before.clone()).await;
+    assert!(report.everywhere(), "{report:?}");
+    if binary.path.display().to_string().contains("valkey-9") {
+        assert!(
+            refused(&operator, at, &[&["CLUSTER", "GETSLOTMIGRATIONS"]])
+                .await
+                .is_empty()
+        );
+    }
+
+    // A named user, added live.
+    let with_app = users(&["p1"], &[("app", APP_PASSWORD, "~* &* +@read +@write")]);
+    let report = sync(with_app.clone()).await;
+    assert_eq!(report.in_step, ["m"], "{report:?}");
+    let app = client(Some("app"), Some(APP_PASSWORD));
+    let whoami = run(&app, at, &["ACL", "WHOAMI"]).await;
+    assert!(
+        format!("{whoami:?}").contains("app"),
+        "the added user logs in: {whoami:?}"
+    );
+
+    // Rotation: p2 added beside p1; both log in; then p1 retires and only p2 does.
+    let stored = vec![password_hash("p1")];
+    let now = Instant::now();
+    let both = rotation::accepted(&stored, &password_hash("p2"), None, now, Duration::ZERO);
+    let during = UserSet::new(
+        Login::Hashes(both.clone()),
+        &operator_passwords(),
+        with_app.users()[4..].to_vec(),
+    );
+    assert!(sync(during.clone()).await.everywhere());
+    for password in ["p1", "p2"] {
+        let c = client(None, Some(password));
+        assert!(
+            run(&c, at, &["PING"]).await.is_ok(),
+            "{password} during the rotation"
+        );
+    }
+    let since = state.everywhere_since(&during);
+    assert!(since.is_some(), "every server holds both");
+    let after = rotation::accepted(
+        &both,
+        &password_hash("p2"),
+        since,
+        Instant::now(),
+        Duration::ZERO,
+    );
+    assert_eq!(after, vec![password_hash("p2")]);
+    let retired = UserSet::new(
+        Login::Hashes(after),
+        &operator_passwords(),
+        with_app.users()[4..].to_vec(),
+    );
+    assert!(sync(retired).await.everywhere());
+    assert!(run(&client(None, Some("p1")), at, &["PING"]).await.is_err());
+    assert!(run(&client(None, Some("p2")), at, &["PING"]).await.is_ok());
+
+    // The named user removed: it can no longer log in; and no restart happened throughout.
+    let run_id_before = info_field(&operator, at, "run_id").await;
+    assert!(sync(users(&["p2"], &[])).await.everywhere());
+    assert!(
+        run(&client(Some("app"), Some(APP_PASSWORD)), at, &["PING"])
+            .await
+            .is_err()
+    );
+    assert_eq!(info_field(&operator, at, "run_id").await, run_id_before);
+}
+
+async fn info_field(c: &RedisClient, at: SocketAddr, key: &str) -> String {
+    let reply = run(c, at, &["INFO", "server"]).await.unwrap_or(Value::Nil);
+    let text = match reply {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        other => format!("{other:?}"),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn users_and_passwords_change_on_a_running_9_server() {
+    live_changes_on(servers::valkey_9(), 202).await;
+}
+
+#[tokio::test]
+async fn users_and_passwords_change_on_a_running_8_server() {
+    live_changes_on(servers::valkey_8(), 203).await;
+}
+
+/// A server started before the operator kept its own users (authentication off: only an open
+/// default user) is brought in step through the default user, and configured to replicate as
+/// the replication user; one whose default user may not manage users is reported, not guessed.
+#[tokio::test]
+async fn a_server_without_the_operators_users_is_brought_in_through_the_default_user() {
+    let mut one = start(
+        "bootstrap",
+        &servers::valkey_9(),
+        204,
+        "user default on nopass ~* &* +@all\n",
+    );
+    let open = client(None, None);
+    wait_up(&mut one, &open).await;
+    let at = one.address;
+    let operator = client(Some("operator"), Some("op-secret"));
+    let targets = [Target {
+        member: "m".into(),
+        address: at,
+    }];
+    let state = AccessState::default();
+    let replication_password = "rep-secret".to_owned().into();
+    let set = UserSet::new(Login::NoPassword, &operator_passwords(), []);
+    let report = state
+        .sync(
+            &operator,
+            &Bootstrap {
+                clients: std::slice::from_ref(&open),
+                replication_password: &replication_password,
+            },
+            &targets,
+            &set,
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!(report.bootstrapped, ["m"], "{report:?}");
+    assert!(run(&operator, at, &["CLUSTER", "NODES"]).await.is_ok());
+    let masteruser = run(&operator, at, &["CONFIG", "GET", "masteruser"]).await;
+    assert!(
+        format!("{masteruser:?}").contains("replication"),
+        "{masteruser:?}"
+    );
+    // The default user is a client now: it cannot manage users any more.
+    assert!(
+        not_refused(&open, at, &[&["ACL", "SETUSER", "x"]])
+            .await
+            .is_empty(),
+        "the open default user lost its administration"
+    );
+
+    // With the operator's password lost, the same server reports the operator locked out.
+    let state = AccessState::default();
+    let other = UserSet::new(
+        Login::NoPassword,
+        &OperatorPasswords {
+            operator: "another".into(),
+            healthcheck: "hc".into(),
+            replication: "rep".into(),
+        },
+        [],
+    );
+    let stranger = client(Some("operator"), Some("another"));
+    let report = state
+        .sync(
+            &stranger,
+            &Bootstrap {
+                clients: std::slice::from_ref(&open),
+                replication_password: &replication_password,
+            },
+            &targets,
+            &other,
+            Duration::from_secs(2),
+        )
+        .await;
+    assert!(
+        report
+            .refused
+            .iter()
+            .any(|(m, why)| m == "m" && why.contains("locked out")),
+        "{report:?}"
+    );
+}
