@@ -167,6 +167,7 @@ pub fn desired_node(
                 secret_name: secret.clone(),
                 username: HEALTHCHECK_USER.to_owned(),
                 password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
+                files: None,
             })
         }
     };

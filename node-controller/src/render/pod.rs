@@ -76,8 +76,16 @@ impl PodTemplate {
             mounts.push(
                 json!({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}),
             );
-            volumes.push(json!({"name": "credentials", "secret": {
-                "secretName": credentials.secret_name, "defaultMode": 0o440}}));
+            let mut secret = json!({"secretName": credentials.secret_name, "defaultMode": 0o440});
+            // Only the keys the parent lists: the pod (whose image the parent's user chooses)
+            // never sees the rest of the Secret.
+            if let Some(files) = credentials.files.as_ref().filter(|f| !f.is_empty()) {
+                secret["items"] = files
+                    .iter()
+                    .map(|key| json!({"key": key, "path": key}))
+                    .collect();
+            }
+            volumes.push(json!({"name": "credentials", "secret": secret}));
         }
         ping.push("ping".to_owned());
 

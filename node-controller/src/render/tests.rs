@@ -211,6 +211,44 @@ fn credentials_are_referenced_never_copied() {
 }
 
 #[test]
+fn only_the_listed_credential_files_reach_the_pod() {
+    let secret_volume = |yaml: &str| {
+        let children = build(&node(yaml)).unwrap_or_else(|e| panic!("{e}"));
+        pod_template(&children)
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|v| v.name == "credentials")
+            .and_then(|v| v.secret)
+            .unwrap_or_else(|| panic!("no credentials volume"))
+    };
+    assert!(
+        secret_volume(STATEFUL).items.is_none(),
+        "without a list, the whole Secret"
+    );
+    let listed = STATEFUL.replace(
+        "credentials: {secretName: cache-acl, username: healthcheck}",
+        "credentials: {secretName: cache-acl, username: healthcheck, files: [users.acl, replication.conf]}",
+    );
+    assert_ne!(listed, STATEFUL);
+    let items: Vec<(String, String)> = secret_volume(&listed)
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| (i.key, i.path))
+        .collect();
+    assert_eq!(
+        items,
+        [
+            ("users.acl".to_owned(), "users.acl".to_owned()),
+            ("replication.conf".to_owned(), "replication.conf".to_owned())
+        ]
+    );
+}
+
+#[test]
 fn valkey_conf_holds_the_config_as_given_then_what_the_pod_needs() {
     let children = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
     let conf = valkey_conf(&children);
