@@ -3,6 +3,7 @@
 //! decision; parents such as the cluster-controller do.
 
 mod controller;
+mod live;
 mod names;
 mod probe;
 mod render;

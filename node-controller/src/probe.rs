@@ -26,10 +26,19 @@ impl std::fmt::Debug for Credentials {
 /// The outcome of asking Valkey.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
-    /// `PING` answered `PONG`; `role` from `INFO replication` when it parsed.
-    Pong { role: Option<Role> },
+    /// `PING` answered `PONG`; `role`, `version` and `run_id` from INFO when they parsed.
+    Pong { role: Option<Role>, server: Server },
     /// Valkey did not answer as it should; the text says what happened (never a secret).
     Failed(String),
+}
+
+/// What INFO says of the server process.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Server {
+    /// `valkey_version` (or `redis_version` of an older server).
+    pub version: Option<String>,
+    /// Changes with every start of the server process.
+    pub run_id: Option<String>,
 }
 
 /// Asks the Valkey at `ip` for PING and its role.
@@ -45,10 +54,30 @@ pub async fn ask(ip: &str, credentials: Option<&Credentials>) -> Answer {
 }
 
 async fn ask_inner(ip: &str, credentials: Option<&Credentials>) -> redis::RedisResult<Answer> {
-    let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
-    if let Some(c) = credentials {
-        settings = settings.set_username(&c.username).set_password(&c.password);
+    let mut connection = connect(ip, credentials).await?;
+    let pong: String = redis::cmd("PING").query_async(&mut connection).await?;
+    if pong != "PONG" {
+        return Ok(Answer::Failed(format!("PING answered {pong:?}")));
     }
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .arg("replication")
+        .query_async(&mut connection)
+        .await?;
+    Ok(Answer::Pong {
+        role: parse_role(&info),
+        server: parse_server(&info),
+    })
+}
+
+/// A connection to the Valkey at `ip`, authenticated as `credentials`. AUTH is sent as a command
+/// of its own rather than by the client library's handshake, which would replace Valkey's words
+/// (`WRONGPASS ...`) with its own; those words are what the Ready condition quotes.
+pub async fn connect(
+    ip: &str,
+    credentials: Option<&Credentials>,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let settings = RedisConnectionInfo::default().set_skip_set_lib_name();
     let info = ConnectionAddr::Tcp(ip.to_owned(), VALKEY_PORT)
         .into_connection_info()?
         .set_redis_settings(settings);
@@ -59,17 +88,14 @@ async fn ask_inner(ip: &str, credentials: Option<&Credentials>) -> redis::RedisR
     let mut connection = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
-    let pong: String = redis::cmd("PING").query_async(&mut connection).await?;
-    if pong != "PONG" {
-        return Ok(Answer::Failed(format!("PING answered {pong:?}")));
+    if let Some(c) = credentials {
+        let () = redis::cmd("AUTH")
+            .arg(&c.username)
+            .arg(&c.password)
+            .query_async(&mut connection)
+            .await?;
     }
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(&mut connection)
-        .await?;
-    Ok(Answer::Pong {
-        role: parse_role(&info),
-    })
+    Ok(connection)
 }
 
 /// `role:master` / `role:slave` in `INFO replication` (newer servers may say primary/replica).
@@ -79,6 +105,19 @@ pub fn parse_role(info: &str) -> Option<Role> {
         "master" | "primary" => Some(Role::Primary),
         "slave" | "replica" => Some(Role::Replica),
         _ => None,
+    }
+}
+
+/// The server's version and run id from `INFO server`.
+pub fn parse_server(info: &str) -> Server {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .map(str::to_owned)
+    };
+    Server {
+        version: field("valkey_version:").or_else(|| field("redis_version:")),
+        run_id: field("run_id:"),
     }
 }
 
@@ -108,6 +147,22 @@ mod tests {
         );
         assert_eq!(parse_role("# Replication\r\nconnected_slaves:0\r\n"), None);
         assert_eq!(parse_role("role:sentinel"), None);
+    }
+
+    #[test]
+    fn version_and_run_id_from_info() {
+        let info = "# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\nrun_id:abc123\r\n# Replication\r\nrole:master\r\n";
+        assert_eq!(
+            parse_server(info),
+            Server {
+                version: Some("9.1.2".into()),
+                run_id: Some("abc123".into())
+            }
+        );
+        assert_eq!(
+            parse_server("redis_version:7.2.4\r\n").version.as_deref(),
+            Some("7.2.4")
+        );
     }
 
     #[test]

@@ -19,6 +19,11 @@ pub const CREDENTIALS_DIR: &str = "/etc/valkey/credentials";
 /// The condition a ValkeyNode is ready by.
 pub const READY_CONDITION: &str = "Ready";
 
+/// The condition that says whether the running server has the live settings of `spec.config`
+/// (the node-controller sets them with CONFIG SET; False quotes what Valkey refused, and then
+/// nothing else of the node was changed).
+pub const CONFIG_APPLIED_CONDITION: &str = "ConfigApplied";
+
 /// Reasons of a ValkeyNode's Ready=False that no amount of waiting fixes: its pod cannot run
 /// (not scheduled, no image, crash loop, a config Valkey or the node-controller refuses). A
 /// parent need not wait for such a node before changing its spec.

@@ -5,7 +5,8 @@
 //! - `default`, for clients, with the password of `spec.auth.passwordSecret` (or the generated
 //!   `<cluster>-password`);
 //! - `operator`, for the cluster-controller's commands: cluster management, INFO and MIGRATE;
-//! - `healthcheck`, for probes and the node-controller: PING and INFO only;
+//! - `healthcheck`, for probes and the node-controller: PING, INFO and CONFIG GET/SET (the
+//!   node-controller sets live settings with it);
 //! - `replication`, for replicas syncing from their primary and for Valkey 9's slot migration
 //!   between primaries (which replays the moved keys' commands as this user).
 //!
@@ -33,10 +34,12 @@ pub const REPLICATION_USER: &str = "replication";
 pub const CLIENT_PASSWORD_KEY: &str = "password";
 
 /// What each operator user may do. Least privilege: the operator manages the cluster and moves
-/// keys but cannot run arbitrary data commands; health checks can only PING and read INFO.
+/// keys but cannot run arbitrary data commands; health checks can only PING, read INFO and get or set settings.
 // ACL GETUSER/SETUSER: to see and lift the replication user's fence (see below).
 const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get +acl|getuser +acl|setuser";
-const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
+// CONFIG GET/SET: the node-controller sets the settings Valkey changes at runtime on the running
+// server (the ValkeyNode contract's live config), so a change of them restarts no pod.
+const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info +config|get +config|set";
 // Valkey 9's atomic slot migration authenticates between primaries as the replication user, and
 // the importing primary runs the exported keys' commands (SELECT, RESTORE, any write) under that
 // user, so it needs every data command; it still cannot log in without the generated password.
@@ -222,7 +225,10 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("user healthcheck"))
             .unwrap_or_default();
-        assert!(line.ends_with("-@all +ping +info"), "{line}");
+        assert!(
+            line.ends_with("-@all +ping +info +config|get +config|set"),
+            "{line}"
+        );
         assert!(!line.contains('~'), "no key access: {line}");
     }
 

@@ -51,6 +51,28 @@ pub fn stuck_member<'a>(nodes: impl IntoIterator<Item = &'a ValkeyNode>) -> Opti
     })
 }
 
+/// The first member whose server refused a live setting of the cluster's config, as a problem
+/// for the cluster's status (with Valkey's words, from the node's ConfigApplied condition).
+pub fn refused_config<'a>(nodes: impl IntoIterator<Item = &'a ValkeyNode>) -> Option<Problem> {
+    let mut sorted: Vec<&ValkeyNode> = nodes.into_iter().collect();
+    sorted.sort_by_key(|n| n.name_any());
+    sorted.into_iter().find_map(|node| {
+        let refused = node
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| {
+                c.type_ == valkey_api::contract::CONFIG_APPLIED_CONDITION && c.status == "False"
+            })?;
+        Some(Problem {
+            reason: refused.reason.clone(),
+            message: format!("ValkeyNode {}: {}", node.name_any(), refused.message),
+        })
+    })
+}
+
 /// The engine's view of a ValkeyNode; `None` for a node whose labels do not place it.
 pub fn member(node: &ValkeyNode) -> Option<Member> {
     let (shard, index) = position(node.meta().labels.as_ref())?;

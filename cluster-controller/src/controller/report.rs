@@ -97,7 +97,9 @@ pub fn outcome<'a>(
         }),
         _ => None,
     };
-    match stuck.or(blocked_step).or(failing) {
+    // A config value Valkey refused changes nothing until it is corrected: a person must know.
+    let refused = members::refused_config(existing.iter().map(AsRef::as_ref));
+    match stuck.or(refused).or(blocked_step).or(failing) {
         Some(problem) => Outcome::Problem {
             problem,
             health: pass.health.clone(),

@@ -40,6 +40,8 @@ pub struct Context {
     pub stores: Stores,
     /// Per node, per child (`Kind/name`): what this process last applied.
     applied: Mutex<HashMap<ObjectKey, HashMap<String, Applied>>>,
+    /// Per node: the fingerprint (server run id and settings) of the live settings last set.
+    live_set: Mutex<HashMap<ObjectKey, String>>,
 }
 
 impl Context {
@@ -49,6 +51,7 @@ impl Context {
             events,
             stores,
             applied: Mutex::new(HashMap::new()),
+            live_set: Mutex::new(HashMap::new()),
         }
     }
 
@@ -70,6 +73,22 @@ impl Context {
             .insert(child, applied);
     }
 
+    /// The fingerprint of the live settings last set on `node`'s server.
+    pub fn live_set(&self, node: &ObjectKey) -> Option<String> {
+        self.live_set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .cloned()
+    }
+
+    pub fn remember_live_set(&self, node: &ObjectKey, fingerprint: String) {
+        self.live_set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.clone(), fingerprint);
+    }
+
     /// How many nodes this process remembers children of: what `forget` must bring down.
     #[cfg(test)]
     pub fn remembered_nodes(&self) -> usize {
@@ -87,6 +106,10 @@ impl Reconciler for Context {
 
     fn forget(&self, key: &ObjectKey) {
         self.applied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.live_set
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);

@@ -17,6 +17,7 @@ use super::apply::{self, invalid};
 use super::context::Context;
 use super::error::Error;
 use super::{observe, report, secrets};
+use crate::live::{self, apply::Outcome};
 use crate::names::ChildNames;
 use crate::probe::{self, Answer};
 use crate::render::{self, Workload};
@@ -44,6 +45,53 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
 
     let stores = &ctx.stores;
     let pods = stores.pods.state();
+
+    // Valkey first: the live settings go to the running server before anything else is applied,
+    // so that a value Valkey refuses changes nothing else (not even valkey.conf, from which a
+    // restarted pod would fail to start).
+    let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
+    let answer = match pod.and_then(observe::running_ip) {
+        Some(ip) if credentials.is_some() || node.spec.credentials.is_none() => {
+            Some((ip.clone(), probe::ask(&ip, credentials.as_ref()).await))
+        }
+        Some(_) => Some((
+            String::new(),
+            Answer::Failed("no credentials to authenticate with".into()),
+        )),
+        None => None,
+    };
+    let live_outcome = match &answer {
+        Some((ip, Answer::Pong { server, .. })) => {
+            Some(live_settings(ctx, key, ip, credentials.as_ref(), server, &children.live).await)
+        }
+        _ => None,
+    };
+    if let Some(refused @ Outcome::Refused { .. }) = &live_outcome {
+        let observed = Observed {
+            generation: node.meta().generation,
+            workload_name: &names.workload,
+            workload: WorkloadState::Present {
+                ready_replicas: i32::from(node.status.as_ref().is_some_and(|s| s.ready)),
+            },
+            pvc: None,
+            credentials: credentials_state,
+            pod: pod.map(AsRef::as_ref),
+            valkey: answer.map(|(_, a)| a),
+            desired_revision: node
+                .status
+                .as_ref()
+                .and_then(|s| s.desired_revision.as_deref())
+                .unwrap_or(&children.revision),
+            restart_allowed: false,
+            live_config: Some(refused.clone()),
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let mut new_status = status::compute(node.status.as_ref(), &observed, &now);
+        keep_conditions_of_untouched_children(node, &mut new_status);
+        report::write_status(ctx, node, &new_status).await?;
+        return Ok(Action::requeue(REREAD_NOT_READY));
+    }
+
     let live_config = stores
         .config_maps
         .get(&ObjectRef::new(&names.config_map).within(namespace));
@@ -92,15 +140,6 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         },
     };
 
-    let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
-    let answer = match pod.and_then(observe::running_ip) {
-        Some(ip) if credentials.is_some() || node.spec.credentials.is_none() => {
-            Some(probe::ask(&ip, credentials.as_ref()).await)
-        }
-        Some(_) => Some(Answer::Failed("no credentials to authenticate with".into())),
-        None => None,
-    };
-
     let observed = Observed {
         generation: node.meta().generation,
         workload_name: &names.workload,
@@ -108,12 +147,13 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         pvc: pvc_state,
         credentials: credentials_state,
         pod: pod.map(AsRef::as_ref),
-        valkey: answer,
+        valkey: answer.map(|(_, a)| a),
         desired_revision: &children.revision,
         restart_allowed: render::restart_allowed(
             node.spec.allowed_revision.as_deref(),
             &children.revision,
         ),
+        live_config: live_outcome,
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let new_status = status::compute(node.status.as_ref(), &observed, &now);
@@ -124,6 +164,54 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     } else {
         REREAD_NOT_READY
     }))
+}
+
+/// Sets the live settings on the running server unless this process already set exactly these
+/// on this server process (its run id).
+async fn live_settings(
+    ctx: &Context,
+    key: &ObjectKey,
+    ip: &str,
+    credentials: Option<&probe::Credentials>,
+    server: &probe::Server,
+    live: &std::collections::BTreeMap<String, String>,
+) -> Outcome {
+    let fingerprint = server
+        .run_id
+        .as_deref()
+        .map(|run_id| live::apply::fingerprint(run_id, live));
+    if fingerprint.is_some() && ctx.live_set(key) == fingerprint {
+        return Outcome::Applied {
+            settings: live.len(),
+        };
+    }
+    let outcome = live::apply::set(ip, credentials, live).await;
+    if let (Outcome::Applied { .. }, Some(fingerprint)) = (&outcome, fingerprint) {
+        ctx.remember_live_set(key, fingerprint);
+    }
+    outcome
+}
+
+/// On a refused live setting nothing was applied: the conditions about the children stay as
+/// the last pass wrote them.
+fn keep_conditions_of_untouched_children(
+    node: &ValkeyNode,
+    status: &mut valkey_api::v1alpha1::ValkeyNodeStatus,
+) {
+    let previous = node.status.as_ref().and_then(|s| s.conditions.as_deref());
+    let (Some(previous), Some(conditions)) = (previous, status.conditions.as_mut()) else {
+        return;
+    };
+    for type_ in [status::WORKLOAD_READY, status::PVC_READY] {
+        conditions.retain(|c| c.type_ != type_);
+        if let Some(kept) = previous.iter().find(|c| c.type_ == type_) {
+            conditions.push(kept.clone());
+        }
+    }
+    status.desired_revision = node
+        .status
+        .as_ref()
+        .and_then(|s| s.desired_revision.clone());
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
-//! valkey.conf: `spec.config` as given, one `key value` line per entry, then the two lines the pod
-//! needs (its data directory and the port its probes use).
+//! valkey.conf: `spec.config` as given, one `key value` line per entry, `maxmemory` from the
+//! memory limit when the config sets none, then the two lines the pod needs (its data directory
+//! and the port its probes use).
 
 use std::collections::BTreeMap;
 
 use askama::Template;
+use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use super::RenderError;
+use super::{RenderError, memory};
 
 #[derive(Template)]
 #[template(path = "node/valkey.conf", escape = "none")]
@@ -13,6 +15,9 @@ struct ValkeyConf<'a> {
     name: &'a str,
     namespace: &'a str,
     config: Vec<(&'a str, &'a str)>,
+    /// `maxmemory` derived from the memory limit, when `config` sets none (see [`super::memory`]).
+    maxmemory: Option<u64>,
+    dataset_percent: u64,
 }
 
 /// Renders valkey.conf. The API server already rejects keys that are not directive names and
@@ -22,6 +27,7 @@ pub fn render_valkey_conf(
     name: &str,
     namespace: &str,
     config: Option<&BTreeMap<String, String>>,
+    resources: Option<&ResourceRequirements>,
 ) -> Result<String, RenderError> {
     let mut entries = Vec::new();
     for (key, value) in config.into_iter().flatten() {
@@ -37,10 +43,17 @@ pub fn render_valkey_conf(
         }
         entries.push((key.as_str(), value.as_str()));
     }
+    let maxmemory = if entries.iter().any(|(key, _)| *key == "maxmemory") {
+        None
+    } else {
+        memory::default_maxmemory(resources)
+    };
     ValkeyConf {
         name,
         namespace,
         config: entries,
+        maxmemory,
+        dataset_percent: memory::DATASET_PERCENT,
     }
     .render()
     .map_err(|e| RenderError::Template {

@@ -9,6 +9,7 @@
 //! character, so no value can add a line.
 
 mod config;
+pub mod memory;
 mod pod;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use valkey_api::v1alpha1::{ValkeyNode, WorkloadType};
 
+use crate::live;
 use crate::names::{ChildNames, REVISION_ANNOTATION, labels, selector};
 pub use config::render_valkey_conf;
 use pod::PodTemplate;
@@ -33,8 +35,11 @@ pub struct Children {
     /// Only with persistence enabled.
     pub pvc: Option<PersistentVolumeClaim>,
     pub workload: Workload,
-    /// Hash of everything that shapes the pod: the template and valkey.conf.
+    /// Hash of everything that shapes the pod: the template and the restart-only part of
+    /// valkey.conf.
     pub revision: String,
+    /// The settings of valkey.conf the running server takes with CONFIG SET (see [`crate::live`]).
+    pub live: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +143,29 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
     let labels = labels(name);
     let selector = selector(name);
 
-    let valkey_conf = render_valkey_conf(name, namespace, spec.config.as_ref())?;
+    let valkey_conf = render_valkey_conf(
+        name,
+        namespace,
+        spec.config.as_ref(),
+        spec.resources.as_ref(),
+    )?;
+    // Live settings stay out of the revision, so changing them restarts nothing; valkey.conf
+    // keeps them, so a pod that restarts anyway comes up with them.
+    let version = node
+        .status
+        .as_ref()
+        .and_then(|s| s.valkey_version.as_deref())
+        .and_then(live::Version::parse);
+    let (restart_only, mut live_settings) = live::split(spec.config.as_ref(), version);
+    if let Some(bytes) = memory::default_maxmemory(spec.resources.as_ref())
+        .filter(|_| {
+            !live_settings.contains_key("maxmemory") && !restart_only.contains_key("maxmemory")
+        })
+        .filter(|_| live::is_live(version, "maxmemory"))
+    {
+        live_settings.insert("maxmemory".to_owned(), bytes.to_string());
+    }
+    let restart_conf = render_valkey_conf(name, namespace, Some(&restart_only), None)?;
     let persistence = spec.persistence.as_ref().filter(|p| p.enabled);
     let pvc = match persistence {
         Some(p) => Some(parse(
@@ -158,7 +185,7 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
     // The revision is computed over the template without its own annotation, plus valkey.conf:
     // a config change must restart the pod even though the template only names the ConfigMap.
     let mut pod = PodTemplate::new(name, &names, spec, persistence.is_some());
-    let revision = revision(&pod.fingerprint(), &valkey_conf);
+    let revision = revision(&pod.fingerprint(), &restart_conf);
     pod.annotations
         .insert(REVISION_ANNOTATION.to_owned(), revision.clone());
     // Each revision reads its own key, so a held pod that is recreated still starts with the
@@ -213,6 +240,7 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
         pvc,
         workload,
         revision,
+        live: live_settings,
     })
 }
 

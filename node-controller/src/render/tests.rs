@@ -265,6 +265,20 @@ fn valkey_conf_holds_the_config_as_given_then_what_the_pod_needs() {
     );
 }
 
+#[test]
+fn without_maxmemory_the_memory_limit_sets_it_and_a_given_one_wins() {
+    let mut n = node(STATEFUL);
+    if let Some(config) = n.spec.config.as_mut() {
+        config.remove("maxmemory");
+    }
+    let conf = valkey_conf(&build(&n).unwrap_or_else(|e| panic!("{e}")));
+    // 60% of the 256Mi limit.
+    assert!(conf.lines().any(|l| l == "maxmemory 161061273"), "{conf}");
+    n.spec.resources = None;
+    let conf = valkey_conf(&build(&n).unwrap_or_else(|e| panic!("{e}")));
+    assert!(!conf.contains("maxmemory"), "no limit, no default:\n{conf}");
+}
+
 /// Values that would break a naive template: none may add a line to valkey.conf or a key to YAML.
 const HOSTILE: &[&str] = &[
     "a\" b",
@@ -357,12 +371,46 @@ fn the_revision_follows_what_shapes_the_pod() {
     n.spec.image = "valkey/valkey:9.2".into();
     assert_ne!(rev(&n), original, "image");
 
+    // A setting Valkey changes at runtime is set live, not rolled: the revision stays, and
+    // valkey.conf (what a restarted pod reads) has the new value.
     let mut n = base.clone();
     n.spec
         .config
         .get_or_insert_default()
         .insert("maxmemory".into(), "200mb".into());
-    assert_ne!(rev(&n), original, "config");
+    let live = build(&n).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(live.revision, original, "a live setting");
+    assert_eq!(
+        live.live.get("maxmemory").map(String::as_str),
+        Some("200mb")
+    );
+    assert!(valkey_conf(&live).lines().any(|l| l == "maxmemory 200mb"));
+
+    let mut n = base.clone();
+    n.spec
+        .config
+        .get_or_insert_default()
+        .insert("databases".into(), "4".into());
+    assert_ne!(rev(&n), original, "a restart-only setting");
+    assert!(
+        !build(&n)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .live
+            .contains_key("databases")
+    );
+
+    // Which is which follows the version the server reported.
+    let mut n = base.clone();
+    n.spec
+        .config
+        .get_or_insert_default()
+        .insert("io-threads".into(), "2".into());
+    let unknown = rev(&n);
+    n.status = serde_json::from_value(serde_json::json!({"valkeyVersion": "9.1.2"})).ok();
+    let io_threads_live = rev(&n);
+    n.status = serde_json::from_value(serde_json::json!({"valkeyVersion": "8.0.1"})).ok();
+    assert_eq!(rev(&n), unknown, "8.0 restarts for io-threads");
+    assert_ne!(io_threads_live, unknown, "9.1 sets io-threads live");
 
     let mut n = base;
     n.spec.resources = None;

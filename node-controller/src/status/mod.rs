@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::v1alpha1::{Role, ValkeyNodeStatus};
 
+use crate::live::apply::Outcome;
 use crate::names::REVISION_ANNOTATION;
 use crate::probe::Answer;
 
@@ -15,6 +16,7 @@ pub const WORKLOAD_READY: &str = "WorkloadReady";
 pub const PVC_READY: &str = "PersistentVolumeClaimReady";
 pub const CREDENTIALS: &str = "Credentials";
 pub const POD_UP_TO_DATE: &str = "PodUpToDate";
+pub const CONFIG_APPLIED: &str = valkey_api::contract::CONFIG_APPLIED_CONDITION;
 
 /// Everything one reconcile pass saw.
 #[derive(Debug, Clone)]
@@ -32,6 +34,8 @@ pub struct Observed<'a> {
     pub desired_revision: &'a str,
     /// Whether the parent allows the desired revision to run now.
     pub restart_allowed: bool,
+    /// The live settings on the running server; `None` when it was not asked.
+    pub live_config: Option<Outcome>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +79,7 @@ pub fn compute(
     let pod = o.pod.filter(|p| p.metadata.deletion_timestamp.is_none());
     let pod_ready = pod.is_some_and(pod_is_ready);
     let role = match &o.valkey {
-        Some(Answer::Pong { role }) if pod.is_some() => *role,
+        Some(Answer::Pong { role, .. }) if pod.is_some() => *role,
         _ => None,
     };
     let answered = matches!(o.valkey, Some(Answer::Pong { .. })) && pod.is_some();
@@ -151,6 +155,35 @@ pub fn compute(
         ),
     }
 
+    match &o.live_config {
+        None => {}
+        Some(Outcome::Applied { settings }) => conditions.set(
+            CONFIG_APPLIED,
+            true,
+            "Applied",
+            &format!("The running server has the {settings} live setting(s) of spec.config."),
+        ),
+        Some(Outcome::NotSet { answer }) => conditions.set(
+            CONFIG_APPLIED,
+            false,
+            "ConfigNotSet",
+            &format!(
+                "The live settings of spec.config could not be set on the running server: \
+                 {answer}. They are tried again; the user of spec.credentials needs CONFIG SET."
+            ),
+        ),
+        Some(Outcome::Refused { keys, answer }) => conditions.set(
+            CONFIG_APPLIED,
+            false,
+            "ConfigRefused",
+            &format!(
+                "Valkey refused CONFIG SET of {}: {answer}. Nothing else of the node was changed; \
+                 correct the value in spec.config.",
+                keys.join(", ")
+            ),
+        ),
+    }
+
     let current_revision = pod.and_then(pod_revision);
     match current_revision.as_deref() {
         Some(rev) if rev == o.desired_revision => conditions.set(
@@ -186,6 +219,11 @@ pub fn compute(
         pod_ip: pod.and_then(|p| p.status.as_ref()?.pod_ip.clone()),
         pod_name: pod.and_then(|p| p.metadata.name.clone()),
         node_name: pod.and_then(|p| p.spec.as_ref()?.node_name.clone()),
+        // Kept while the server does not answer: the build needs it to tell live settings apart.
+        valkey_version: match &o.valkey {
+            Some(Answer::Pong { server, .. }) if server.version.is_some() => server.version.clone(),
+            _ => previous.and_then(|s| s.valkey_version.clone()),
+        },
         current_revision,
         desired_revision: Some(o.desired_revision.to_owned()),
         conditions: Some(conditions.list),
@@ -259,28 +297,47 @@ fn ready_reason(
                 .to_owned(),
         );
     }
-    if !pod_ready {
-        return (
-            "PodNotReady".into(),
-            format!("Pod {name} is not ready yet."),
-        );
-    }
-    match &o.valkey {
-        Some(Answer::Pong { .. }) => (
+    match (&o.valkey, pod_ready) {
+        (Some(Answer::Pong { .. }), true) => (
             "ValkeyReady".into(),
             format!(
                 "Pod {name} is ready and Valkey answers PING{}.",
                 role.map(|r| format!(" as {r}")).unwrap_or_default()
             ),
         ),
-        Some(Answer::Failed(why)) => (
-            "ValkeyNotResponding".into(),
-            format!("Pod {name} is ready but Valkey does not answer: {why}"),
+        // What Valkey answered is the most useful thing to say, ready pod or not: a server that
+        // refuses the node-controller (protected mode, a wrong password) stays refused.
+        (Some(Answer::Failed(why)), ready) => (
+            refusal_reason(why).into(),
+            format!(
+                "Pod {name} is {}ready; Valkey answered the node-controller's PING with: {why}",
+                if ready { "" } else { "not " }
+            ),
         ),
-        None => (
+        (_, false) => (
+            "PodNotReady".into(),
+            format!("Pod {name} is not ready yet."),
+        ),
+        (None, true) => (
             "ValkeyNotResponding".into(),
             format!("Pod {name} has no IP to ask Valkey on."),
         ),
+    }
+}
+
+/// A reason a person can act on, from the words of Valkey's refusal.
+pub fn refusal_reason(answer: &str) -> &'static str {
+    let has = |word: &str| answer.contains(word);
+    if has("DENIED") || has("protected mode") {
+        "ValkeyProtectedMode"
+    } else if has("WRONGPASS") || has("NOAUTH") || has("NOPERM") || has("invalid username") {
+        "ValkeyAuthenticationFailed"
+    } else if has("LOADING") {
+        "ValkeyLoading"
+    } else if has("MASTERDOWN") || has("PRIMARYDOWN") {
+        "ValkeyPrimaryDown"
+    } else {
+        "ValkeyNotResponding"
     }
 }
 

@@ -27,6 +27,7 @@ fn observed<'a>(pod: Option<&'a Pod>, valkey: Option<Answer>) -> Observed<'a> {
         valkey,
         desired_revision: "r1",
         restart_allowed: true,
+        live_config: None,
     }
 }
 
@@ -54,6 +55,7 @@ fn a_ready_pod_whose_valkey_answers_is_ready_with_its_role() {
             Some(&p),
             Some(Answer::Pong {
                 role: Some(Role::Primary),
+                server: Default::default(),
             }),
         ),
         &at(1),
@@ -96,6 +98,7 @@ fn a_terminating_pod_reports_no_stale_address_or_role() {
             Some(&p),
             Some(Answer::Pong {
                 role: Some(Role::Primary),
+                server: Default::default(),
             }),
         ),
         &at(6),
@@ -161,6 +164,7 @@ fn unchanged_observations_give_an_identical_status() {
         Some(&p),
         Some(Answer::Pong {
             role: Some(Role::Replica),
+            server: Default::default(),
         }),
     );
     let first = compute(None, &o, &at(1));
@@ -198,7 +202,13 @@ fn a_missing_secret_is_named() {
 #[test]
 fn a_held_pod_says_it_awaits_approval() {
     let p = pod(READY_POD);
-    let mut o = observed(Some(&p), Some(Answer::Pong { role: None }));
+    let mut o = observed(
+        Some(&p),
+        Some(Answer::Pong {
+            role: None,
+            server: Default::default(),
+        }),
+    );
     o.desired_revision = "r2";
     o.restart_allowed = false;
     let s = compute(None, &o, &at(1));
@@ -213,4 +223,46 @@ fn a_held_pod_says_it_awaits_approval() {
         condition(&compute(None, &o, &at(1)), POD_UP_TO_DATE).reason,
         "Restarting"
     );
+}
+
+#[test]
+fn the_ready_condition_quotes_what_valkey_answered_ready_pod_or_not() {
+    let answers = [
+        (
+            "DENIED Valkey is running in protected mode because protected mode is enabled",
+            "ValkeyProtectedMode",
+        ),
+        (
+            "Valkey refused the health user: WRONGPASS: invalid username-password pair",
+            "ValkeyAuthenticationFailed",
+        ),
+        (
+            "LOADING: Valkey is loading the dataset in memory",
+            "ValkeyLoading",
+        ),
+        ("connection refused", "ValkeyNotResponding"),
+    ];
+    let mut not_ready = pod(READY_POD);
+    if let Some(status) = not_ready.status.as_mut() {
+        status.conditions = Some(vec![
+            serde_yaml::from_str("{type: Ready, status: \"False\"}")
+                .unwrap_or_else(|e| panic!("{e}")),
+        ]);
+    }
+    for p in [pod(READY_POD), not_ready] {
+        for (answer, reason) in answers {
+            let s = compute(
+                None,
+                &observed(Some(&p), Some(Answer::Failed(answer.into()))),
+                &at(1),
+            );
+            let c = condition(&s, READY);
+            assert!(!s.ready);
+            assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reason));
+            assert!(c.message.contains(answer), "{}", c.message);
+        }
+    }
+    // A pod not ready whose Valkey was not asked yet says just that.
+    let s = compute(None, &observed(Some(&pod(READY_POD)), None), &at(1));
+    assert_eq!(condition(&s, READY).reason, "ValkeyNotResponding");
 }

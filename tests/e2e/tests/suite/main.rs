@@ -5,4 +5,5 @@
 mod api;
 mod chart;
 mod cluster;
+mod daytwo;
 mod node_controller;

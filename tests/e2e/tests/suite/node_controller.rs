@@ -748,7 +748,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
     )?;
     let uids = PodUids::watch(ns, name).await?;
 
-    patch_node_spec(ns, name, json!({"config": {"maxmemory": "200mb"}})).await?;
+    patch_node_spec(ns, name, json!({"config": {"databases": "8"}})).await?;
     let held = wait_node(
         ns,
         name,
@@ -887,10 +887,12 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
         seen.len() == 2 && seen.contains(&uid(&pod_before)) && seen.contains(&uid(&pod)),
         format!("{name}: pods seen during the change: {seen:?} (expected the old and one new)"),
     )?;
-    let maxmemory = config_get(&node, "maxmemory").await?;
+    // `databases` restarts the server (settings Valkey changes at runtime are set live and
+    // change no revision: see the daytwo tests).
+    let databases = config_get(&node, "databases").await?;
     check(
-        maxmemory == "209715200",
-        format!("{name}: CONFIG GET maxmemory = {maxmemory:?} on the new revision"),
+        databases == "8",
+        format!("{name}: CONFIG GET databases = {databases:?} on the new revision"),
     )?;
     // Rolled out: the old config goes.
     wait_object(&cms, &config_map, READY, "only the new config", |c| {
@@ -927,7 +929,7 @@ async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Resu
         settled(n) && n.spec.allowed_revision.as_deref() == Some(first.as_str())
     })
     .await?;
-    patch_node_spec(ns, name, json!({"config": {"maxmemory": "200mb"}})).await?;
+    patch_node_spec(ns, name, json!({"config": {"databases": "8"}})).await?;
     let held = wait_node(ns, name, READY, "awaiting approval", |n| {
         condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
             && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
@@ -973,11 +975,11 @@ async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Resu
             node.status
         ),
     )?;
-    let maxmemory = config_get(&node, "maxmemory").await?;
+    let databases = config_get(&node, "databases").await?;
     check(
-        maxmemory == "104857600",
+        databases == "4",
         format!(
-            "{name}: the replacement of the held pod runs maxmemory {maxmemory}, not the held revision's 100mb"
+            "{name}: the replacement of the held pod runs databases {databases}, not the held revision's 4"
         ),
     )
 }
@@ -987,7 +989,7 @@ async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<(
     let _took = Took::start("a_held_pod_that_is_replaced_keeps_its_revision_and_config");
     let ns = TestNamespace::create("nc-heldpod").await?;
     let _controller = start_controller(&ns).await?;
-    let config = json!({"config": {"maxmemory": "100mb"}});
+    let config = json!({"config": {"databases": "4"}});
     create_node_of_each_workload(&ns, "kept", config).await?;
     tokio::try_join!(
         a_held_pod_comes_back_as_it_was(&ns, "kept-sts"),
@@ -1001,7 +1003,7 @@ async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
     let _took = Took::start("a_config_change_waits_for_the_allowed_revision");
     let ns = TestNamespace::create("nc-revision").await?;
     let _controller = start_controller(&ns).await?;
-    let config = json!({"config": {"maxmemory": "100mb"}});
+    let config = json!({"config": {"databases": "4"}});
     create_node_of_each_workload(&ns, "held", config).await?;
     tokio::try_join!(
         config_change_waits_for_its_revision(&ns, "held-sts"),
@@ -1268,10 +1270,12 @@ fn random_password() -> String {
     format!("pw{letters}")
 }
 
-/// A Secret with an ACL file (no default user; `healthcheck` may PING and INFO) and the
-/// password of `healthcheck`.
+/// A Secret with an ACL file (no default user; `healthcheck` may PING, INFO and CONFIG GET/SET,
+/// which the node-controller sets live settings with) and the password of `healthcheck`.
 async fn create_acl_secret(ns: &TestNamespace, name: &str, password: &str) -> Result<()> {
-    let acl = format!("user default off\nuser healthcheck on >{password} ~* &* +ping +info\n");
+    let acl = format!(
+        "user default off\nuser healthcheck on >{password} ~* &* +ping +info +config|get +config|set\n"
+    );
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": name},
         "stringData": {"users.acl": acl, "password": password},

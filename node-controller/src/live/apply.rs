@@ -1,0 +1,92 @@
+//! Setting the live settings on the running server: one `CONFIG SET` with every live setting,
+//! which Valkey applies all or none, sent again only when the server (its run id) or the
+//! settings changed since it last succeeded.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::probe::{self, Credentials};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What became of the live settings on this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The running server has them (set now, or earlier on this same server process).
+    Applied { settings: usize },
+    /// Valkey refused a value; its words, and the settings sent (names only).
+    Refused { keys: Vec<String>, answer: String },
+    /// They could not be set for another reason (no permission, no answer): the next pass tries
+    /// again, and nothing is held back for it.
+    NotSet { answer: String },
+}
+
+/// What was last set successfully on a server process: its run id and the settings' hash.
+pub fn fingerprint(run_id: &str, live: &BTreeMap<String, String>) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(run_id.as_bytes());
+    for (key, value) in live {
+        hasher.update([0]);
+        hasher.update(key.as_bytes());
+        hasher.update([0]);
+        hasher.update(value.as_bytes());
+    }
+    hex::encode(&hasher.finalize()[..8])
+}
+
+/// `CONFIG SET` of every live setting on the server at `ip`.
+pub async fn set(
+    ip: &str,
+    credentials: Option<&Credentials>,
+    live: &BTreeMap<String, String>,
+) -> Outcome {
+    if live.is_empty() {
+        return Outcome::Applied { settings: 0 };
+    }
+    let sent = || live.keys().cloned().collect::<Vec<_>>();
+    let result = tokio::time::timeout(TIMEOUT, async {
+        let mut connection = probe::connect(ip, credentials).await?;
+        let mut command = redis::cmd("CONFIG");
+        command.arg("SET");
+        for (key, value) in live {
+            command.arg(key).arg(value);
+        }
+        command.query_async::<()>(&mut connection).await
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => Outcome::Applied {
+            settings: live.len(),
+        },
+        // Only a value Valkey refused is the spec's fault; a user without CONFIG SET, a lost
+        // connection or a busy server is not.
+        Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
+            Outcome::Refused {
+                keys: sent(),
+                answer: e.to_string(),
+            }
+        }
+        Ok(Err(e)) => Outcome::NotSet {
+            answer: e.to_string(),
+        },
+        Err(_) => Outcome::NotSet {
+            answer: format!("no answer within {TIMEOUT:?}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_server_or_new_settings_change_the_fingerprint() {
+        let live = BTreeMap::from([("maxmemory-policy".to_owned(), "allkeys-lru".to_owned())]);
+        let other = BTreeMap::from([("maxmemory-policy".to_owned(), "noeviction".to_owned())]);
+        assert_eq!(fingerprint("run1", &live), fingerprint("run1", &live));
+        assert_ne!(fingerprint("run1", &live), fingerprint("run2", &live));
+        assert_ne!(fingerprint("run1", &live), fingerprint("run1", &other));
+    }
+}
