@@ -62,7 +62,9 @@ pub async fn set(
         },
         // Only a value Valkey refused is the spec's fault; a user without CONFIG SET, a lost
         // connection or a busy server is not.
-        Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
+        Ok(Err(e))
+            if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
+        {
             Outcome::Refused {
                 keys: sent(),
                 answer: e.to_string(),
