@@ -41,6 +41,8 @@ struct ColumnDoc {
 struct TypeDoc {
     name: String,
     description: String,
+    /// What the fragments it includes bring, in a sentence (empty without any).
+    shared: String,
     rules: String,
     is_enum: bool,
     values: Vec<ValueDoc>,
@@ -77,7 +79,7 @@ pub fn generate(api: &Api) -> Result<String, askama::Error> {
         group_version,
         intro: INTRO,
         kinds: api.kinds.iter().map(kind_doc).collect(),
-        types: api.types.iter().map(type_doc).collect(),
+        types: api.emitted_types().map(|t| type_doc(api, t)).collect(),
     };
     let mut text = doc.render()?;
     if !text.ends_with('\n') {
@@ -117,11 +119,26 @@ fn kind_doc(k: &crate::ir::Kind) -> KindDoc {
     }
 }
 
-fn type_doc(t: &crate::ir::TypeDef) -> TypeDoc {
+fn type_doc(api: &Api, t: &crate::ir::TypeDef) -> TypeDoc {
+    let shared = t
+        .includes
+        .iter()
+        .filter_map(|name| api.type_def(name))
+        .map(|f| {
+            format!(
+                "Includes the fields of {} (`{}`): {}",
+                f.name,
+                f.source,
+                cell(&f.description)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     match &t.body {
         TypeBody::Enum { values } => TypeDoc {
             name: t.name.clone(),
             description: t.description.clone(),
+            shared,
             rules: String::new(),
             is_enum: true,
             values: values
@@ -139,6 +156,7 @@ fn type_doc(t: &crate::ir::TypeDef) -> TypeDoc {
         } => TypeDoc {
             name: t.name.clone(),
             description: t.description.clone(),
+            shared,
             rules: rules_text(validations),
             is_enum: false,
             values: Vec::new(),

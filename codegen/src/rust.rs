@@ -17,7 +17,7 @@ pub const HEADER: &str =
 /// The complete Rust source of the API.
 pub fn generate(api: &Api) -> Result<String, syn::Error> {
     let mut items = Vec::new();
-    for t in &api.types {
+    for t in api.emitted_types() {
         let kind = api.kinds.iter().find(|k| k.spec == t.name);
         items.push(match &t.body {
             TypeBody::Enum { values } => enum_item(t, values),

@@ -38,3 +38,10 @@ fn the_compiled_fixture_kind_applies_its_defaults() {
     assert_eq!(widget.color, widget::Color::Blue);
     assert_eq!(widget.part.weight, 1);
 }
+
+#[test]
+fn fields_included_from_a_fragment_are_the_kinds_own() {
+    let widget: widget::WidgetSpec =
+        serde_json::from_str(r#"{"name": "gear", "minSize": 3}"#).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((widget.min_size, widget.max_size), (Some(3), 10));
+}

@@ -58,3 +58,47 @@ fn a_schema_error_names_the_file_and_the_field() {
         .unwrap_or_default();
     assert!(err.contains("BadSpec.count: needs a description"), "{err}");
 }
+
+#[test]
+fn a_fragment_is_included_once_and_misuse_is_named() {
+    let api = fixture();
+    assert!(
+        api.emitted_types().all(|t| t.name != "Sizing"),
+        "a fragment is no type of its own"
+    );
+    let spec = api
+        .type_def("WidgetSpec")
+        .unwrap_or_else(|| panic!("no WidgetSpec"));
+    assert_eq!(spec.includes, ["Sizing"]);
+
+    let kind = "kind: K\ngroup: g\nversion: v1\nplural: ks\ndescription: d\nspec: KSpec\ntypes:\n";
+    let fragment = "  Shared:\n    description: d\n    fragment: true\n    fields:\n      size:\n        type: integer\n        description: d\n";
+    let load = |spec: &str| {
+        codegen::load_sources(&[
+            ("k.yaml".into(), format!("{kind}{spec}")),
+            ("shared.yaml".into(), format!("types:\n{fragment}")),
+        ])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let twice = load(
+        "  KSpec:\n    description: d\n    include: [Shared]\n    fields:\n      size:\n        type: integer\n        description: d\n",
+    );
+    assert!(
+        twice.contains("KSpec includes Shared") && twice.contains("field size is declared both"),
+        "{twice}"
+    );
+    let unknown = load("  KSpec:\n    description: d\n    include: [Nothing]\n    fields: {}\n");
+    assert!(
+        unknown.contains("includes Nothing, which is not a fragment"),
+        "{unknown}"
+    );
+    let as_type = load(
+        "  KSpec:\n    description: d\n    fields:\n      shared:\n        type: list<Shared>\n        description: d\n",
+    );
+    assert!(
+        as_type.contains("KSpec.shared: Shared is a fragment"),
+        "{as_type}"
+    );
+}

@@ -13,6 +13,7 @@ pub(super) fn check(api: &Api) -> Result<(), Error> {
             match api.type_def(name) {
                 Some(TypeDef {
                     body: TypeBody::Object { .. },
+                    fragment: false,
                     ..
                 }) => {}
                 _ => {
@@ -109,6 +110,11 @@ fn check_field(api: &Api, f: &Field, at: &str) -> Result<(), Error> {
     for rule in &f.validations {
         check_rule(rule, at)?;
     }
+    if let Some(fragment) = fragment_named(api, &f.ty) {
+        return Err(invalid(format!(
+            "{at}: {fragment} is a fragment: include it in a type (`include: [{fragment}]`) rather than name it as a field's type"
+        )));
+    }
     if !f.each.is_empty() {
         match &f.ty {
             TypeRef::List(t) | TypeRef::Map(t) if t.is_scalar() => {}
@@ -128,6 +134,18 @@ fn check_field(api: &Api, f: &Field, at: &str) -> Result<(), Error> {
         check_default(api, &f.ty, default).map_err(|e| invalid(format!("{at}: default: {e}")))?;
     }
     Ok(())
+}
+
+/// The fragment a type reference names, at any depth (`list<F>`, `map<F>`).
+fn fragment_named<'a>(api: &'a Api, ty: &TypeRef) -> Option<&'a str> {
+    match ty {
+        TypeRef::List(t) | TypeRef::Map(t) => fragment_named(api, t),
+        TypeRef::Named(name) => api
+            .type_def(name)
+            .filter(|t| t.fragment)
+            .map(|t| t.name.as_str()),
+        _ => None,
+    }
 }
 
 /// A default must be a value of the field's type. Objects only take `{}`, which means "every

@@ -56,6 +56,12 @@ struct TypeDoc {
     fields: Option<serde_yaml::Mapping>,
     #[serde(default)]
     validations: Vec<Rule>,
+    /// Fragments whose fields and rules this object type takes as its own.
+    #[serde(default)]
+    include: Vec<String>,
+    /// Fields for other types to include, not a type of its own.
+    #[serde(default)]
+    fragment: bool,
 }
 
 #[derive(Deserialize)]
@@ -160,8 +166,57 @@ pub fn load_sources(sources: &[(String, String)]) -> Result<Api, Error> {
             api.kinds.push(kind_def(kind, doc, &file)?);
         }
     }
+    resolve_includes(&mut api)?;
     check(&api)?;
     Ok(api)
+}
+
+/// Copies each included fragment's fields and rules into the types that include it: the
+/// including type's own fields come first, then each fragment's, in `include` order; its own
+/// rules first, then each fragment's. A field declared twice is an error naming both places.
+fn resolve_includes(api: &mut Api) -> Result<(), Error> {
+    let fragments: BTreeMap<String, TypeDef> = api
+        .types
+        .iter()
+        .filter(|t| t.fragment)
+        .map(|t| (t.name.clone(), t.clone()))
+        .collect();
+    for t in &mut api.types {
+        for name in t.includes.clone() {
+            let at = format!("{}: {} includes {name}", t.source, t.name);
+            let Some(fragment) = fragments.get(&name) else {
+                return Err(invalid(format!(
+                    "{at}, which is not a fragment declared in schema/ (a type with `fragment: true`)"
+                )));
+            };
+            let (
+                TypeBody::Object {
+                    fields: shared,
+                    validations: shared_rules,
+                },
+                TypeBody::Object {
+                    fields,
+                    validations,
+                },
+            ) = (&fragment.body, &mut t.body)
+            else {
+                return Err(invalid(format!(
+                    "{at}: only object types include fragments"
+                )));
+            };
+            for field in shared {
+                if fields.iter().any(|f| f.name == field.name) {
+                    return Err(invalid(format!(
+                        "{at}: field {} is declared both in {} and in {name} ({})",
+                        field.name, t.name, fragment.source
+                    )));
+                }
+                fields.push(field.clone());
+            }
+            validations.extend(shared_rules.iter().cloned());
+        }
+    }
+    Ok(())
 }
 
 fn key_name(key: &serde_yaml::Value, file: &str) -> Result<String, Error> {
@@ -207,6 +262,16 @@ fn type_def(
     declared: &BTreeMap<String, String>,
 ) -> Result<TypeDef, Error> {
     let body = match (doc.enum_values, doc.fields) {
+        (Some(_), None) if doc.fragment || !doc.include.is_empty() => {
+            return Err(invalid(format!(
+                "{file}: enum {name} can neither be a fragment nor include one"
+            )));
+        }
+        (_, _) if doc.fragment && !doc.include.is_empty() => {
+            return Err(invalid(format!(
+                "{file}: fragment {name} cannot include another fragment; include both where it is used"
+            )));
+        }
         (Some(values), None) => {
             if !doc.validations.is_empty() {
                 return Err(invalid(format!(
@@ -251,6 +316,8 @@ fn type_def(
         description: doc.description,
         body,
         source: file.to_owned(),
+        fragment: doc.fragment,
+        includes: doc.include,
     })
 }
 

@@ -45,6 +45,12 @@ pub struct TypeDef {
     pub description: String,
     pub body: TypeBody,
     pub source: String,
+    /// A fragment: fields (and rules over them) that object types `include`, so that several
+    /// kinds share them without a copy. It has no Rust type and no section of its own in the
+    /// docs; its fields appear in every type that includes it.
+    pub fragment: bool,
+    /// The fragments this type includes, in order (already resolved into its fields and rules).
+    pub includes: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +190,11 @@ pub(crate) fn invalid(msg: impl Into<String>) -> Error {
 impl Api {
     pub fn type_def(&self, name: &str) -> Option<&TypeDef> {
         self.types.iter().find(|t| t.name == name)
+    }
+
+    /// The types that become Rust types and sections of the docs: every type but fragments.
+    pub fn emitted_types(&self) -> impl Iterator<Item = &TypeDef> {
+        self.types.iter().filter(|t| !t.fragment)
     }
 
     /// Types in the order an emitter should write them: kinds' spec and status first, then the rest.

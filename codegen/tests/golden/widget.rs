@@ -28,7 +28,10 @@
 #[schemars(
     extend(
         "x-kubernetes-validations" = [{"message":"minimum must not exceed count",
-        "rule":"!has(self.minimum) || self.minimum <= self.count"}]
+        "rule":"!has(self.minimum) || self.minimum <= self.count"},
+        {"fieldPath":".minSize",
+        "message":"minSize must not exceed maxSize",
+        "rule":"!has(self.minSize) || self.minSize <= self.maxSize"}]
     )
 )]
 pub struct WidgetSpec {
@@ -87,6 +90,14 @@ pub struct WidgetSpec {
     /// A nested object defaulted from its own fields' defaults.
     #[serde(rename = "part", default)]
     pub part: Part,
+    /// An optional lower bound, shared through a fragment.
+    #[serde(rename = "minSize", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0))]
+    pub min_size: ::std::option::Option<i32>,
+    /// An upper bound with a default, shared through a fragment.
+    #[serde(rename = "maxSize", default = "default_widget_spec_max_size")]
+    #[schemars(extend("maximum" = 100))]
+    pub max_size: i32,
 }
 fn default_widget_spec_count() -> i32 {
     2
@@ -96,6 +107,9 @@ fn default_widget_spec_enabled() -> bool {
 }
 fn default_widget_spec_color() -> Color {
     Color::Blue
+}
+fn default_widget_spec_max_size() -> i32 {
+    10
 }
 /// A nested object.
 #[derive(
