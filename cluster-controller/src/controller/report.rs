@@ -165,9 +165,24 @@ pub async fn write_status(
     }
     let api: Api<ValkeyCluster> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    plumbing::apply::apply_status(&api, FIELD_MANAGER, &cluster.name_any(), &new)
-        .await
-        .map_err(Error::Status)?;
+    let name = cluster.name_any();
+    match plumbing::apply::apply_status(&api, FIELD_MANAGER, &name, &new).await {
+        Ok(_) => {}
+        // A CRD older than the controller (Helm never upgrades the CRDs it installed) refuses the
+        // bindings: the cluster is still served and reported, without them.
+        Err(error) if new.node_ids.is_some() && refuses_node_ids(&error) => {
+            tracing::warn!(
+                %error,
+                "the ValkeyCluster CRD has no status.nodeIds: apply the chart's CRDs; members are \
+                 not bound to their nodes until then"
+            );
+            new.node_ids = None;
+            plumbing::apply::apply_status(&api, FIELD_MANAGER, &name, &new)
+                .await
+                .map_err(Error::Status)?;
+        }
+        Err(error) => return Err(Error::Status(error)),
+    }
     let became = |state| new.state == Some(state) && previous.and_then(|p| p.state) != Some(state);
     if became(ClusterState::Ready) {
         ctx.events
@@ -180,6 +195,12 @@ pub async fn write_status(
             .await;
     }
     Ok(())
+}
+
+/// True when the API server refused the status because its schema has no `nodeIds`.
+fn refuses_node_ids(error: &plumbing::apply::ApplyError) -> bool {
+    matches!(error, plumbing::apply::ApplyError::Kube { source: kube::Error::Api(status), .. }
+        if status.message.contains(".status.nodeIds") && status.message.contains("not declared"))
 }
 
 /// The member an action is about, for the Event's related object.
@@ -359,5 +380,45 @@ mod tests {
             decision_events(&ctx, &cluster(CLUSTER), &pass).await;
             script.await.unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+
+    /// The members' bindings are written to status.nodeIds; a CRD that predates the field
+    /// refuses them, and the status is written without them rather than not at all.
+    #[tokio::test]
+    async fn bindings_are_kept_in_status_and_dropped_for_an_older_crd() {
+        let id = crate::valkey::cluster_nodes::NodeId::parse(&"b".repeat(40))
+            .unwrap_or_else(|| panic!("id"));
+        let bindings = BTreeMap::from([("cache-0-0".to_owned(), id)]);
+        let decision = Decision::Wait {
+            reason: crate::engine::Reason::Converging,
+            message: "converging".into(),
+        };
+        let outcome = Outcome::Decided {
+            decision: &decision,
+            health: None,
+        };
+        let (ctx, mut api, _nodes) = context();
+        let stored = serde_json::to_value(cluster(CLUSTER)).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            let path = "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyclusters/cache/status?";
+            let first = api.expect(Method::PATCH, path).await;
+            assert_eq!(first.body["status"]["nodeIds"]["cache-0-0"], "b".repeat(40));
+            first.answer(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                &serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+                    "message": "failed to create typed patch object (/cache; valkey.io/v1alpha1, Kind=ValkeyCluster): .status.nodeIds: field not declared in schema"
+                }),
+            );
+            let again = api.expect(Method::PATCH, path).await;
+            assert!(again.body["status"].get("nodeIds").is_none());
+            assert_eq!(again.body["status"]["reason"], "Converging");
+            again.with_status_of(&stored);
+            api.done().await;
+        });
+        write_status(&ctx, &cluster(CLUSTER), &outcome, None, Some(&bindings))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
     }
 }
