@@ -32,15 +32,19 @@ impl ClusterFixture {
     /// Creates a namespace, starts both controllers in it and applies the ValkeyCluster `name`
     /// with `spec` (YAML of the spec mapping).
     pub async fn start(prefix: &str, name: &str, spec: &str) -> Result<Self> {
+        let fixture = Self::prepare(prefix, name).await?;
+        fixture.apply(spec).await?;
+        Ok(fixture)
+    }
+
+    /// The namespace and both controllers, without the ValkeyCluster yet (see [`Self::apply`]):
+    /// for a test that must watch from before the cluster exists.
+    pub async fn prepare(prefix: &str, name: &str) -> Result<Self> {
         let turn = crate::pool::heavy().await;
         install_crds().await?;
         let ns = TestNamespace::create(prefix).await?;
         let node_controller = ControllerProcess::start("node-controller", &ns, &[]).await?;
         let cluster_controller = ControllerProcess::start("cluster-controller", &ns, &[]).await?;
-        let manifest = format!(
-            "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {{name: {name}}}\nspec: {spec}\n"
-        );
-        ns.apply(&manifest).await?;
         Ok(Self {
             ns,
             name: name.to_owned(),
@@ -48,6 +52,15 @@ impl ClusterFixture {
             cluster_controller,
             _turn: turn,
         })
+    }
+
+    /// Applies the ValkeyCluster with `spec` (YAML of the spec mapping).
+    pub async fn apply(&self, spec: &str) -> Result<()> {
+        let manifest = format!(
+            "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {{name: {}}}\nspec: {spec}\n",
+            self.name
+        );
+        self.ns.apply(&manifest).await.map(|_| ())
     }
 
     pub fn api(&self) -> Api<ValkeyCluster> {

@@ -6,6 +6,68 @@ use std::time::{Duration, Instant};
 
 use e2e::Result;
 use e2e::cluster::ClusterFixture;
+use e2e::record::Record;
+use k8s_openapi::api::core::v1::Pod;
+use valkey_api::v1alpha1::{ClusterState, ValkeyCluster};
+
+/// Formation, split: from the apply to the last member's pod Ready (the pods' time: scheduling,
+/// process start, probes), and from there to the cluster's status Ready (the operator's time).
+/// Read from records of every Pod and ValkeyCluster version, as the test process received them.
+async fn formation(spec: &str, members: usize) -> Result<(Duration, Duration)> {
+    let c = ClusterFixture::prepare("bench-form", "form").await?;
+    let pods = Record::start(c.ns.api::<Pod>(), Some("valkey.io/cluster=form")).await?;
+    let statuses = Record::start(c.api(), None).await?;
+    let applied = Instant::now();
+    c.apply(spec).await?;
+    c.wait_ready(Duration::from_secs(300)).await?;
+    let pod_ready = |p: &Pod| e2e::pod_ready(p);
+    let mut ready: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut all_ready_at = None;
+    for v in pods.versions() {
+        ready.insert(v.name(), !v.deleted && pod_ready(&v.object));
+        if all_ready_at.is_none() && ready.len() == members && ready.values().all(|r| *r) {
+            all_ready_at = Some(v.at);
+        }
+    }
+    let cluster_ready_at = statuses
+        .versions()
+        .into_iter()
+        .find(|v: &e2e::record::Version<ValkeyCluster>| {
+            v.object
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state == Some(ClusterState::Ready))
+        })
+        .map(|v| v.at);
+    match (all_ready_at, cluster_ready_at) {
+        (Some(pods_at), Some(ready_at)) => Ok((
+            pods_at.saturating_duration_since(applied),
+            ready_at.saturating_duration_since(pods_at),
+        )),
+        _ => Err(e2e::E2eError::Check(
+            "the records hold no moment with every pod Ready and the cluster Ready".into(),
+        )),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: make bench"]
+async fn bench_formation_split() -> Result<()> {
+    for (spec, members) in [
+        ("{shards: 1, replicas: 0}", 1),
+        ("{shards: 3, replicas: 1}", 6),
+    ] {
+        for run in 1..=3 {
+            let (pods, operator) = formation(spec, members).await?;
+            println!(
+                "formation {spec} run {run}: pods Ready {:.1} s after the apply; the operator's time after that {:.2} s",
+                pods.as_secs_f64(),
+                operator.as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
 
 async fn scale_out(image: &str, keys: u64) -> Result<()> {
     let start = Instant::now();
