@@ -15,4 +15,5 @@ pub mod client;
 pub mod controller;
 pub mod engine;
 pub mod plan;
+pub mod replication;
 pub mod valkey;

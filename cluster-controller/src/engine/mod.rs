@@ -31,4 +31,4 @@ pub use driver::{Engine, EngineConfig, Pass};
 pub use error::EngineError;
 pub use execute::{ExecuteConfig, Outcome, execute, migrate_auth};
 pub use member::{Desired, LostSlotsPolicy, Member, Place};
-pub use observe::{NodeState, Observation, Reach, observe, observe_fenced};
+pub use observe::{NodeState, Observation, Reach, observe, observe_fenced, user_enabled};

@@ -332,7 +332,7 @@ fn pairs(reply: &Value) -> Option<BTreeMap<String, String>> {
 
 /// Whether an `ACL GETUSER` reply's flags say `on` (RESP2 list or RESP3 map). Only the flags are
 /// read: the reply also holds password hashes, which go nowhere.
-fn user_enabled(reply: &Value) -> Option<bool> {
+pub fn user_enabled(reply: &Value) -> Option<bool> {
     let pairs: Vec<(&Value, &Value)> = match reply {
         Value::Array(items) => items
             .chunks(2)

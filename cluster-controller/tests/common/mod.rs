@@ -47,6 +47,7 @@ pub fn int(name: &str) -> u64 {
 
 pub mod lab;
 pub mod net;
+pub mod replication_lab;
 pub mod servers;
 pub mod traffic;
 pub mod world;

@@ -165,6 +165,51 @@ impl Server {
     }
 
     pub fn start(&mut self, binary: &Binary, acl: &Path, ip: Ipv4Addr, persistence: bool) {
+        let timeout = NODE_TIMEOUT_MS.to_string();
+        self.spawn(
+            binary,
+            acl,
+            ip,
+            persistence,
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                &timeout,
+                // The operator owns the topology: no replica wanders to another shard by itself.
+                "--cluster-allow-replica-migration",
+                "no",
+            ],
+        );
+    }
+
+    /// Starts the server without cluster mode, as a member of a replication starts: a replica of
+    /// nothing (`replicaof 127.0.0.1 0`) until the operator tells it its place.
+    pub fn start_parked(&mut self, binary: &Binary, acl: &Path, ip: Ipv4Addr, persistence: bool) {
+        self.spawn(
+            binary,
+            acl,
+            ip,
+            persistence,
+            &[
+                "--replicaof",
+                "127.0.0.1 0",
+                "--repl-diskless-sync-delay",
+                "0",
+            ],
+        );
+    }
+
+    fn spawn(
+        &mut self,
+        binary: &Binary,
+        acl: &Path,
+        ip: Ipv4Addr,
+        persistence: bool,
+        mode: &[&str],
+    ) {
         assert!(
             self.child.is_none(),
             "{} is already running",
@@ -173,15 +218,11 @@ impl Server {
         let ip_text = ip.to_string();
         let mut cmd = Command::new(&binary.path);
         cmd.args(["--bind", &ip_text])
-            // Outgoing cluster-bus links must leave from the node's own address, or its peers
-            // learn 127.0.0.1 for it.
+            // Outgoing links (cluster bus, replication) must leave from the node's own address,
+            // or its peers learn 127.0.0.1 for it.
             .args(["--bind-source-addr", &ip_text])
             .args(["--port", &PORT.to_string()])
-            .args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", "nodes.conf"])
-            .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
-            // The operator owns the topology: no replica wanders to another shard by itself.
-            .args(["--cluster-allow-replica-migration", "no"])
+            .args(mode)
             .args(["--aclfile", &acl.display().to_string()])
             .args(["--masteruser", REPLICATION_USER])
             .args(["--masterauth", REPLICATION_PASSWORD])

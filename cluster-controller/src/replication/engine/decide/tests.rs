@@ -1,0 +1,569 @@
+//! The replication rules, from small fixtures: one test per rule, each naming what it protects.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{Spec, decide, health};
+use crate::engine::Member;
+use crate::engine::safety::{LinkAge, ReplicationHistory};
+use crate::replication::engine::decision::{Action, Decision, Reason};
+use crate::replication::engine::observe::{Observation, Reach};
+use crate::replication::engine::server::{PARKED_HOST, PARKED_PORT, ServerState, Upstream};
+use crate::valkey::Version;
+use crate::valkey::info::LinkStatus;
+
+const OLD: &str = "96d0ece2f6a59ea2e7d9c65d0cb88573c516fac1";
+const NEW: &str = "a13e72b19c9c5302fd9e871f769acf3b97d2bc13";
+const ZERO: &str = "0000000000000000000000000000000000000000";
+
+fn name(i: u32) -> String {
+    format!("r-{i}")
+}
+
+fn addr(i: u32) -> SocketAddr {
+    SocketAddr::from(([10, 213, 1, 10 + i as u8], 6379))
+}
+
+fn spec(replicas: u32) -> Spec {
+    Spec {
+        replicas,
+        preferred: None,
+        failover_after: Duration::from_secs(10),
+        fence_user: None,
+        switchover_timeout: Duration::from_secs(5),
+    }
+}
+
+fn history(replid: &str, replid2: &str, offset: i64, keys: u64) -> ReplicationHistory {
+    ReplicationHistory {
+        replid: replid.into(),
+        replid2: replid2.into(),
+        offset,
+        second_offset: if replid2 == ZERO { -1 } else { 1 },
+        keys,
+    }
+}
+
+fn state(i: u32, upstream: Option<Upstream>, history: ReplicationHistory) -> ServerState {
+    ServerState {
+        address: addr(i),
+        version: Version::new(9, 1, 2),
+        upstream,
+        offset: history.offset,
+        history,
+        loading: false,
+        failover_state: "no-failover".into(),
+        replicas: Vec::new(),
+        replication_admitted: None,
+    }
+}
+
+/// A primary on history `replid` (continuing `replid2`).
+fn primary(i: u32, replid: &str, replid2: &str, offset: i64, keys: u64) -> ServerState {
+    state(i, None, history(replid, replid2, offset, keys))
+}
+
+/// A replica of member `of`, on that primary's history `replid`.
+fn replica(i: u32, of: u32, link: LinkAge, replid: &str, offset: i64, keys: u64) -> ServerState {
+    let upstream = Upstream {
+        host: addr(of).ip().to_string(),
+        port: 6379,
+        link: if link == LinkAge::Up {
+            LinkStatus::Up
+        } else {
+            LinkStatus::Down
+        },
+        age: link,
+        syncing: false,
+    };
+    state(i, Some(upstream), history(replid, ZERO, offset, keys))
+}
+
+/// A member that (re)started: a replica of nothing, a history of its own, its data.
+fn parked(i: u32, keys: u64) -> ServerState {
+    let upstream = Upstream {
+        host: PARKED_HOST.into(),
+        port: PARKED_PORT,
+        link: LinkStatus::Down,
+        age: LinkAge::Never,
+        syncing: false,
+    };
+    state(
+        i,
+        Some(upstream),
+        history(&format!("{:040}", 100 + i), ZERO, 0, keys),
+    )
+}
+
+/// Members `0..n`, ready, each with an address.
+struct World {
+    spec: Spec,
+    members: Vec<Member>,
+    observed: Observation,
+    recorded: Option<String>,
+}
+
+impl World {
+    fn new(replicas: u32) -> Self {
+        let members = (0..=replicas)
+            .map(|i| {
+                let mut m = Member::new(0, i, name(i));
+                m.address = Some(addr(i));
+                m.ready = true;
+                m
+            })
+            .collect();
+        Self {
+            spec: spec(replicas),
+            members,
+            observed: Observation::default(),
+            recorded: None,
+        }
+    }
+
+    fn recorded(mut self, i: u32) -> Self {
+        self.recorded = Some(name(i));
+        self
+    }
+
+    fn up(mut self, i: u32, s: ServerState) -> Self {
+        self.observed
+            .members
+            .insert(name(i), Reach::Up(Box::new(s)));
+        self
+    }
+
+    fn silent(mut self, i: u32) -> Self {
+        self.observed.members.insert(
+            name(i),
+            Reach::Unreachable {
+                address: addr(i),
+                error: "connection refused".into(),
+            },
+        );
+        self
+    }
+
+    fn member(&mut self, i: u32) -> &mut Member {
+        let Some(m) = self.members.iter_mut().find(|m| m.index == i) else {
+            panic!("no member {i}");
+        };
+        m
+    }
+
+    fn decide(&self) -> Decision {
+        decide(
+            &self.spec,
+            &self.members,
+            self.recorded.as_deref(),
+            &self.observed,
+        )
+    }
+
+    /// A primary `r-0` with `r-1..=replicas` in step.
+    fn healthy(replicas: u32) -> Self {
+        let mut w = Self::new(replicas)
+            .recorded(0)
+            .up(0, primary(0, NEW, OLD, 5000, 100));
+        for i in 1..=replicas {
+            w = w.up(i, replica(i, 0, LinkAge::Up, NEW, 5000, 100));
+        }
+        w
+    }
+}
+
+fn action(d: &Decision) -> &Action {
+    d.action()
+        .unwrap_or_else(|| panic!("expected an action, got {d:?}"))
+}
+
+fn promoted(d: &Decision) -> &str {
+    match action(d) {
+        Action::Promote { on } => &on.member,
+        other => panic!("expected a promotion, got {other:?}"),
+    }
+}
+
+fn forced(d: &Decision) -> bool {
+    matches!(d, Decision::Act { forced: true, .. })
+}
+
+#[test]
+fn a_new_replication_promotes_its_first_member_then_attaches_the_others() {
+    let w = World::new(2)
+        .up(0, parked(0, 0))
+        .up(1, parked(1, 0))
+        .up(2, parked(2, 0));
+    let d = w.decide();
+    assert_eq!((promoted(&d), d.reason()), ("r-0", Reason::Forming));
+    assert!(!forced(&d));
+
+    let mut named = World::new(2)
+        .up(0, parked(0, 0))
+        .up(1, parked(1, 0))
+        .up(2, parked(2, 0));
+    named.spec.preferred = Some("r-1".into());
+    assert_eq!(
+        promoted(&named.decide()),
+        "r-1",
+        "spec.primary breaks the tie"
+    );
+
+    // Recreated over kept volumes: the fullest member wins whatever its index.
+    let kept = World::new(2)
+        .up(0, parked(0, 10))
+        .up(1, parked(1, 0))
+        .up(2, parked(2, 900));
+    assert_eq!(promoted(&kept.decide()), "r-2");
+
+    let formed = World::new(2)
+        .recorded(0)
+        .up(0, primary(0, NEW, ZERO, 0, 0))
+        .up(1, parked(1, 0))
+        .up(2, parked(2, 0));
+    let d = formed.decide();
+    assert!(
+        matches!(action(&d), Action::Follow { on, primary } if on.member == "r-1" && primary.member == "r-0"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn formation_waits_for_every_member_to_answer() {
+    let w = World::new(2)
+        .up(0, parked(0, 0))
+        .up(1, parked(1, 0))
+        .silent(2);
+    let d = w.decide();
+    assert!(
+        matches!(d, Decision::Wait { .. }) && d.message().contains("r-2"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn a_whole_replication_is_steady() {
+    let w = World::healthy(2);
+    assert_eq!(w.decide(), Decision::Steady);
+    let h = health(&w.spec, &w.members, w.recorded.as_deref(), &w.observed);
+    assert_eq!(
+        (h.primary.as_deref(), h.replicas_in_step, h.replicas_wanted),
+        (Some("r-0"), 2, 2)
+    );
+}
+
+#[test]
+fn a_restarted_replica_replicates_the_primary_again() {
+    let w = World::healthy(2).up(2, parked(2, 100));
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Follow { on, .. } if on.member == "r-2"),
+        "{d:?}"
+    );
+    assert_eq!(d.reason(), Reason::Attaching);
+}
+
+#[test]
+fn a_primary_that_restarted_with_its_data_is_the_primary_again() {
+    let w = World::healthy(2).up(0, parked(0, 100));
+    let d = w.decide();
+    assert_eq!(
+        (promoted(&d), d.reason()),
+        ("r-0", Reason::PrimaryRestarted)
+    );
+
+    // A standalone server has no one to hand over to, with or without data.
+    let alone = World::new(0).recorded(0).up(0, parked(0, 0));
+    assert_eq!(promoted(&alone.decide()), "r-0");
+}
+
+#[test]
+fn a_primary_that_restarted_empty_hands_over_to_the_replica_with_its_writes() {
+    // r-0 restarted without its data; its replicas hold the data, r-2 a little more of it.
+    let w = World::new(2)
+        .recorded(0)
+        .up(0, parked(0, 0))
+        .up(1, replica(1, 0, LinkAge::DownFor(1), OLD, 4900, 99))
+        .up(2, replica(2, 0, LinkAge::DownFor(1), OLD, 5000, 100));
+    let d = w.decide();
+    assert_eq!((promoted(&d), d.reason()), ("r-2", Reason::PrimaryEmptied));
+    assert!(forced(&d), "a failover is announced with a Warning");
+    assert!(d.message().contains("less data"), "{}", d.message());
+
+    // Not before every member answers: the silent one might have more.
+    let unsure = World::new(2)
+        .recorded(0)
+        .up(0, parked(0, 0))
+        .up(1, replica(1, 0, LinkAge::DownFor(1), OLD, 4900, 99))
+        .silent(2);
+    assert!(matches!(unsure.decide(), Decision::Wait { .. }));
+}
+
+#[test]
+fn a_primary_is_replaced_only_when_it_is_silent_for_everyone() {
+    let lost = |age: LinkAge| {
+        World::new(2)
+            .recorded(0)
+            .silent(0)
+            .up(1, replica(1, 0, age, OLD, 5000, 100))
+            .up(2, replica(2, 0, LinkAge::DownFor(30), OLD, 4000, 90))
+    };
+    let mut not_seen = lost(LinkAge::DownFor(30));
+    not_seen.member(0).ready = false;
+    let d = not_seen.decide();
+    assert_eq!((promoted(&d), d.reason()), ("r-1", Reason::FailingOver));
+    assert!(forced(&d));
+
+    // A replica still has a link to it: it is alive, cut from the operator only.
+    let mut alive = lost(LinkAge::Up);
+    alive.member(0).ready = false;
+    let d = alive.decide();
+    assert!(
+        matches!(
+            d,
+            Decision::Wait {
+                reason: Reason::PrimaryUnreachable,
+                ..
+            }
+        ),
+        "{d:?}"
+    );
+
+    // The node-controller still reaches it.
+    let seen = lost(LinkAge::DownFor(30));
+    assert!(matches!(seen.decide(), Decision::Wait { .. }));
+
+    // Silent for less than spec.failoverAfterSeconds.
+    let mut brief = lost(LinkAge::DownFor(3));
+    brief.member(0).ready = false;
+    let d = brief.decide();
+    assert!(
+        matches!(d, Decision::Wait { .. }) && d.message().contains("3s"),
+        "{d:?}"
+    );
+
+    // A replica that does not answer either: the one with every WAIT-acknowledged write may be
+    // that one.
+    let mut unsure = World::new(2)
+        .recorded(0)
+        .silent(0)
+        .up(1, replica(1, 0, LinkAge::DownFor(30), OLD, 5000, 100))
+        .silent(2);
+    unsure.member(0).ready = false;
+    assert!(matches!(
+        unsure.decide(),
+        Decision::Blocked {
+            reason: Reason::NoSafeCandidate,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_old_primary_never_takes_over_from_the_replicas_that_followed_the_new_one() {
+    // r-1 was promoted (continuing r-0's history OLD); r-1 is now lost too, and r-0, back from a
+    // partition, still claims to be primary with its own last writes.
+    let mut w = World::new(2)
+        .recorded(1)
+        .up(0, primary(0, OLD, ZERO, 6000, 120))
+        .silent(1)
+        .up(2, replica(2, 1, LinkAge::DownFor(30), NEW, 5500, 110));
+    w.member(1).ready = false;
+    let d = w.decide();
+    assert_eq!(promoted(&d), "r-2", "{d:?}");
+}
+
+#[test]
+fn a_completed_switchover_is_followed() {
+    // FAILOVER TO r-1 finished: r-0 follows r-1, which is primary; r-2 still follows r-0.
+    let w = World::new(2)
+        .recorded(0)
+        .up(0, replica(0, 1, LinkAge::Up, NEW, 5000, 100))
+        .up(1, primary(1, NEW, OLD, 5000, 100))
+        .up(2, replica(2, 0, LinkAge::Up, NEW, 5000, 100));
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Follow { on, primary } if on.member == "r-2" && primary.member == "r-1"),
+        "{d:?}"
+    );
+    let h = health(&w.spec, &w.members, w.recorded.as_deref(), &w.observed);
+    assert_eq!(h.primary.as_deref(), Some("r-1"));
+}
+
+#[test]
+fn an_old_primary_back_from_a_partition_replicates_the_new_one() {
+    let w = World::new(2)
+        .recorded(1)
+        .up(0, primary(0, OLD, ZERO, 6000, 120))
+        .up(1, primary(1, NEW, OLD, 5500, 110))
+        .up(2, replica(2, 1, LinkAge::Up, NEW, 5500, 110));
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Follow { on, primary } if on.member == "r-0" && primary.member == "r-1"),
+        "{d:?}"
+    );
+    assert!(d.message().contains("acts as a primary"), "{}", d.message());
+}
+
+#[test]
+fn a_member_with_data_the_primary_lacks_is_left_alone_and_reported() {
+    // r-2 came back with keys of a history the primary never had, more than the primary holds.
+    let mut fresh_primary = primary(0, NEW, ZERO, 10, 5);
+    fresh_primary.history.replid2 = ZERO.into();
+    let w = World::new(2)
+        .recorded(0)
+        .up(0, fresh_primary)
+        .up(1, parked(1, 0))
+        .up(2, replica(2, 7, LinkAge::DownFor(600), OLD, 9000, 500));
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Follow { on, .. } if on.member == "r-1"),
+        "the others are attached first: {d:?}"
+    );
+    let w = w.up(1, replica(1, 0, LinkAge::Up, NEW, 10, 5));
+    let d = w.decide();
+    assert!(
+        matches!(
+            d,
+            Decision::Blocked {
+                reason: Reason::DataConflict,
+                ..
+            }
+        ),
+        "{d:?}"
+    );
+    assert!(
+        d.message().contains("r-2") && d.message().contains("PVC"),
+        "{}",
+        d.message()
+    );
+}
+
+#[test]
+fn the_fence_admits_the_primary_then_replicas_in_step() {
+    let mut w = World::healthy(1);
+    w.spec.fence_user = Some("replication".into());
+    let mut p = primary(0, NEW, OLD, 5000, 100);
+    p.replication_admitted = Some(false);
+    let mut r = replica(1, 0, LinkAge::Up, NEW, 5000, 100);
+    r.replication_admitted = Some(false);
+    let w = w.up(0, p.clone()).up(1, r);
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Admit { on, user } if on.member == "r-0" && user == "replication")
+    );
+    p.replication_admitted = Some(true);
+    let d = w.up(0, p).decide();
+    assert!(
+        matches!(action(&d), Action::Admit { on, .. } if on.member == "r-1"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn the_named_primary_takes_over_by_a_planned_switchover() {
+    let mut w = World::healthy(2);
+    w.spec.preferred = Some("r-2".into());
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Switchover { on, to, .. } if on.member == "r-0" && to.member == "r-2"),
+        "{d:?}"
+    );
+    assert!(!forced(&d), "a switchover loses nothing");
+
+    // Not while it is catching up.
+    let w2 = {
+        let mut w2 = World::healthy(2).up(2, replica(2, 0, LinkAge::DownFor(2), NEW, 4000, 90));
+        w2.spec.preferred = Some("r-2".into());
+        w2
+    };
+    assert!(matches!(
+        w2.decide(),
+        Decision::Wait {
+            reason: Reason::ReplicaSyncing,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_roll_restarts_replicas_first_then_hands_over_and_restarts_the_primary() {
+    let outdated = |m: &mut Member| {
+        m.current_revision = Some("a".into());
+        m.desired_revision = Some("b".into());
+        m.allowed_revision = Some("a".into());
+    };
+    let mut w = World::healthy(2);
+    for i in 0..=2 {
+        outdated(w.member(i));
+    }
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::AllowRestart { member } if member == "r-2"),
+        "{d:?}"
+    );
+    // While it restarts, nothing else moves.
+    w.member(2).allowed_revision = Some("b".into());
+    assert!(matches!(
+        w.decide(),
+        Decision::Wait {
+            reason: Reason::Rolling,
+            ..
+        }
+    ));
+    for i in 1..=2 {
+        let m = w.member(i);
+        m.current_revision = Some("b".into());
+        m.allowed_revision = Some("b".into());
+    }
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::Switchover { on, to, .. } if on.member == "r-0" && to.member == "r-1"),
+        "the primary goes last, after a switchover: {d:?}"
+    );
+    assert_eq!(d.reason(), Reason::Rolling);
+
+    let mut alone = World::healthy(0);
+    outdated(alone.member(0));
+    let d = alone.decide();
+    assert!(matches!(action(&d), Action::AllowRestart { member } if member == "r-0"));
+}
+
+#[test]
+fn scaling_in_removes_replicas_and_a_leaving_primary_hands_over_first() {
+    let mut w = World::healthy(2);
+    w.spec.replicas = 0;
+    let d = w.decide();
+    assert!(
+        matches!(action(&d), Action::DeleteMember { member } if member == "r-2"),
+        "{d:?}"
+    );
+
+    let mut leaving = World::new(2)
+        .recorded(2)
+        .up(0, replica(0, 2, LinkAge::Up, NEW, 5000, 100))
+        .up(1, replica(1, 2, LinkAge::Up, NEW, 5000, 100))
+        .up(2, primary(2, NEW, OLD, 5000, 100));
+    leaving.spec.replicas = 0;
+    let d = leaving.decide();
+    assert!(
+        matches!(action(&d), Action::Switchover { on, to, .. } if on.member == "r-2" && to.member == "r-0"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn a_missing_member_is_waited_for() {
+    let mut w = World::healthy(2);
+    w.members.retain(|m| m.index != 1);
+    let d = w.decide();
+    assert!(
+        matches!(
+            d,
+            Decision::Wait {
+                reason: Reason::WaitingForNodes,
+                ..
+            }
+        ) && d.message().contains("member 1")
+    );
+}

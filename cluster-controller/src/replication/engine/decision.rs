@@ -1,0 +1,239 @@
+//! What the replication engine decides: one action with its reason, a wait, a block that needs a
+//! person, or a steady state; and how the replication stands.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A member and the address the engine reaches it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub member: String,
+    pub address: SocketAddr,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.member, self.address)
+    }
+}
+
+/// One step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `REPLICAOF NO ONE`: the member becomes the primary.
+    Promote { on: Target },
+    /// `REPLICAOF <primary>`: the member replicates the primary.
+    Follow { on: Target, primary: Target },
+    /// `FAILOVER TO <to> TIMEOUT`: a planned switchover. The primary pauses writes until `to`
+    /// has every one of them, then they swap roles; nothing acknowledged is lost.
+    Switchover {
+        on: Target,
+        to: Target,
+        timeout: Duration,
+    },
+    /// `ACL SETUSER <user> on`: the member may serve replicas (the fence of the ACL file).
+    Admit { on: Target, user: String },
+    /// Kubernetes: release the member's pod restart (`spec.allowedRevision`).
+    AllowRestart { member: String },
+    /// Kubernetes: delete a member the spec no longer wants.
+    DeleteMember { member: String },
+}
+
+impl Action {
+    /// The member the action is about.
+    pub fn member(&self) -> &str {
+        match self {
+            Action::Promote { on } | Action::Follow { on, .. } | Action::Admit { on, .. } => {
+                &on.member
+            }
+            Action::Switchover { to, .. } => &to.member,
+            Action::AllowRestart { member } | Action::DeleteMember { member } => member,
+        }
+    }
+
+    /// A short verb for Events.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Promote { .. } => "Promote",
+            Action::Follow { .. } => "Replicate",
+            Action::Switchover { .. } => "Switchover",
+            Action::Admit { .. } => "AdmitReplication",
+            Action::AllowRestart { .. } => "AllowRestart",
+            Action::DeleteMember { .. } => "DeleteNode",
+        }
+    }
+
+    pub fn is_kubernetes(&self) -> bool {
+        matches!(
+            self,
+            Action::AllowRestart { .. } | Action::DeleteMember { .. }
+        )
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Promote { on } => write!(f, "REPLICAOF NO ONE on {on}"),
+            Action::Follow { on, primary } => write!(f, "REPLICAOF {primary} on {on}"),
+            Action::Switchover { on, to, .. } => write!(f, "FAILOVER TO {to} on {on}"),
+            Action::Admit { on, user } => write!(f, "ACL SETUSER {user} on, on {on}"),
+            Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
+            Action::DeleteMember { member } => write!(f, "delete {member}"),
+        }
+    }
+}
+
+/// Why, as the CamelCase word the status shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    InvalidSpec,
+    WaitingForNodes,
+    /// The first primary is chosen, replicas attached.
+    Forming,
+    /// A member is told its place: a restarted one, a new one, an old primary.
+    Attaching,
+    /// The restarted primary came back with its data and serves again.
+    PrimaryRestarted,
+    /// The primary came back without its data: the replica that has it takes over.
+    PrimaryEmptied,
+    /// The primary is lost: the replica with the most of its writes takes over.
+    FailingOver,
+    /// The primary does not answer the operator; not (yet) proof that it is lost.
+    PrimaryUnreachable,
+    /// A planned switchover (spec.primary, a roll, a scale-in).
+    SwitchingOver,
+    ReplicaSyncing,
+    ScalingDown,
+    Rolling,
+    /// Servers claim what the operator cannot reconcile without losing data.
+    DataConflict,
+    /// No member can take over without losing acknowledged writes.
+    NoSafeCandidate,
+    Converging,
+    Healthy,
+}
+
+impl Reason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::WaitingForNodes => "WaitingForNodes",
+            Reason::Forming => "Forming",
+            Reason::Attaching => "Attaching",
+            Reason::PrimaryRestarted => "PrimaryRestarted",
+            Reason::PrimaryEmptied => "PrimaryEmptied",
+            Reason::FailingOver => "FailingOver",
+            Reason::PrimaryUnreachable => "PrimaryUnreachable",
+            Reason::SwitchingOver => "SwitchingOver",
+            Reason::ReplicaSyncing => "ReplicaSyncing",
+            Reason::ScalingDown => "ScalingDown",
+            Reason::Rolling => "Rolling",
+            Reason::DataConflict => "DataConflict",
+            Reason::NoSafeCandidate => "NoSafeCandidate",
+            Reason::Converging => "Converging",
+            Reason::Healthy => "Healthy",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the replication stands this pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// The member that is primary (a reachable server that says so, or the one last known).
+    pub primary: Option<String>,
+    /// Replicas the spec wants.
+    pub replicas_wanted: u32,
+    /// Replicas in step with the primary.
+    pub replicas_in_step: u32,
+    /// Members that answered.
+    pub answering: u32,
+}
+
+/// The one next step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Act {
+        action: Action,
+        reason: Reason,
+        message: String,
+        /// The operator acts in Valkey's stead where data may be at stake (a failover): the
+        /// Kubernetes side announces it with a Warning Event.
+        forced: bool,
+    },
+    Wait {
+        reason: Reason,
+        message: String,
+    },
+    Blocked {
+        reason: Reason,
+        message: String,
+    },
+    Steady,
+}
+
+impl Decision {
+    pub fn act(action: Action, reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Act {
+            action,
+            reason,
+            message: message.into(),
+            forced: false,
+        }
+    }
+
+    pub fn forced(action: Action, reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Act {
+            action,
+            reason,
+            message: message.into(),
+            forced: true,
+        }
+    }
+
+    pub fn wait(reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Wait {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn blocked(reason: Reason, message: impl Into<String>) -> Self {
+        Decision::Blocked {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn reason(&self) -> Reason {
+        match self {
+            Decision::Act { reason, .. }
+            | Decision::Wait { reason, .. }
+            | Decision::Blocked { reason, .. } => *reason,
+            Decision::Steady => Reason::Healthy,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Decision::Act { message, .. }
+            | Decision::Wait { message, .. }
+            | Decision::Blocked { message, .. } => message,
+            Decision::Steady => "",
+        }
+    }
+
+    pub fn action(&self) -> Option<&Action> {
+        match self {
+            Decision::Act { action, .. } => Some(action),
+            _ => None,
+        }
+    }
+}

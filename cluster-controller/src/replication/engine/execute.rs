@@ -1,0 +1,66 @@
+//! Carrying out a decided action: one command each. Kubernetes actions are the caller's.
+
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::client::ValkeyClient;
+use crate::engine::{EngineError, Outcome};
+use crate::valkey::value;
+
+use super::decision::{Action, Target};
+
+/// Runs `action`'s command, each bounded by `timeout`.
+pub async fn execute(
+    client: &impl ValkeyClient,
+    action: &Action,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    let run = |on: &Target, cmd: Cmd, label: &'static str| {
+        let address = on.address;
+        async move { ok(&client.command(address, &cmd, timeout).await?, label) }
+    };
+    match action {
+        Action::Promote { on } => {
+            let mut cmd = redis::cmd("REPLICAOF");
+            cmd.arg("NO").arg("ONE");
+            run(on, cmd, "REPLICAOF NO ONE").await
+        }
+        Action::Follow { on, primary } => {
+            let mut cmd = redis::cmd("REPLICAOF");
+            cmd.arg(primary.address.ip().to_string())
+                .arg(primary.address.port());
+            run(on, cmd, "REPLICAOF").await
+        }
+        Action::Switchover {
+            on,
+            to,
+            timeout: pause,
+        } => {
+            let mut cmd = redis::cmd("FAILOVER");
+            cmd.arg("TO")
+                .arg(to.address.ip().to_string())
+                .arg(to.address.port())
+                .arg("TIMEOUT")
+                .arg(u64::try_from(pause.as_millis()).unwrap_or(u64::MAX));
+            run(on, cmd, "FAILOVER").await
+        }
+        Action::Admit { on, user } => {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER").arg(user).arg("on");
+            run(on, cmd, "ACL SETUSER").await
+        }
+        Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
+    }
+}
+
+/// `OK`, or `OK` with a note (`REPLICAOF` answers "OK Already connected to specified master").
+fn ok(reply: &Value, command: &str) -> Result<Outcome, EngineError> {
+    match value::text(reply) {
+        Some(text) if text == "OK" || text.starts_with("OK ") => Ok(Outcome::Done),
+        _ => Err(EngineError::UnexpectedReply {
+            command: command.to_owned(),
+            reply: value::describe(reply),
+        }),
+    }
+}

@@ -1,0 +1,111 @@
+//! Reading every member of a replication in one round of concurrent commands: INFO, DBSIZE and,
+//! when the replication user is fenced, whether it may log in. What cannot be read is kept as an
+//! error, never dropped: the decision must know a member is silent.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use crate::client::ValkeyClient;
+use crate::engine::Member;
+use crate::engine::user_enabled;
+use crate::valkey::{info, value};
+
+use super::server::ServerState;
+
+/// Whether a member could be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// No address yet (no pod IP).
+    NoAddress,
+    /// The address did not answer, or answered something that could not be understood.
+    Unreachable {
+        address: SocketAddr,
+        error: String,
+    },
+    Up(Box<ServerState>),
+}
+
+impl Reach {
+    pub fn state(&self) -> Option<&ServerState> {
+        match self {
+            Reach::Up(state) => Some(state),
+            _ => None,
+        }
+    }
+}
+
+/// One pass's reading of every member, by member name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    pub members: BTreeMap<String, Reach>,
+}
+
+impl Observation {
+    pub fn state(&self, member: &str) -> Option<&ServerState> {
+        self.members.get(member).and_then(Reach::state)
+    }
+}
+
+/// Reads every member concurrently, each command bounded by `timeout`; with `fence_user`, also
+/// whether that user may log in.
+pub async fn observe(
+    client: &impl ValkeyClient,
+    members: &[Member],
+    timeout: Duration,
+    fence_user: Option<&str>,
+) -> Observation {
+    let reads = members.iter().map(|member| async move {
+        let reach = match member.address {
+            None => Reach::NoAddress,
+            Some(address) => match read(client, address, timeout, fence_user).await {
+                Ok(state) => Reach::Up(Box::new(state)),
+                Err(error) => Reach::Unreachable { address, error },
+            },
+        };
+        (member.name.clone(), reach)
+    });
+    Observation {
+        members: join_all(reads).await.into_iter().collect(),
+    }
+}
+
+async fn read(
+    client: &impl ValkeyClient,
+    address: SocketAddr,
+    timeout: Duration,
+    fence_user: Option<&str>,
+) -> Result<ServerState, String> {
+    let say = |e: &dyn std::fmt::Display| e.to_string();
+    let mut info_cmd = redis::cmd("INFO");
+    info_cmd.arg("server").arg("replication").arg("persistence");
+    let dbsize = redis::cmd("DBSIZE");
+    let (info, keys) = futures::join!(
+        client.command(address, &info_cmd, timeout),
+        client.command(address, &dbsize, timeout),
+    );
+    let info = info.map_err(|e| say(&e))?;
+    let text =
+        value::text(&info).ok_or_else(|| format!("INFO: not text: {}", value::describe(&info)))?;
+    let info = info::parse(&text).map_err(|e| say(&e))?;
+    let keys = keys.map_err(|e| say(&e))?;
+    let keys = value::int(&keys)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| format!("DBSIZE: not a count: {}", value::describe(&keys)))?;
+    let mut state = ServerState::from_info(address, &info, keys).map_err(|e| say(&e))?;
+    if let Some(user) = fence_user {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("GETUSER").arg(user);
+        let reply = client
+            .command(address, &cmd, timeout)
+            .await
+            .map_err(|e| say(&e))?;
+        state.replication_admitted = Some(
+            user_enabled(&reply)
+                .ok_or_else(|| format!("ACL GETUSER {user}: no flags in the reply"))?,
+        );
+    }
+    Ok(state)
+}
