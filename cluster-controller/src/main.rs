@@ -14,6 +14,11 @@ use plumbing::{CommonArgs, Names};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// Seconds a client user's previous password keeps working after every server accepts the
+    /// new one (the time clients have to read the changed Secret).
+    #[arg(long, default_value_t = 120)]
+    password_rotation_grace_seconds: u64,
 }
 
 #[tokio::main]
@@ -23,5 +28,13 @@ async fn main() -> std::process::ExitCode {
         controller: controller::CONTROLLER,
         default_lease: controller::CONTROLLER,
     };
-    plumbing::runtime::main(&cli.common, names, controller::run).await
+    let settings = controller::Settings {
+        password_rotation_grace: std::time::Duration::from_secs(
+            cli.password_rotation_grace_seconds,
+        ),
+    };
+    plumbing::runtime::main(&cli.common, names, move |handles| {
+        controller::run(handles, settings)
+    })
+    .await
 }

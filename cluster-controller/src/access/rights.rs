@@ -48,8 +48,10 @@ pub const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +
 pub const OPERATOR_RULES_9: &str =
     "+cluster|migrateslots +cluster|getslotmigrations +cluster|cancelslotmigrations";
 
-/// Health checks: PING and INFO, no keys, no channels.
-pub const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
+/// Health checks and the node-controller: PING and INFO, and CONFIG GET/SET, with which the
+/// node-controller sets the settings Valkey changes at runtime on the running server (the
+/// ValkeyNode contract's live config); no keys, no channels.
+pub const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info +config|get +config|set";
 
 /// Replication: a replica's PSYNC/SYNC/REPLCONF, and, on Valkey 9, the stream of an atomic slot
 /// import, which the importing primary runs as this user: the data commands that rebuild the

@@ -82,7 +82,12 @@ enum Failure {
 impl AccessState {
     /// Since when every server has held `users` (as last seen by [`AccessState::sync`]).
     pub fn everywhere_since(&self, users: &UserSet) -> Option<Instant> {
-        let id = file_id(users);
+        self.everywhere_since_file(&users.acl_file())
+    }
+
+    /// [`AccessState::everywhere_since`] for the set whose ACL file is `acl_file`.
+    pub fn everywhere_since_file(&self, acl_file: &str) -> Option<Instant> {
+        let id = super::users::password_hash(acl_file);
         lock(&self.everywhere)
             .as_ref()
             .filter(|(known, _)| *known == id)

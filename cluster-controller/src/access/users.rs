@@ -105,6 +105,16 @@ pub struct OperatorPasswords {
     pub replication: String,
 }
 
+/// Fixed passwords for tests.
+#[cfg(test)]
+pub fn example_passwords() -> OperatorPasswords {
+    OperatorPasswords {
+        operator: "op-pw".into(),
+        healthcheck: "hc-pw".into(),
+        replication: "rep-pw".into(),
+    }
+}
+
 impl std::fmt::Debug for OperatorPasswords {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("OperatorPasswords(***)")
@@ -202,13 +212,7 @@ impl UserSet {
 mod tests {
     use super::*;
 
-    fn passwords() -> OperatorPasswords {
-        OperatorPasswords {
-            operator: "op-pw".into(),
-            healthcheck: "hc-pw".into(),
-            replication: "rep-pw".into(),
-        }
-    }
+    use super::example_passwords as passwords;
 
     fn v(major: u32) -> Version {
         Version::new(major, 0, 0)

@@ -165,7 +165,7 @@ mod tests {
     async fn a_forming_cluster_creates_every_member_ungated_and_says_so() {
         let (ctx, mut api, _nodes) = context();
         let cache = cluster(CLUSTER);
-        let desired = members(&cache, &NodeAuth::Open);
+        let desired = members(&cache, &NodeAuth::of("cache"));
         let names: Vec<String> = desired.iter().map(|m| m.name.clone()).collect();
         let script = tokio::spawn(async move {
             let mut applied = Vec::new();
@@ -208,7 +208,7 @@ mod tests {
         let (ctx, mut api, _nodes) = context();
         let mut cache = cluster(CLUSTER);
         cache.status = serde_json::from_value(serde_json::json!({"shards": 3})).ok();
-        let desired = members(&cache, &NodeAuth::Open);
+        let desired = members(&cache, &NodeAuth::of("cache"));
         let mut running = desired[0].node.clone();
         running.spec.image = "valkey/valkey:8.0".into();
         running.status =

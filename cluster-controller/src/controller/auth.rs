@@ -1,17 +1,20 @@
-//! Authentication: the clients' password and the operator's own users.
+//! The Secrets of a ValkeyCluster's authentication, as objects: what each holds, who may mount
+//! which key, and whether the operator may write one. Pure.
 //!
-//! Four Valkey users, in an ACL file kept in the Secret `<cluster>-acl` and mounted into every pod
-//! (never in a ConfigMap, a status, an event or a log):
-//! - `default`, for clients, with the password of `spec.auth.passwordSecret` (or the generated
-//!   `<cluster>-password`);
-//! - `operator`, for the cluster-controller's commands: cluster management, INFO and MIGRATE;
-//! - `healthcheck`, for probes and the node-controller: PING, INFO and CONFIG GET/SET (the
-//!   node-controller sets live settings with it);
-//! - `replication`, for replicas syncing from their primary and for Valkey 9's slot migration
-//!   between primaries (which replays the moved keys' commands as this user).
+//! - `<cluster>-acl`, owned by the cluster: the ACL file every server starts with and the
+//!   replication login (`users.acl`, `replication.conf`: the only keys pods mount), the
+//!   operator's three generated passwords (the healthcheck one reaches the probes through an
+//!   environment variable), and the password hashes each client user's servers accept
+//!   (`accepted-passwords`, hashes only, for rotations in progress).
+//! - `<cluster>-operator`, owned by the cluster, mounted nowhere: a second copy of the
+//!   operator's passwords, so that losing either Secret never locks the operator out of the
+//!   servers (it rebuilds the lost one from the other).
+//! - `<cluster>-password`, the generated clients' password when the user names none: created
+//!   once, never owned (it outlives the cluster, like the data it protects), never overwritten.
 //!
-//! Passwords are stored hashed in the ACL file; the generated ones also in plain text in the
-//! Secret, for the controllers that connect with them.
+//! The operator writes only Secrets it created: a Secret of one of these names that lacks its
+//! label (and, for the owned ones, an owner reference to this very cluster) is never adopted or
+//! overwritten; the cluster reports it instead.
 
 use std::collections::BTreeMap;
 
@@ -21,74 +24,66 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use rand::distr::{Alphanumeric, SampleString};
 use sha2::{Digest, Sha256};
 
+use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use crate::access::rights::REPLICATION_USER;
+use crate::access::{OperatorPasswords, UserSet};
+
+pub use crate::access::rights::{HEALTHCHECK_USER, OPERATOR_USER};
 pub use valkey_api::contract::CREDENTIALS_DIR;
+
 pub const ACL_FILE_KEY: &str = "users.acl";
 pub const REPLICATION_CONF_KEY: &str = "replication.conf";
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const HEALTHCHECK_PASSWORD_KEY: &str = "healthcheck-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
-pub const OPERATOR_USER: &str = "operator";
-pub const HEALTHCHECK_USER: &str = "healthcheck";
-pub const REPLICATION_USER: &str = "replication";
+/// The password hashes each client user's servers accept (JSON: user → hashes, current last).
+pub const ACCEPTED_PASSWORDS_KEY: &str = "accepted-passwords";
 /// Key of the generated clients' password Secret.
 pub const CLIENT_PASSWORD_KEY: &str = "password";
+/// The keys of the ACL Secret a pod mounts as files: its ACL file and its replication login.
+pub const MOUNTED_KEYS: [&str; 2] = [ACL_FILE_KEY, REPLICATION_CONF_KEY];
 
-/// What each operator user may do. Least privilege: the operator manages the cluster and moves
-/// keys but cannot run arbitrary data commands; health checks can only PING, read INFO and get or set settings.
-// ACL GETUSER/SETUSER: to see and lift the replication user's fence (see below).
-const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +cluster +migrate +restore-asking +asking +readonly +config|get +acl|getuser +acl|setuser";
-// CONFIG GET/SET: the node-controller sets the settings Valkey changes at runtime on the running
-// server (the ValkeyNode contract's live config), so a change of them restarts no pod.
-const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info +config|get +config|set";
-// Valkey 9's atomic slot migration authenticates between primaries as the replication user, and
-// the importing primary runs the exported keys' commands (SELECT, RESTORE, any write) under that
-// user, so it needs every data command; it still cannot log in without the generated password.
-const REPLICATION_RULES: &str = "~* &* +@all";
-const CLIENT_RULES: &str = "~* &* +@all";
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
 pub fn acl_secret_name(cluster: &str) -> String {
     format!("{cluster}-acl")
+}
+
+pub fn operator_secret_name(cluster: &str) -> String {
+    format!("{cluster}-operator")
 }
 
 pub fn generated_password_secret_name(cluster: &str) -> String {
     format!("{cluster}-password")
 }
 
-/// The operator's own passwords, generated once and kept in the ACL Secret.
-#[derive(Clone, PartialEq, Eq)]
-pub struct OperatorPasswords {
-    pub operator: String,
-    pub healthcheck: String,
-    pub replication: String,
-}
-
-impl std::fmt::Debug for OperatorPasswords {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OperatorPasswords(***)")
-    }
-}
-
-impl OperatorPasswords {
-    pub fn generate() -> Self {
-        Self {
-            operator: random_password(),
-            healthcheck: random_password(),
-            replication: random_password(),
-        }
-    }
-
-    /// The passwords an existing ACL Secret holds, if it holds all three.
-    pub fn from_secret(secret: &Secret) -> Option<Self> {
-        Some(Self {
-            operator: secret_string(secret, OPERATOR_PASSWORD_KEY)?,
-            healthcheck: secret_string(secret, HEALTHCHECK_PASSWORD_KEY)?,
-            replication: secret_string(secret, REPLICATION_PASSWORD_KEY)?,
-        })
-    }
-}
-
 pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 32)
+}
+
+/// New operator passwords, for a cluster that has none yet.
+pub fn generate_passwords() -> OperatorPasswords {
+    OperatorPasswords {
+        operator: random_password(),
+        healthcheck: random_password(),
+        replication: random_password(),
+    }
+}
+
+/// The operator's passwords a Secret of ours holds, if it holds all three.
+pub fn passwords_in(secret: &Secret) -> Option<OperatorPasswords> {
+    Some(OperatorPasswords {
+        operator: secret_string(secret, OPERATOR_PASSWORD_KEY)?,
+        healthcheck: secret_string(secret, HEALTHCHECK_PASSWORD_KEY)?,
+        replication: secret_string(secret, REPLICATION_PASSWORD_KEY)?,
+    })
+}
+
+/// The accepted password hashes the ACL Secret records, by user.
+pub fn accepted_in(secret: &Secret) -> BTreeMap<String, Vec<String>> {
+    secret_string(secret, ACCEPTED_PASSWORDS_KEY)
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
 }
 
 /// A Secret's value as text.
@@ -104,35 +99,44 @@ pub fn fingerprint(secret: &str) -> String {
     hex::encode(&Sha256::digest(secret.as_bytes())[..8])
 }
 
-fn hashed(password: &str) -> String {
-    hex::encode(Sha256::digest(password.as_bytes()))
+/// Whether the operator made `secret` for the cluster of uid `cluster_uid`: its label, and an
+/// owner reference to that cluster as controller.
+pub fn owned_by(secret: &Secret, cluster_uid: &str) -> bool {
+    managed(secret)
+        && secret
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == cluster_uid && o.controller == Some(true))
 }
 
-/// The ACL file every server loads (`aclfile`).
-pub fn acl_file(client_password: &str, p: &OperatorPasswords) -> String {
-    [
-        format!(
-            "user default on #{} {CLIENT_RULES}",
-            hashed(client_password)
-        ),
-        format!(
-            "user {OPERATOR_USER} on #{} {OPERATOR_RULES}",
-            hashed(&p.operator)
-        ),
-        format!(
-            "user {HEALTHCHECK_USER} on #{} {HEALTHCHECK_RULES}",
-            hashed(&p.healthcheck)
-        ),
-        format!(
-            // Off on every start: the engine enables it once the node is settled in the cluster,
-            // so a node that restarts empty at its old address cannot wipe the replicas that
-            // find it there (see the engine's fencing rule).
-            "user {REPLICATION_USER} off #{} {REPLICATION_RULES}",
-            hashed(&p.replication)
-        ),
-    ]
-    .join("\n")
-        + "\n"
+/// Whether the operator generated this clients' password Secret for the cluster named
+/// `cluster`: its labels (it has no owner: it outlives a deleted cluster of that name).
+pub fn generated_for(secret: &Secret, cluster: &str) -> bool {
+    managed(secret)
+        && secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(CLUSTER_LABEL))
+            .is_some_and(|c| c == cluster)
+}
+
+fn managed(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY))
+        .is_some_and(|m| m == FIELD_MANAGER)
+}
+
+fn labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), FIELD_MANAGER.to_owned()),
+        (CLUSTER_LABEL.to_owned(), cluster.to_owned()),
+    ])
 }
 
 /// Config lines with a secret in them, `include`d from the mounted Secret: how replicas log in
@@ -144,117 +148,136 @@ pub fn replication_conf(p: &OperatorPasswords) -> String {
     )
 }
 
-/// The ACL Secret, owned by the ValkeyCluster.
-pub fn acl_secret(
-    name: &str,
-    namespace: &str,
-    owner: OwnerReference,
-    client_password: &str,
-    p: &OperatorPasswords,
-) -> Secret {
-    let data = BTreeMap::from([
-        (ACL_FILE_KEY.to_owned(), acl_file(client_password, p)),
-        (REPLICATION_CONF_KEY.to_owned(), replication_conf(p)),
-        (OPERATOR_PASSWORD_KEY.to_owned(), p.operator.clone()),
-        (HEALTHCHECK_PASSWORD_KEY.to_owned(), p.healthcheck.clone()),
-        (REPLICATION_PASSWORD_KEY.to_owned(), p.replication.clone()),
-    ]);
+/// Where a cluster's Secret lives and who owns it.
+#[derive(Debug, Clone)]
+pub struct SecretPlace<'a> {
+    pub cluster: &'a str,
+    pub namespace: &'a str,
+    pub owner: OwnerReference,
+}
+
+fn owned_secret(place: &SecretPlace<'_>, name: String, data: BTreeMap<&str, String>) -> Secret {
     Secret {
         metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            owner_references: Some(vec![owner]),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_owned(),
-                super::labels::FIELD_MANAGER.to_owned(),
-            )])),
+            name: Some(name),
+            namespace: Some(place.namespace.to_owned()),
+            owner_references: Some(vec![place.owner.clone()]),
+            labels: Some(labels(place.cluster)),
             ..Default::default()
         },
         type_: Some("Opaque".to_owned()),
         data: Some(
             data.into_iter()
-                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
                 .collect(),
         ),
         ..Default::default()
     }
 }
 
-/// A short fingerprint of what the pods load from the ACL Secret: when it changes, the pods must
-/// restart to load it, so it goes into their annotations (and so into the node's revision).
-pub fn credentials_revision(secret: &Secret) -> String {
-    let mut hasher = Sha256::new();
-    for key in [ACL_FILE_KEY, REPLICATION_CONF_KEY] {
-        hasher.update(secret_string(secret, key).unwrap_or_default().as_bytes());
-        hasher.update([0]);
+/// The ACL Secret: what the servers load, the operator's passwords, the accepted hashes.
+pub fn acl_secret(
+    place: &SecretPlace<'_>,
+    users: &UserSet,
+    p: &OperatorPasswords,
+    accepted: &BTreeMap<String, Vec<String>>,
+) -> Secret {
+    let data = BTreeMap::from([
+        (ACL_FILE_KEY, users.acl_file()),
+        (REPLICATION_CONF_KEY, replication_conf(p)),
+        (OPERATOR_PASSWORD_KEY, p.operator.clone()),
+        (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
+        (REPLICATION_PASSWORD_KEY, p.replication.clone()),
+        (
+            ACCEPTED_PASSWORDS_KEY,
+            serde_json::to_string(accepted).unwrap_or_default(),
+        ),
+    ]);
+    owned_secret(place, acl_secret_name(place.cluster), data)
+}
+
+/// The operator's own copy of its passwords.
+pub fn operator_secret(place: &SecretPlace<'_>, p: &OperatorPasswords) -> Secret {
+    let data = BTreeMap::from([
+        (OPERATOR_PASSWORD_KEY, p.operator.clone()),
+        (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
+        (REPLICATION_PASSWORD_KEY, p.replication.clone()),
+    ]);
+    owned_secret(place, operator_secret_name(place.cluster), data)
+}
+
+/// The generated clients' password Secret, labelled as the operator's, with no owner.
+pub fn generated_password_secret(cluster: &str, password: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(generated_password_secret_name(cluster)),
+            labels: Some(labels(cluster)),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        string_data: Some([(CLIENT_PASSWORD_KEY.to_owned(), password.to_owned())].into()),
+        ..Default::default()
     }
-    hex::encode(&hasher.finalize()[..5])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::Login;
+    use crate::access::users::example_passwords as passwords;
 
-    fn passwords() -> OperatorPasswords {
-        OperatorPasswords {
-            operator: "op-pw".into(),
-            healthcheck: "hc-pw".into(),
-            replication: "rep-pw".into(),
+    fn place() -> SecretPlace<'static> {
+        SecretPlace {
+            cluster: "c",
+            namespace: "ns",
+            owner: OwnerReference {
+                api_version: "valkey.io/v1alpha1".into(),
+                kind: "ValkeyCluster".into(),
+                name: "c".into(),
+                uid: "u".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
         }
     }
 
     #[test]
-    fn the_acl_file_holds_hashes_not_passwords() {
-        let file = acl_file("client-pw", &passwords());
-        assert_eq!(file.lines().count(), 4);
-        for secret in ["client-pw", "op-pw", "hc-pw", "rep-pw"] {
-            assert!(!file.contains(secret), "{secret} in {file}");
-            assert!(file.contains(&hashed(secret)));
-        }
+    fn secrets_round_trip_and_are_recognised_as_the_operators_own() {
+        let users = UserSet::new(Login::NoPassword, &passwords(), []);
+        let accepted = BTreeMap::from([("default".to_owned(), vec!["aa".to_owned()])]);
+        let acl = acl_secret(&place(), &users, &passwords(), &accepted);
+        assert_eq!(passwords_in(&acl), Some(passwords()));
+        assert_eq!(accepted_in(&acl), accepted);
+        assert!(owned_by(&acl, "u"));
         assert!(
-            file.lines()
-                .next()
-                .is_some_and(|l| l.starts_with("user default on #"))
+            !owned_by(&acl, "another-uid"),
+            "a namesake's Secret is not ours"
         );
-    }
+        let backup = operator_secret(&place(), &passwords());
+        assert_eq!(passwords_in(&backup), Some(passwords()));
+        assert!(owned_by(&backup, "u"));
+        assert_eq!(backup.metadata.name.as_deref(), Some("c-operator"));
 
-    #[test]
-    fn health_checks_may_only_ping_and_read_info() {
-        let file = acl_file("c", &passwords());
-        let line = file
-            .lines()
-            .find(|l| l.starts_with("user healthcheck"))
-            .unwrap_or_default();
-        assert!(
-            line.ends_with("-@all +ping +info +config|get +config|set"),
-            "{line}"
-        );
-        assert!(!line.contains('~'), "no key access: {line}");
-    }
-
-    #[test]
-    fn secrets_round_trip_and_change_the_revision_only_when_they_change() {
-        let owner = OwnerReference {
-            api_version: "valkey.io/v1alpha1".into(),
-            kind: "ValkeyCluster".into(),
-            name: "c".into(),
-            uid: "u".into(),
-            ..Default::default()
-        };
-        let s1 = acl_secret("c-acl", "ns", owner.clone(), "client", &passwords());
-        assert_eq!(OperatorPasswords::from_secret(&s1), Some(passwords()));
-        let s2 = acl_secret("c-acl", "ns", owner.clone(), "client", &passwords());
-        assert_eq!(credentials_revision(&s1), credentials_revision(&s2));
-        let s3 = acl_secret("c-acl", "ns", owner, "new-client", &passwords());
-        assert_ne!(credentials_revision(&s1), credentials_revision(&s3));
-        assert!(!format!("{:?}", passwords()).contains("op-pw"));
+        // A Secret someone else made under the same name is not ours, whatever it holds.
+        let mut foreign = acl.clone();
+        foreign.metadata.labels = None;
+        assert!(!owned_by(&foreign, "u"));
+        let generated = generated_password_secret("c", "pw");
+        assert!(generated_for(&generated, "c") && !generated_for(&generated, "d"));
+        assert!(generated.metadata.owner_references.is_none());
     }
 
     #[test]
     fn generated_passwords_are_long_and_distinct() {
-        let p = OperatorPasswords::generate();
+        let p = generate_passwords();
         assert!(
             p.operator.len() >= 32 && p.operator != p.healthcheck && p.healthcheck != p.replication
         );
+    }
+
+    #[test]
+    fn pods_mount_only_the_acl_file_and_the_replication_login() {
+        assert_eq!(MOUNTED_KEYS, ["users.acl", "replication.conf"]);
+        assert!(replication_conf(&passwords()).contains("masteruser replication\n"));
     }
 }

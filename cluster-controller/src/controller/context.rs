@@ -2,7 +2,8 @@
 //! passes (forgotten when the cluster goes).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::controller::Action as Requeue;
@@ -15,8 +16,49 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 use super::auth;
 use super::error::Error;
 use super::reconcile;
+use crate::access::rights::REPLICATION_USER;
+use crate::access::{AccessState, OperatorPasswords};
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
+
+/// How the controller behaves, from its flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a client user's previous password keeps working once every server accepts the
+    /// new one: the time clients have to pick up the new value of the Secret.
+    pub password_rotation_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            password_rotation_grace: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What the controller remembers of one cluster between passes.
+#[derive(Debug, Default)]
+pub struct ClusterMemory {
+    /// Which servers hold which users.
+    pub access: AccessState,
+    /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
+    /// while the controller runs does not lock it out.
+    passwords: Mutex<Option<OperatorPasswords>>,
+}
+
+impl ClusterMemory {
+    pub fn passwords(&self) -> Option<OperatorPasswords> {
+        self.passwords
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
+        *self.passwords.lock().unwrap_or_else(|e| e.into_inner()) = Some(passwords.clone());
+    }
+}
 
 pub struct Context {
     pub client: Client,
@@ -27,17 +69,37 @@ pub struct Context {
     engines: Mutex<HashMap<ObjectKey, (String, Engine<RedisClient>)>>,
     /// Valkey actions that failed in a row, per cluster: each retry waits longer.
     pub action_failures: Backoff,
+    /// Per cluster: its servers' users, the operator's passwords.
+    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+    pub settings: Settings,
 }
 
 impl Context {
-    pub fn new(client: Client, events: EventPublisher, nodes: Store<ValkeyNode>) -> Self {
+    pub fn new(
+        client: Client,
+        events: EventPublisher,
+        nodes: Store<ValkeyNode>,
+        settings: Settings,
+    ) -> Self {
         Self {
             client,
             events,
             nodes,
             engines: Mutex::new(HashMap::new()),
             action_failures: Backoff::default(),
+            memory: Mutex::new(HashMap::new()),
+            settings,
         }
+    }
+
+    /// What the controller remembers of the cluster `key`.
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone()
     }
 
     /// The cluster's engine, made anew when the operator's password changed.
@@ -57,12 +119,10 @@ impl Context {
             credentials: credentials.clone(),
             ..RedisClientConfig::default()
         });
-        // With authentication the replication user is fenced (off in the ACL file at every start).
+        // The replication user is fenced (off in the ACL file at every start), with the clients'
+        // authentication on or off.
         let config = EngineConfig {
-            fence_user: credentials
-                .username
-                .as_ref()
-                .map(|_| auth::REPLICATION_USER.to_owned()),
+            fence_user: Some(REPLICATION_USER.to_owned()),
             ..EngineConfig::for_credentials(credentials)
         };
         let engine = Engine::new(client, config);
@@ -87,6 +147,10 @@ impl Reconciler for Context {
 
     fn forget(&self, key: &ObjectKey) {
         self.engines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.memory
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);

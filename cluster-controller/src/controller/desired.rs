@@ -10,15 +10,14 @@ use valkey_api::v1alpha1::{
     NodeCredentials, SlotsLostPolicy, ValkeyCluster, ValkeyNode, ValkeyNodeSpec,
 };
 
-use super::auth::{self, CREDENTIALS_DIR, HEALTHCHECK_PASSWORD_KEY, HEALTHCHECK_USER};
+use super::auth::{
+    self, CREDENTIALS_DIR, HEALTHCHECK_PASSWORD_KEY, HEALTHCHECK_USER, MOUNTED_KEYS,
+};
 use super::labels::{member_labels, member_name};
 use super::placement;
 use super::status::Problem;
 use crate::engine::{Desired, LostSlotsPolicy};
 use crate::valkey::slots::SlotSet;
-
-/// Pod annotation that changes when the ACL Secret does, so pods restart (one at a time) to load it.
-pub const CREDENTIALS_REVISION_ANNOTATION: &str = "valkey.io/credentials-revision";
 
 /// What the spec asks of the engine: how many shards, how many replicas each, whether the
 /// servers keep their data, whether the cluster served slots before (`status.shards`), and
@@ -87,18 +86,27 @@ pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
         .collect()
 }
 
-/// What the cluster decides about authentication, for the node specs.
+/// What the member nodes mount for authentication: the cluster's ACL Secret (its ACL file and
+/// replication login only). A change of users or passwords reaches running servers live (the
+/// access stage) and this file is what a server loads when it starts, so no change of it restarts
+/// a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeAuth {
-    /// `spec.auth.enabled: false`: the default user stays open.
-    Open,
-    /// The ACL Secret and the fingerprint of what pods load from it.
-    Acl { secret: String, revision: String },
+pub struct NodeAuth {
+    pub secret: String,
+}
+
+impl NodeAuth {
+    /// The ACL Secret of the cluster named `cluster`.
+    pub fn of(cluster: &str) -> Self {
+        Self {
+            secret: auth::acl_secret_name(cluster),
+        }
+    }
 }
 
 /// Settings every member of a cluster runs with, before the user's own `spec.config` (which may
 /// override the tunable ones; the API refuses the keys the operator owns).
-fn config(cluster: &ValkeyCluster, auth: &NodeAuth) -> BTreeMap<String, String> {
+fn config(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
     let mut config = BTreeMap::from([
         ("cluster-enabled".to_owned(), "yes".to_owned()),
         ("cluster-config-file".to_owned(), "nodes.conf".to_owned()),
@@ -118,21 +126,18 @@ fn config(cluster: &ValkeyCluster, auth: &NodeAuth) -> BTreeMap<String, String> 
     if cluster.spec.persistence.enabled {
         config.insert("appendonly".to_owned(), "yes".to_owned());
     }
-    match auth {
-        NodeAuth::Open => {
-            config.insert("protected-mode".to_owned(), "no".to_owned());
-        }
-        NodeAuth::Acl { .. } => {
-            config.insert(
-                "aclfile".to_owned(),
-                format!("{CREDENTIALS_DIR}/{}", auth::ACL_FILE_KEY),
-            );
-            config.insert(
-                "include".to_owned(),
-                format!("{CREDENTIALS_DIR}/{}", auth::REPLICATION_CONF_KEY),
-            );
-        }
-    }
+    // Every server has the operator's users, with authentication on or off: the clients' access
+    // is the ACL's business (and the NetworkPolicy's), so Valkey's protected mode, which refuses
+    // every remote client while the default user needs no password, stays off.
+    config.insert("protected-mode".to_owned(), "no".to_owned());
+    config.insert(
+        "aclfile".to_owned(),
+        format!("{CREDENTIALS_DIR}/{}", auth::ACL_FILE_KEY),
+    );
+    config.insert(
+        "include".to_owned(),
+        format!("{CREDENTIALS_DIR}/{}", auth::REPLICATION_CONF_KEY),
+    );
     config.extend(cluster.spec.config.clone().unwrap_or_default());
     config
 }
@@ -158,19 +163,13 @@ pub fn desired_node(
     let labels = member_labels(cluster_name, shard, index);
     let mut pod_labels = spec.pod_labels.clone().unwrap_or_default();
     pod_labels.extend(labels.clone());
-    let mut pod_annotations = spec.pod_annotations.clone().unwrap_or_default();
-    let credentials = match auth {
-        NodeAuth::Open => None,
-        NodeAuth::Acl { secret, revision } => {
-            pod_annotations.insert(CREDENTIALS_REVISION_ANNOTATION.to_owned(), revision.clone());
-            Some(NodeCredentials {
-                secret_name: secret.clone(),
-                username: HEALTHCHECK_USER.to_owned(),
-                password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
-                files: None,
-            })
-        }
-    };
+    let pod_annotations = spec.pod_annotations.clone().unwrap_or_default();
+    let credentials = Some(NodeCredentials {
+        secret_name: auth.secret.clone(),
+        username: HEALTHCHECK_USER.to_owned(),
+        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
+        files: Some(MOUNTED_KEYS.iter().map(|k| (*k).to_owned()).collect()),
+    });
     Some(ValkeyNode {
         metadata: ObjectMeta {
             name: Some(member_name(cluster_name, shard, index)),
@@ -193,7 +192,7 @@ pub fn desired_node(
                 shard,
             ),
             persistence: Some(spec.persistence.clone()),
-            config: Some(config(cluster, auth)),
+            config: Some(config(cluster)),
             pod_labels: Some(pod_labels),
             pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
             credentials,
@@ -210,10 +209,7 @@ mod tests {
 
     #[test]
     fn a_member_node_names_its_place_and_carries_the_cluster_settings() {
-        let auth = NodeAuth::Acl {
-            secret: "cache-acl".into(),
-            revision: "abc".into(),
-        };
+        let auth = NodeAuth::of("cache");
         let node =
             desired_node(&cluster(CLUSTER), 1, 0, &auth, None).unwrap_or_else(|| panic!("no node"));
         assert_eq!(node.metadata.name.as_deref(), Some("cache-1-0"));
@@ -247,7 +243,11 @@ mod tests {
             config.get("aclfile").map(String::as_str),
             Some("/etc/valkey/credentials/users.acl")
         );
-        assert!(!config.contains_key("protected-mode"));
+        assert_eq!(
+            config.get("protected-mode").map(String::as_str),
+            Some("no"),
+            "the ACL and the NetworkPolicy decide who connects"
+        );
         let pod_labels = node.spec.pod_labels.clone().unwrap_or_default();
         assert_eq!(
             pod_labels.get("valkey.io/shard").map(String::as_str),
@@ -268,12 +268,9 @@ mod tests {
             ("cache-acl", "healthcheck")
         );
         assert_eq!(
-            node.spec
-                .pod_annotations
-                .as_ref()
-                .and_then(|a| a.get(CREDENTIALS_REVISION_ANNOTATION))
-                .map(String::as_str),
-            Some("abc")
+            credentials.files.as_deref(),
+            Some(&["users.acl".to_owned(), "replication.conf".to_owned()][..]),
+            "pods mount the ACL file and the replication login, not the operator's passwords"
         );
     }
 
@@ -290,7 +287,7 @@ mod tests {
             image_major_version("valkey/valkey:9.0-alpine@sha256:00"),
             Some(9)
         );
-        let node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::Open, None)
+        let node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::of("cache"), None)
             .unwrap_or_else(|| panic!("no node"));
         let config = node.spec.config.unwrap_or_default();
         assert_eq!(
@@ -300,17 +297,22 @@ mod tests {
     }
 
     #[test]
-    fn an_open_cluster_turns_protected_mode_off() {
-        let node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::Open, None)
-            .unwrap_or_else(|| panic!("no node"));
-        let config = node.spec.config.unwrap_or_default();
-        assert_eq!(config.get("protected-mode").map(String::as_str), Some("no"));
-        assert!(!config.contains_key("aclfile") && node.spec.credentials.is_none());
+    fn an_open_cluster_keeps_the_operators_users_and_the_same_node_spec() {
+        let secure = cluster(CLUSTER);
+        let mut open = secure.clone();
+        open.spec.auth.enabled = false;
+        let node = |c: &ValkeyCluster| {
+            desired_node(c, 0, 0, &NodeAuth::of("cache"), None).unwrap_or_else(|| panic!("no node"))
+        };
+        // Turning authentication off or on changes users, which reach servers live: no restart.
+        assert_eq!(node(&open).spec, node(&secure).spec);
+        let config = node(&open).spec.config.unwrap_or_default();
+        assert!(config.contains_key("aclfile") && config.contains_key("include"));
     }
 
     #[test]
     fn every_wanted_member_is_built_once_in_shard_order() {
-        let members = members(&cluster(CLUSTER), &NodeAuth::Open);
+        let members = members(&cluster(CLUSTER), &NodeAuth::of("cache"));
         let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(
             names,

@@ -29,5 +29,9 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (client, api) = mock_client();
     let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
     let (store, writer) = reflector::store();
-    (Context::new(client, events, store), api, writer)
+    (
+        Context::new(client, events, store, Default::default()),
+        api,
+        writer,
+    )
 }

@@ -101,8 +101,14 @@ mod tests {
 
     #[test]
     fn members_are_read_back_from_their_nodes() {
-        let mut node = desired_node(&cluster(CLUSTER), 2, 1, &NodeAuth::Open, Some("r1".into()))
-            .unwrap_or_else(|| panic!("no node"));
+        let mut node = desired_node(
+            &cluster(CLUSTER),
+            2,
+            1,
+            &NodeAuth::of("cache"),
+            Some("r1".into()),
+        )
+        .unwrap_or_else(|| panic!("no node"));
         node.metadata.generation = Some(2);
         node.status = Some(serde_json::from_value(serde_json::json!({
             "ready": true, "podIP": "10.213.2.5", "currentRevision": "r1", "desiredRevision": "r2", "observedGeneration": 2
@@ -122,7 +128,7 @@ mod tests {
 
     #[test]
     fn a_member_that_cannot_run_is_named() {
-        let mut node = desired_node(&cluster(CLUSTER), 0, 1, &NodeAuth::Open, None)
+        let mut node = desired_node(&cluster(CLUSTER), 0, 1, &NodeAuth::of("cache"), None)
             .unwrap_or_else(|| panic!("no node"));
         assert_eq!(stuck_member(std::slice::from_ref(&node)), None);
         node.status = Some(serde_json::from_value(serde_json::json!({"ready": false, "conditions": [{
@@ -139,7 +145,7 @@ mod tests {
 
     #[test]
     fn a_node_without_a_gate_is_pinned_to_what_it_runs() {
-        let mut node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::Open, None)
+        let mut node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::of("cache"), None)
             .unwrap_or_else(|| panic!("no node"));
         assert_eq!(allowed_revision(Some(&node)), None);
         node.status = Some(
@@ -154,8 +160,14 @@ mod tests {
 
     #[test]
     fn a_node_not_ready_for_a_moment_keeps_its_gate_but_a_stuck_one_lets_go() {
-        let mut node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::Open, Some("r0".into()))
-            .unwrap_or_else(|| panic!("no node"));
+        let mut node = desired_node(
+            &cluster(CLUSTER),
+            0,
+            0,
+            &NodeAuth::of("cache"),
+            Some("r0".into()),
+        )
+        .unwrap_or_else(|| panic!("no node"));
         let status = |reason: &str| {
             serde_json::from_value(
                 serde_json::json!({"ready": false, "currentRevision": "r0", "conditions": [{

@@ -14,9 +14,11 @@
 //! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`members`] reads them) | no (cache) |
 //! | every member's ValkeyNode | [`desired`] ([`labels`], [`placement`]) | no |
 //! | member nodes, the engine's Kubernetes actions | [`apply`] | yes |
+//! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
 //! | what can fail | [`error`] | |
 
+pub mod access;
 pub mod apply;
 pub mod auth;
 pub mod context;
@@ -42,14 +44,17 @@ use labels::CLUSTER_LABEL;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
 
+pub use context::Settings;
+
 /// Runs the ValkeyCluster controller until shutdown or lost leadership.
-pub async fn run(handles: plumbing::Handles) {
+pub async fn run(handles: plumbing::Handles, settings: Settings) {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
     let ctx = Context::new(
         handles.client.clone(),
         handles.events.clone(),
         nodes.store(),
+        settings,
     );
     handles
         .run(clusters, |c| c.owns_stream(nodes.touched()), ctx)

@@ -60,7 +60,7 @@ mod tests {
     fn only_the_clusters_own_nodes_are_members() {
         let cache = cluster(CLUSTER);
         let (store, mut writer) = kube::runtime::reflector::store::<ValkeyNode>();
-        let mine: Vec<ValkeyNode> = members(&cache, &NodeAuth::Open)
+        let mine: Vec<ValkeyNode> = members(&cache, &NodeAuth::of("cache"))
             .into_iter()
             .map(|m| m.node)
             .collect();

@@ -1,7 +1,8 @@
 //! One pass over a ValkeyCluster, stage by stage: secrets → observe (the cluster's ValkeyNodes
 //! from the cache) → desired (every member's ValkeyNode, built once) → apply (member nodes) →
-//! the engine (observe Valkey, decide, take a Valkey step) → apply (the engine's Kubernetes
-//! step) → report (Events and status). Each stage is a module of its own.
+//! access (every member's users, live) → the engine (observe Valkey, decide, take a Valkey
+//! step) → apply (the engine's Kubernetes step) → report (Events and status). Each stage is a
+//! module of its own.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use valkey_api::v1alpha1::ValkeyCluster;
 use super::context::Context;
 use super::error::Error;
 use super::status::Problem;
-use super::{apply, desired, observe, report, secrets};
+use super::{access, apply, desired, observe, report, secrets};
 use crate::engine::{Action, Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
@@ -28,7 +29,8 @@ pub async fn pass(
     cluster: &ValkeyCluster,
     key: &ObjectKey,
 ) -> Result<Requeue, Error> {
-    let auth = match secrets::ensure(ctx, cluster).await? {
+    let memory = ctx.memory(key);
+    let auth = match secrets::ensure(ctx, cluster, &memory).await? {
         Ok(auth) => auth,
         Err(problem) => {
             report::problem(ctx, cluster, problem).await?;
@@ -48,6 +50,7 @@ pub async fn pass(
     };
     let members = observe::engine_members(&existing, cluster);
     let engine = ctx.engine(key, &auth.credentials);
+    let refused = access::sync(&memory, engine.client(), &auth, &members).await;
     let pass = engine.pass(&topology, &members).await;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
@@ -55,7 +58,7 @@ pub async fn pass(
     }
 
     report::decision_events(ctx, cluster, &pass).await;
-    let outcome = report::outcome(&pass, &existing, failing);
+    let outcome = report::outcome(&pass, &existing, refused.or(failing));
     report::write_status(
         ctx,
         cluster,
@@ -177,6 +180,23 @@ mod tests {
         let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
         let stored = serde_json::to_value(cluster(&yaml)).unwrap_or_default();
         let script = tokio::spawn(async move {
+            // The operator's users exist in an open cluster too: its two Secrets come first.
+            for secret in ["cache-acl", "cache-operator"] {
+                api.expect(
+                    Method::GET,
+                    &format!("/api/v1/namespaces/prod/secrets/{secret}"),
+                )
+                .await
+                .not_found();
+            }
+            for secret in ["cache-acl", "cache-operator"] {
+                api.expect(
+                    Method::PATCH,
+                    &format!("/api/v1/namespaces/prod/secrets/{secret}?"),
+                )
+                .await
+                .echo();
+            }
             for _ in 0..6 {
                 api.expect(
                     Method::PATCH,

@@ -1,154 +1,295 @@
 //! The secrets stage: the Secrets authentication needs, created or brought up to date, and what
-//! the member nodes (the ACL Secret to mount) and the engine (the operator's own credentials)
-//! take from them. Secret values go no further than these return values: never into a status,
-//! an Event or a log line.
+//! the member nodes (the ACL Secret to mount), the access stage (every user and its logins) and
+//! the engine (the operator's own credentials) take from them. Secret values go no further than
+//! these return values: never into a status, an Event or a log line.
+//!
+//! The operator's users have passwords whether or not `spec.auth.enabled` is set: it only
+//! decides whether the clients' default user needs one. So replication stays fenced, and no
+//! client can act as the operator, in an open cluster too.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
-use valkey_api::v1alpha1::ValkeyCluster;
+use valkey_api::v1alpha1::{SecretKeyRef, ValkeyCluster};
 
-use super::auth::{self, OperatorPasswords};
-use super::context::Context;
+use super::auth::{self, SecretPlace};
+use super::context::{ClusterMemory, Context};
 use super::desired::NodeAuth;
 use super::error::{Error, api_error};
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use super::labels::FIELD_MANAGER;
 use super::status::Problem;
-use crate::client::Credentials;
+use crate::access::rights::DEFAULT_USER;
+use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
+use crate::client::{self, Credentials};
+
+/// The reason a cluster reports a Secret of its names that the operator did not create.
+pub const SECRET_NOT_OWNED: &str = "SecretNotOwned";
 
 /// What authentication gives the rest of the pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Auth {
-    /// What the member nodes mount and how their pods are annotated.
+    /// What the member nodes mount.
     pub node: NodeAuth,
-    /// Who the engine connects as.
+    /// Who the engine and the access stage connect as.
     pub credentials: Credentials,
+    /// Every user the servers should hold.
+    pub users: UserSet,
+    /// Logins to try on a server that refuses the operator's user: the clients' default user,
+    /// with each password it may have, then with none.
+    pub bootstrap: Vec<Credentials>,
+    /// The replication user's password, for servers brought in through the bootstrap.
+    pub replication_password: client::Secret,
     /// The Secret holding the clients' password, for the status.
     pub password_secret: Option<String>,
 }
 
-/// The Secrets authentication needs, created or brought up to date; then what the nodes and the
-/// engine need from them. `Ok(Err(problem))` for a user error (a missing Secret) to report.
+/// The Secrets authentication needs, created or brought up to date; then what the nodes, the
+/// access stage and the engine need from them. `Ok(Err(problem))` for what a person must fix (a
+/// missing Secret, a Secret of the operator's names that it did not create).
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
+    memory: &ClusterMemory,
 ) -> Result<Result<Auth, Problem>, Error> {
-    if !cluster.spec.auth.enabled {
-        return Ok(Ok(Auth {
-            node: NodeAuth::Open,
-            credentials: Credentials::none(),
-            password_secret: None,
-        }));
-    }
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
+    let uid = cluster.meta().uid.clone().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let (password_secret, client_password) = match &cluster.spec.auth.password_secret {
-        Some(reference) => {
-            let secret = secrets
-                .get_opt(&reference.name)
-                .await
-                .map_err(api_error(format!("reading Secret {}", reference.name)))?;
-            let Some(secret) = secret else {
-                return Ok(Err(Problem {
-                    reason: "PasswordSecretNotFound".into(),
-                    message: format!(
-                        "Secret {} named by spec.auth.passwordSecret does not exist; create it with key {}.",
-                        reference.name, reference.key
-                    ),
-                }));
-            };
-            let Some(password) = auth::secret_string(&secret, &reference.key) else {
-                return Ok(Err(Problem {
-                    reason: "PasswordKeyNotFound".into(),
-                    message: format!(
-                        "Secret {} has no non-empty key {}.",
-                        reference.name, reference.key
-                    ),
-                }));
-            };
-            (reference.name.clone(), password)
-        }
-        None => {
-            let secret_name = auth::generated_password_secret_name(&name);
-            (
-                secret_name.clone(),
-                generated_client_password(ctx, &secrets, cluster, &secret_name).await?,
-            )
-        }
-    };
 
+    // The clients' passwords: the default user's (when authentication is on) and each named
+    // user's, from the Secrets the spec names.
+    let auth_spec = &cluster.spec.auth;
+    let (default_password, password_secret) = if auth_spec.enabled {
+        let found = match &auth_spec.password_secret {
+            Some(reference) => {
+                read_password(&secrets, reference, "spec.auth.passwordSecret").await?
+            }
+            None => generated_client_password(ctx, &secrets, cluster).await?,
+        };
+        match found {
+            Ok(password) => (Some(password), Some(secret_of(auth_spec, &name))),
+            Err(problem) => return Ok(Err(problem)),
+        }
+    } else {
+        (None, None)
+    };
+    let mut named = Vec::new();
+    for (i, user) in auth_spec.users.iter().flatten().enumerate() {
+        let field = format!("spec.auth.users[{i}].passwordSecret ({})", user.name);
+        match read_password(&secrets, &user.password_secret, &field).await? {
+            Ok(password) => named.push((user, password)),
+            Err(problem) => return Ok(Err(problem)),
+        }
+    }
+
+    // The operator's own Secrets: only its own are read or written.
     let acl_name = auth::acl_secret_name(&name);
-    let current = secrets
-        .get_opt(&acl_name)
-        .await
-        .map_err(api_error(format!("reading Secret {acl_name}")))?;
-    let passwords = current
-        .as_ref()
-        .and_then(OperatorPasswords::from_secret)
-        .unwrap_or_else(OperatorPasswords::generate);
+    let operator_name = auth::operator_secret_name(&name);
+    let mut current = BTreeMap::new();
+    for secret_name in [&acl_name, &operator_name] {
+        let found = secrets
+            .get_opt(secret_name)
+            .await
+            .map_err(api_error(format!("reading Secret {secret_name}")))?;
+        if let Some(secret) = found {
+            if !auth::owned_by(&secret, &uid) {
+                return Ok(Err(not_owned(
+                    ctx,
+                    cluster,
+                    secret_name,
+                    "it will not overwrite or use a Secret it did not create; delete or rename it, and the operator creates its own",
+                )
+                .await));
+            }
+            current.insert(secret_name.clone(), secret);
+        }
+    }
+    let acl = current.get(&acl_name);
+    // Any copy will do, newest knowledge first; a cluster with none gets new ones.
+    let passwords = acl
+        .and_then(auth::passwords_in)
+        .or_else(|| current.get(&operator_name).and_then(auth::passwords_in))
+        .or_else(|| memory.passwords())
+        .unwrap_or_else(auth::generate_passwords);
+    memory.remember_passwords(&passwords);
+
+    // Which passwords each client user's servers accept: a new one is added beside the old,
+    // which retire once every server has held both for the grace period.
+    let stored = acl.map(auth::accepted_in).unwrap_or_default();
+    let everywhere_since = acl
+        .and_then(|s| auth::secret_string(s, auth::ACL_FILE_KEY))
+        .and_then(|file| memory.access.everywhere_since_file(&file));
+    let now = Instant::now();
+    let mut accepted = BTreeMap::new();
+    let mut accept = |user: &str, password: &str| {
+        let hashes = rotation::accepted(
+            stored.get(user).map(Vec::as_slice).unwrap_or_default(),
+            &password_hash(password),
+            everywhere_since,
+            now,
+            ctx.settings.password_rotation_grace,
+        );
+        accepted.insert(user.to_owned(), hashes.clone());
+        Login::Hashes(hashes)
+    };
+    let default_login = match &default_password {
+        Some(password) => accept(DEFAULT_USER, password),
+        None => Login::NoPassword,
+    };
+    let named_users: Vec<AclUser> = named
+        .iter()
+        .map(|(user, password)| {
+            AclUser::client(&user.name, accept(&user.name, password), &user.rules)
+        })
+        .collect();
+    let users = UserSet::new(default_login, &passwords, named_users);
+
     let owner = cluster
         .controller_owner_ref(&())
         .ok_or_else(|| Error::Invalid("the ValkeyCluster has no uid".into()))?;
-    let want = auth::acl_secret(&acl_name, &namespace, owner, &client_password, &passwords);
-    if current.as_ref().map(|s| &s.data) != Some(&want.data) {
-        secrets
-            .patch(
-                &acl_name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&want),
-            )
-            .await
-            .map_err(api_error(format!("writing Secret {acl_name}")))?;
+    let place = SecretPlace {
+        cluster: &name,
+        namespace: &namespace,
+        owner,
+    };
+    for want in [
+        auth::acl_secret(&place, &users, &passwords, &accepted),
+        auth::operator_secret(&place, &passwords),
+    ] {
+        let secret_name = want.name_any();
+        if current.get(&secret_name).map(|s| &s.data) != Some(&want.data) {
+            secrets
+                .patch(
+                    &secret_name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&want),
+                )
+                .await
+                .map_err(api_error(format!("writing Secret {secret_name}")))?;
+        }
     }
-    let revision = auth::credentials_revision(&want);
+
+    // A server started before the operator kept its own users knows only the default user.
+    let mut bootstrap: Vec<Credentials> = default_password
+        .iter()
+        .map(|p| Credentials {
+            username: None,
+            password: Some(p.clone().into()),
+        })
+        .collect();
+    bootstrap.push(Credentials::none());
     Ok(Ok(Auth {
-        node: NodeAuth::Acl {
-            secret: acl_name,
-            revision,
-        },
-        credentials: Credentials::user(auth::OPERATOR_USER, passwords.operator),
-        password_secret: Some(password_secret),
+        node: NodeAuth { secret: acl_name },
+        credentials: Credentials::user(auth::OPERATOR_USER, passwords.operator.clone()),
+        users,
+        bootstrap,
+        replication_password: passwords.replication.clone().into(),
+        password_secret,
     }))
 }
 
+/// The name of the Secret holding the default user's password.
+fn secret_of(auth: &valkey_api::v1alpha1::Auth, cluster: &str) -> String {
+    auth.password_secret
+        .as_ref()
+        .map(|r| r.name.clone())
+        .unwrap_or_else(|| auth::generated_password_secret_name(cluster))
+}
+
+/// A password from a Secret the user names; `Ok(Err(problem))` when it is missing or empty.
+async fn read_password(
+    secrets: &Api<Secret>,
+    reference: &SecretKeyRef,
+    field: &str,
+) -> Result<Result<String, Problem>, Error> {
+    let secret = secrets
+        .get_opt(&reference.name)
+        .await
+        .map_err(api_error(format!("reading Secret {}", reference.name)))?;
+    let Some(secret) = secret else {
+        return Ok(Err(Problem {
+            reason: "PasswordSecretNotFound".into(),
+            message: format!(
+                "Secret {} named by {field} does not exist; create it with key {}.",
+                reference.name, reference.key
+            ),
+        }));
+    };
+    Ok(
+        auth::secret_string(&secret, &reference.key).ok_or_else(|| Problem {
+            reason: "PasswordKeyNotFound".into(),
+            message: format!(
+                "Secret {} named by {field} has no non-empty key {}.",
+                reference.name, reference.key
+            ),
+        }),
+    )
+}
+
+/// A Secret of the operator's names that the operator did not create: reported (a Warning Event
+/// when the cluster first says so), never touched.
+async fn not_owned(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    secret: &str,
+    consequence: &str,
+) -> Problem {
+    let message = format!(
+        "Secret {secret} exists but was not created by the operator for this ValkeyCluster: {consequence}."
+    );
+    let already = cluster.status.as_ref().and_then(|s| s.reason.as_deref())
+        == Some(SECRET_NOT_OWNED)
+        && cluster.status.as_ref().and_then(|s| s.message.as_deref()) == Some(message.as_str());
+    if !already {
+        ctx.events
+            .warning(cluster, SECRET_NOT_OWNED, "Reconcile", &message)
+            .await;
+    }
+    Problem {
+        reason: SECRET_NOT_OWNED.into(),
+        message,
+    }
+}
+
 /// The generated clients' password: created once, never owned (it outlives the cluster, like
-/// the data it protects), never overwritten.
+/// the data it protects), never overwritten, and never taken from a Secret of that name that the
+/// operator did not generate.
 async fn generated_client_password(
     ctx: &Context,
     secrets: &Api<Secret>,
     cluster: &ValkeyCluster,
-    secret_name: &str,
-) -> Result<String, Error> {
-    if let Some(existing) = secrets
-        .get_opt(secret_name)
+) -> Result<Result<String, Problem>, Error> {
+    let name = cluster.name_any();
+    let secret_name = auth::generated_password_secret_name(&name);
+    let existing = secrets
+        .get_opt(&secret_name)
         .await
-        .map_err(api_error(format!("reading Secret {secret_name}")))?
-        && let Some(password) = auth::secret_string(&existing, auth::CLIENT_PASSWORD_KEY)
-    {
-        return Ok(password);
+        .map_err(api_error(format!("reading Secret {secret_name}")))?;
+    let foreign = |ctx, cluster| {
+        not_owned(
+            ctx,
+            cluster,
+            &secret_name,
+            "it will not use a password it did not generate; name it in spec.auth.passwordSecret to use it, or delete it",
+        )
+    };
+    if let Some(existing) = existing {
+        if !auth::generated_for(&existing, &name) {
+            return Ok(Err(foreign(ctx, cluster).await));
+        }
+        if let Some(password) = auth::secret_string(&existing, auth::CLIENT_PASSWORD_KEY) {
+            return Ok(Ok(password));
+        }
+        return Err(Error::Invalid(format!(
+            "Secret {secret_name} has no key {}",
+            auth::CLIENT_PASSWORD_KEY
+        )));
     }
     let password = auth::random_password();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name.to_owned()),
-            labels: Some(
-                [
-                    (
-                        "app.kubernetes.io/managed-by".to_owned(),
-                        FIELD_MANAGER.to_owned(),
-                    ),
-                    (CLUSTER_LABEL.to_owned(), cluster.name_any()),
-                ]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        string_data: Some([(auth::CLIENT_PASSWORD_KEY.to_owned(), password.clone())].into()),
-        ..Default::default()
-    };
+    let secret = auth::generated_password_secret(&name, &password);
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {
             ctx.events
@@ -162,20 +303,25 @@ async fn generated_client_password(
                     ),
                 )
                 .await;
-            Ok(password)
+            Ok(Ok(password))
         }
-        // Someone (a previous pass) created it meanwhile: use theirs.
+        // Someone created it meanwhile: theirs, if it is the operator's.
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = secrets
-                .get(secret_name)
+                .get(&secret_name)
                 .await
                 .map_err(api_error(format!("reading Secret {secret_name}")))?;
-            auth::secret_string(&existing, auth::CLIENT_PASSWORD_KEY).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "Secret {secret_name} has no key {}",
-                    auth::CLIENT_PASSWORD_KEY
-                ))
-            })
+            if !auth::generated_for(&existing, &name) {
+                return Ok(Err(foreign(ctx, cluster).await));
+            }
+            auth::secret_string(&existing, auth::CLIENT_PASSWORD_KEY)
+                .map(Ok)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "Secret {secret_name} has no key {}",
+                        auth::CLIENT_PASSWORD_KEY
+                    ))
+                })
         }
         Err(e) => Err(api_error(format!("creating Secret {secret_name}"))(e)),
     }
@@ -184,24 +330,63 @@ async fn generated_client_password(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
     use crate::controller::fixtures::{CLUSTER, cluster, context};
     use http::{Method, StatusCode};
+    use plumbing::testing::ApiServer;
+    use serde_json::Value;
+
+    const SECRETS: &str = "/api/v1/namespaces/prod/secrets";
+
+    /// The data of a Secret as the API returns it (base64), from plain text.
+    fn secret_json(name: &str, labels: Value, owners: Value, data: &[(&str, &str)]) -> Value {
+        use k8s_openapi::ByteString;
+        let data: BTreeMap<String, ByteString> = data
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect();
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "prod", "labels": labels, "ownerReferences": owners},
+            "data": serde_json::to_value(data).unwrap_or_default(),
+        })
+    }
+
+    fn ours() -> (Value, Value) {
+        (
+            serde_json::json!({"app.kubernetes.io/managed-by": "valkey-cluster-controller", "valkey.io/cluster": "cache"}),
+            serde_json::json!([{"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster", "name": "cache", "uid": "0000-1", "controller": true}]),
+        )
+    }
+
+    fn decoded(body: &Value, key: &str) -> String {
+        let data: BTreeMap<String, k8s_openapi::ByteString> =
+            serde_json::from_value(body["data"].clone()).unwrap_or_default();
+        data.get(key)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// What `ensure` reports for `cluster`, which must be a problem.
+    async fn problem_of(ctx: &Context, cluster: &ValkeyCluster) -> Problem {
+        ensure(ctx, cluster, &ClusterMemory::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .err()
+            .unwrap_or_else(|| panic!("no problem"))
+    }
+
+    async fn expect_get(api: &mut ApiServer, name: &str) -> plumbing::testing::Received {
+        api.expect(Method::GET, &format!("{SECRETS}/{name}")).await
+    }
 
     #[tokio::test]
-    async fn a_new_cluster_gets_a_generated_password_and_an_owned_acl_secret() {
+    async fn a_new_cluster_gets_a_generated_password_and_its_two_owned_secrets() {
         let (ctx, mut api, _nodes) = context();
         let script = tokio::spawn(async move {
-            api.expect(
-                Method::GET,
-                "/api/v1/namespaces/prod/secrets/cache-password",
-            )
-            .await
-            .not_found();
-            let created = api
-                .expect(Method::POST, "/api/v1/namespaces/prod/secrets")
-                .await;
+            expect_get(&mut api, "cache-password").await.not_found();
+            let created = api.expect(Method::POST, SECRETS).await;
             assert_eq!(created.body["metadata"]["name"], "cache-password");
-            assert_eq!(created.body["metadata"]["labels"][CLUSTER_LABEL], "cache");
             assert!(
                 created.body["metadata"]["ownerReferences"].is_null(),
                 "the clients' password outlives the cluster"
@@ -215,75 +400,199 @@ mod tests {
             let event = api.event().await;
             assert_eq!(event["reason"], "PasswordGenerated");
             assert!(!event.to_string().contains(&password), "{event}");
-            api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-acl")
-                .await
-                .not_found();
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
             let acl = api
-                .expect(Method::PATCH, "/api/v1/namespaces/prod/secrets/cache-acl?")
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
                 .await;
             assert!(acl.uri.contains("fieldManager=valkey-cluster-controller"));
-            assert!(acl.uri.contains("force=true"));
             assert_eq!(acl.body["metadata"]["ownerReferences"][0]["uid"], "0000-1");
-            let keys: Vec<&String> = acl.body["data"]
-                .as_object()
-                .map(|d| d.keys().collect())
-                .unwrap_or_default();
-            assert!(keys.iter().any(|k| *k == auth::ACL_FILE_KEY), "{keys:?}");
+            let file = decoded(&acl.body, auth::ACL_FILE_KEY);
+            assert!(!file.contains(&password), "hashes only: {file}");
+            assert!(file.contains(&password_hash(&password)));
+            let operator_password = decoded(&acl.body, auth::OPERATOR_PASSWORD_KEY);
             acl.echo();
+            let backup = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-operator?"))
+                .await;
+            assert_eq!(
+                decoded(&backup.body, auth::OPERATOR_PASSWORD_KEY),
+                operator_password,
+                "the backup holds the same passwords"
+            );
+            backup.echo();
             api.done().await;
         });
-        let auth = ensure(&ctx, &cluster(CLUSTER))
+        let memory = ClusterMemory::default();
+        let auth = ensure(&ctx, &cluster(CLUSTER), &memory)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
         script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(&auth.node, NodeAuth::Acl { secret, .. } if secret == "cache-acl"));
-        assert_eq!(
-            auth.credentials.username.as_deref(),
-            Some(auth::OPERATOR_USER)
-        );
+        assert_eq!(auth.node.secret, "cache-acl");
+        assert_eq!(auth.credentials.username.as_deref(), Some(OPERATOR_USER));
         assert_eq!(auth.password_secret.as_deref(), Some("cache-password"));
+        assert_eq!(
+            memory.passwords().map(|p| p.operator),
+            auth.credentials.password.map(|p| p.expose().to_owned())
+        );
     }
 
     #[tokio::test]
-    async fn a_named_password_secret_that_is_missing_is_a_problem_not_an_error() {
+    async fn an_open_cluster_keeps_the_operators_users_and_a_passwordless_default_user() {
         let (ctx, mut api, _nodes) = context();
-        let yaml = format!("{CLUSTER}  auth: {{passwordSecret: {{name: mine, key: pw}}}}\n");
+        let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
         let script = tokio::spawn(async move {
-            api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/mine")
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
+            let acl = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
+                .await;
+            let file = decoded(&acl.body, auth::ACL_FILE_KEY);
+            acl.echo();
+            api.expect(Method::PATCH, &format!("{SECRETS}/cache-operator?"))
                 .await
-                .not_found();
+                .echo();
             api.done().await;
+            file
         });
-        let problem = ensure(&ctx, &cluster(&yaml))
+        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
-            .err()
-            .unwrap_or_else(|| panic!("no problem"));
-        script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(problem.reason, "PasswordSecretNotFound");
-        assert!(problem.message.contains("mine") && problem.message.contains("pw"));
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        let file = script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(file.contains("user default on nopass"), "{file}");
+        assert!(
+            file.lines()
+                .any(|l| l.starts_with(&format!("user {REPLICATION_USER} off #"))),
+            "replication stays fenced without authentication: {file}"
+        );
+        assert_eq!(auth.credentials.username.as_deref(), Some(OPERATOR_USER));
+        assert_eq!(auth.password_secret, None);
     }
 
     #[tokio::test]
-    async fn an_api_failure_is_an_error_naming_the_secret() {
+    async fn a_pre_existing_acl_secret_is_left_untouched_and_reported_naming_it() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
+        let script = tokio::spawn(async move {
+            let theirs = secret_json(
+                "cache-acl",
+                Value::Null,
+                Value::Null,
+                &[("users.acl", "user default on nopass +@all")],
+            );
+            expect_get(&mut api, "cache-acl")
+                .await
+                .answer(StatusCode::OK, &theirs);
+            let event = api.event().await;
+            assert_eq!(event["type"], "Warning");
+            assert_eq!(event["reason"], SECRET_NOT_OWNED);
+            assert!(
+                event["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("cache-acl"),
+                "{event}"
+            );
+            // Nothing is written: the script ends here.
+            api.done().await;
+        });
+        let problem = problem_of(&ctx, &cluster(&yaml)).await;
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(problem.reason, SECRET_NOT_OWNED);
+        assert!(
+            problem.message.contains("Secret cache-acl"),
+            "{}",
+            problem.message
+        );
+    }
+
+    #[tokio::test]
+    async fn a_password_secret_the_operator_did_not_generate_is_not_adopted() {
         let (ctx, mut api, _nodes) = context();
         let script = tokio::spawn(async move {
-            api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-password")
+            let theirs = secret_json(
+                "cache-password",
+                serde_json::json!({"team": "x"}),
+                Value::Null,
+                &[("password", "theirs")],
+            );
+            expect_get(&mut api, "cache-password")
                 .await
-                .answer(
-                    StatusCode::FORBIDDEN,
-                    &serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403, "message": "forbidden"}),
-                );
+                .answer(StatusCode::OK, &theirs);
+            assert_eq!(api.event().await["reason"], SECRET_NOT_OWNED);
+            api.done().await;
         });
-        let error = ensure(&ctx, &cluster(CLUSTER))
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("no error"));
+        let problem = problem_of(&ctx, &cluster(CLUSTER)).await;
         script.await.unwrap_or_else(|e| panic!("{e}"));
         assert!(
-            error.to_string().contains("Secret cache-password"),
-            "{error}"
+            problem.message.contains("spec.auth.passwordSecret"),
+            "{}",
+            problem.message
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_acl_secret_is_rebuilt_with_the_same_operator_passwords() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
+        let (labels, owners) = ours();
+        let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl").await.not_found();
+            let backup = secret_json(
+                "cache-operator",
+                labels,
+                owners,
+                &[
+                    ("operator-password", "kept-op"),
+                    ("healthcheck-password", "kept-hc"),
+                    ("replication-password", "kept-rep"),
+                ],
+            );
+            expect_get(&mut api, "cache-operator")
+                .await
+                .answer(StatusCode::OK, &backup);
+            let acl = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
+                .await;
+            assert_eq!(decoded(&acl.body, auth::OPERATOR_PASSWORD_KEY), "kept-op");
+            assert!(decoded(&acl.body, auth::REPLICATION_CONF_KEY).contains("masterauth kept-rep"));
+            acl.echo();
+            // The backup already holds what it should: not written again.
+            api.done().await;
+        });
+        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            auth.credentials
+                .password
+                .map(|p| p.expose().to_owned())
+                .as_deref(),
+            Some("kept-op")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_named_user_whose_secret_is_missing_is_a_problem_naming_both() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!(
+            "{CLUSTER}  auth: {{enabled: false, users: [{{name: app, passwordSecret: {{name: app-pw}}, rules: '+@read'}}]}}\n"
+        );
+        let script = tokio::spawn(async move {
+            expect_get(&mut api, "app-pw").await.not_found();
+            api.done().await;
+        });
+        let problem = problem_of(&ctx, &cluster(&yaml)).await;
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(problem.reason, "PasswordSecretNotFound");
+        assert!(
+            problem.message.contains("app-pw") && problem.message.contains("(app)"),
+            "{}",
+            problem.message
         );
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use redis::AsyncCommands;
 use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, IntoConnectionInfo};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use valkey_api::v1alpha1::{ClusterState, Role, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
@@ -32,7 +32,17 @@ impl ClusterFixture {
     /// Creates a namespace, starts both controllers in it and applies the ValkeyCluster `name`
     /// with `spec` (YAML of the spec mapping).
     pub async fn start(prefix: &str, name: &str, spec: &str) -> Result<Self> {
-        let fixture = Self::prepare(prefix, name).await?;
+        Self::start_with(prefix, name, spec, &[]).await
+    }
+
+    /// [`start`](Self::start), with extra flags for the cluster-controller.
+    pub async fn start_with(
+        prefix: &str,
+        name: &str,
+        spec: &str,
+        cluster_controller_args: &[&str],
+    ) -> Result<Self> {
+        let fixture = Self::prepare_with(prefix, name, cluster_controller_args).await?;
         fixture.apply(spec).await?;
         Ok(fixture)
     }
@@ -40,11 +50,21 @@ impl ClusterFixture {
     /// The namespace and both controllers, without the ValkeyCluster yet (see [`Self::apply`]):
     /// for a test that must watch from before the cluster exists.
     pub async fn prepare(prefix: &str, name: &str) -> Result<Self> {
+        Self::prepare_with(prefix, name, &[]).await
+    }
+
+    /// [`prepare`](Self::prepare), with extra flags for the cluster-controller.
+    pub async fn prepare_with(
+        prefix: &str,
+        name: &str,
+        cluster_controller_args: &[&str],
+    ) -> Result<Self> {
         let turn = crate::pool::heavy().await;
         install_crds().await?;
         let ns = TestNamespace::create(prefix).await?;
         let node_controller = ControllerProcess::start("node-controller", &ns, &[]).await?;
-        let cluster_controller = ControllerProcess::start("cluster-controller", &ns, &[]).await?;
+        let cluster_controller =
+            ControllerProcess::start("cluster-controller", &ns, cluster_controller_args).await?;
         Ok(Self {
             ns,
             name: name.to_owned(),
@@ -339,25 +359,46 @@ impl ClusterFixture {
         self.command_on(&ip, args).await
     }
 
-    /// One command on the member at `ip`.
+    /// One command on the member at `ip`, as the clients' default user.
     pub async fn command_on(&self, ip: &str, args: &[&str]) -> Result<String> {
         let password = self.password().await?;
-        let url = match password {
-            Some(p) => format!("redis://:{p}@{ip}:6379/"),
-            None => format!("redis://{ip}:6379/"),
-        };
-        let client = redis::Client::open(url).map_err(|source| E2eError::Valkey {
-            addr: ip.to_owned(),
-            source,
-        })?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|source| E2eError::Valkey {
-                addr: ip.to_owned(),
-                source,
-            })?;
-        crate::valkey_cmd(&mut conn, args).await
+        command_as(ip, None, password.as_deref(), args).await
+    }
+
+    /// One command on the member at `ip` with every right, for tests that inject faults (pause a
+    /// server, take a right away from the operator). The clients' user may not administer, so
+    /// the test logs in as the operator, with its password from the cluster's ACL Secret, and
+    /// adds a user of its own for the purpose on that server.
+    pub async fn admin_command_on(&self, ip: &str, args: &[&str]) -> Result<String> {
+        const ADMIN: &str = "e2e-admin";
+        let acl = self
+            .ns
+            .api::<Secret>()
+            .get(&format!("{}-acl", self.name))
+            .await?;
+        let operator = acl
+            .data
+            .and_then(|d| d.get("operator-password").cloned())
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            .ok_or_else(|| E2eError::Check("the ACL Secret has no operator-password".into()))?;
+        let admin_password = format!("{ADMIN}-{operator}");
+        command_as(
+            ip,
+            Some("operator"),
+            Some(&operator),
+            &[
+                "ACL",
+                "SETUSER",
+                ADMIN,
+                "on",
+                &format!(">{admin_password}"),
+                "~*",
+                "&*",
+                "+@all",
+            ],
+        )
+        .await?;
+        command_as(ip, Some(ADMIN), Some(&admin_password), args).await
     }
 
     /// Every member's CLUSTER NODES: no slot may be left importing or migrating.
@@ -416,6 +457,41 @@ pub fn ready_pod_ip(node: &ValkeyNode) -> Option<String> {
         .and_then(|s| s.pod_ip.clone())
 }
 
+/// One command on the server at `ip` as `user` (the default user when `None`).
+pub async fn command_as(
+    ip: &str,
+    user: Option<&str>,
+    password: Option<&str>,
+    args: &[&str],
+) -> Result<String> {
+    let mut info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
+        .into_connection_info()
+        .map_err(|source| E2eError::Valkey {
+            addr: ip.to_owned(),
+            source,
+        })?;
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(user) = user {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = password {
+        settings = settings.set_password(password);
+    }
+    info = info.set_redis_settings(settings);
+    let client = redis::Client::open(info).map_err(|source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    })?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|source| E2eError::Valkey {
+            addr: ip.to_owned(),
+            source,
+        })?;
+    crate::valkey_cmd(&mut conn, args).await
+}
+
 /// A cluster connection from seed URLs, with the clients' password when there is one.
 pub async fn connect(seeds: Vec<String>, password: Option<String>) -> Result<ClusterConnection> {
     let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
@@ -447,7 +523,13 @@ pub struct Writer {
 }
 
 impl Writer {
-    fn start(mut conn: ClusterConnection) -> Self {
+    fn start(conn: ClusterConnection) -> Self {
+        Self::start_named(conn, "w")
+    }
+
+    /// A writer of keys `<prefix>:<n>`, so that two writers of one test never write the same key.
+    pub fn start_named(mut conn: ClusterConnection, prefix: &str) -> Self {
+        let prefix = prefix.to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(BTreeMap::new()));
         let failed = Arc::new(AtomicU64::new(0));
@@ -455,7 +537,7 @@ impl Writer {
         let task = tokio::spawn(async move {
             let mut n: u64 = 0;
             while !s.load(Ordering::Relaxed) {
-                let (key, value) = (format!("w:{n}"), format!("v{n}"));
+                let (key, value) = (format!("{prefix}:{n}"), format!("v{n}"));
                 let result: redis::RedisResult<()> = conn.set(&key, &value).await;
                 match result {
                     Ok(()) => {

@@ -483,7 +483,7 @@ async fn pause_a_replica(c: &ClusterFixture, seconds: u64) -> Result<String> {
     let name = replica.metadata.name.clone().unwrap_or_default();
     let ip = replica.status.and_then(|s| s.pod_ip).unwrap_or_default();
     let millis = (seconds * 1000).to_string();
-    c.command_on(&ip, &["CLIENT", "PAUSE", &millis, "ALL"])
+    c.admin_command_on(&ip, &["CLIENT", "PAUSE", &millis, "ALL"])
         .await?;
     e2e::operator::wait_node(
         &c.ns,
@@ -710,7 +710,7 @@ async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() 
         .filter_map(|n| n.status?.pod_ip)
         .collect();
     for ip in &ips {
-        c.command_on(ip, &["ACL", "SETUSER", "operator", "-cluster|meet"])
+        c.admin_command_on(ip, &["ACL", "SETUSER", "operator", "-cluster|meet"])
             .await?;
     }
     c.patch_spec(serde_json::json!({"shards": 3})).await?;
@@ -726,7 +726,7 @@ async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() 
     // Nothing was lost or taken away meanwhile; once Valkey allows it again the shard joins.
     check(c.nodes().await?.len() == 3, "all three members exist")?;
     for ip in &ips {
-        c.command_on(ip, &["ACL", "SETUSER", "operator", "+cluster|meet"])
+        c.admin_command_on(ip, &["ACL", "SETUSER", "operator", "+cluster|meet"])
             .await?;
     }
     c.wait_ready(Duration::from_secs(300)).await?;

@@ -7,3 +7,4 @@ mod chart;
 mod cluster;
 mod daytwo;
 mod node_controller;
+mod security;

@@ -38,7 +38,7 @@ async fn wait_config_everywhere(c: &ClusterFixture, key: &str, value: &str) -> R
                     differ.push(format!("{:?}: no pod IP", node.metadata.name));
                     continue;
                 };
-                let got = c.command_on(&ip, &["CONFIG", "GET", key]).await;
+                let got = c.admin_command_on(&ip, &["CONFIG", "GET", key]).await;
                 let got = got.unwrap_or_else(|e| e.to_string());
                 if !got.contains(value) {
                     differ.push(format!("{:?}: {got}", node.metadata.name));
