@@ -10,6 +10,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::Store;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
+use plumbing::leader::Claims;
 use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
@@ -45,6 +46,8 @@ pub struct ClusterMemory {
     /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
     /// while the controller runs does not lock it out.
     passwords: Mutex<Option<OperatorPasswords>>,
+    /// The other controller last found holding the cluster, so it is announced once.
+    other_holder: Mutex<Option<String>>,
 }
 
 impl ClusterMemory {
@@ -53,6 +56,15 @@ impl ClusterMemory {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Records that `holder` (another controller, or none) holds the cluster; true when that is
+    /// news.
+    pub fn note_holder(&self, holder: Option<&str>) -> bool {
+        let mut known = self.other_holder.lock().unwrap_or_else(|e| e.into_inner());
+        let news = known.as_deref() != holder;
+        *known = holder.map(str::to_owned);
+        news
     }
 
     pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
@@ -72,6 +84,8 @@ pub struct Context {
     /// Per cluster: its servers' users, the operator's passwords.
     memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
     pub settings: Settings,
+    /// One Lease per cluster: a cluster another controller holds is left alone.
+    pub claims: Claims,
 }
 
 impl Context {
@@ -80,8 +94,10 @@ impl Context {
         events: EventPublisher,
         nodes: Store<ValkeyNode>,
         settings: Settings,
+        claims: Claims,
     ) -> Self {
         Self {
+            claims,
             client,
             events,
             nodes,

@@ -29,8 +29,9 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (client, api) = mock_client();
     let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
     let (store, writer) = reflector::store();
+    let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
     (
-        Context::new(client, events, store, Default::default()),
+        Context::new(client, events, store, Default::default(), claims),
         api,
         writer,
     )

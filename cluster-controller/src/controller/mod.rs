@@ -50,11 +50,16 @@ pub use context::Settings;
 pub async fn run(handles: plumbing::Handles, settings: Settings) {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
+    let claims = plumbing::leader::Claims::new(
+        handles.client.clone(),
+        plumbing::leader::claim_identity(handles.namespace.as_deref()),
+    );
     let ctx = Context::new(
         handles.client.clone(),
         handles.events.clone(),
         nodes.store(),
         settings,
+        claims,
     );
     handles
         .run(clusters, |c| c.owns_stream(nodes.touched()), ctx)

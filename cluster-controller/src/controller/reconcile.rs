@@ -7,11 +7,13 @@
 use std::time::Duration;
 
 use kube::runtime::controller::Action as Requeue;
+use kube::{Resource, ResourceExt};
 use plumbing::ObjectKey;
+use plumbing::leader::Claim;
 use valkey_api::v1alpha1::ValkeyCluster;
 
-use super::context::Context;
-use super::error::Error;
+use super::context::{ClusterMemory, Context};
+use super::error::{Error, api_error};
 use super::status::Problem;
 use super::{access, apply, desired, observe, report, secrets};
 use crate::engine::{Action, Decision, EngineError, Pass};
@@ -30,6 +32,9 @@ pub async fn pass(
     key: &ObjectKey,
 ) -> Result<Requeue, Error> {
     let memory = ctx.memory(key);
+    if let Some(requeue) = claim(ctx, cluster, &memory).await? {
+        return Ok(requeue);
+    }
     let auth = match secrets::ensure(ctx, cluster, &memory).await? {
         Ok(auth) => auth,
         Err(problem) => {
@@ -68,6 +73,50 @@ pub async fn pass(
     )
     .await?;
     Ok(Requeue::requeue(requeue))
+}
+
+/// Holds the cluster's Lease, or leaves the cluster alone (`Some(when to look again)`) while
+/// another cluster-controller holds it: two releases whose watch scopes overlap must never both
+/// drive one cluster. The first time, a Warning Event names the holder.
+async fn claim(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    memory: &ClusterMemory,
+) -> Result<Option<Requeue>, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let lease = claim_name(&cluster.name_any());
+    let owner = cluster
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::Invalid("the ValkeyCluster has no uid".into()))?;
+    let claim = ctx
+        .claims
+        .claim(&namespace, &lease, owner)
+        .await
+        .map_err(api_error(format!("claiming Lease {lease}")))?;
+    match claim {
+        Claim::Held => {
+            memory.note_holder(None);
+            Ok(None)
+        }
+        Claim::HeldByOther { holder, retry_in } => {
+            if memory.note_holder(Some(&holder)) {
+                let message = format!(
+                    "Another cluster-controller ({holder}) holds Lease {lease} of this cluster; this one ({}) leaves the cluster to it. Two releases watch this namespace: uninstall one, or narrow its watchNamespaces.",
+                    ctx.claims.identity()
+                );
+                tracing::warn!(lease = %lease, %holder, "{message}");
+                ctx.events
+                    .warning(cluster, "AnotherControllerActive", "Reconcile", &message)
+                    .await;
+            }
+            Ok(Some(Requeue::requeue(retry_in)))
+        }
+    }
+}
+
+/// The Lease a cluster-controller holds while it drives the cluster `cluster`.
+pub fn claim_name(cluster: &str) -> String {
+    format!("{cluster}-cluster-controller")
 }
 
 /// When to look again, by what was decided. A Valkey action that fails again and again is
@@ -180,6 +229,25 @@ mod tests {
         let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
         let stored = serde_json::to_value(cluster(&yaml)).unwrap_or_default();
         let script = tokio::spawn(async move {
+            // The cluster's Lease first: no other controller holds it, so this one takes it.
+            api.expect(
+                Method::GET,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases/cache-cluster-controller",
+            )
+            .await
+            .not_found();
+            let lease = api
+                .expect(
+                    Method::POST,
+                    "/apis/coordination.k8s.io/v1/namespaces/prod/leases",
+                )
+                .await;
+            assert_eq!(lease.body["spec"]["holderIdentity"], "test/prod");
+            assert_eq!(
+                lease.body["metadata"]["ownerReferences"][0]["uid"],
+                "0000-1"
+            );
+            lease.echo();
             // The operator's users exist in an open cluster too: its two Secrets come first.
             for secret in ["cache-acl", "cache-operator"] {
                 api.expect(

@@ -14,11 +14,16 @@
 //!
 //! RBAC: `coordination.k8s.io` `leases` with verbs `get`, `create`, `update` in the Lease's
 //! namespace.
+//!
+//! [`Claims`] applies the same rules to one Lease per reconciled object, so that releases whose
+//! watch scopes overlap never drive one object from two controllers.
 
+mod claim;
 mod decide;
 mod elector;
 mod record;
 
+pub use claim::{CLAIM_DURATION, Claim, Claims, claim_identity};
 pub use decide::{AcquireReason, Decision, decide, expiry_confirmed, lease_duration};
 pub use elector::{LeaderElector, LeaderError, LeaderState, Leadership, LeaseTiming};
 pub use record::{POD_NAME_ENV, default_identity};

@@ -550,22 +550,26 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
             ));
             questions.push((user, verb, resource, elsewhere.into(), false));
         }
-        // Leases: any may be created (RBAC cannot limit create by name), only its own updated.
+        // Leases: any may be created (RBAC cannot limit create by name), only its own updated;
+        // the cluster-controller also holds one Lease per ValkeyCluster it drives, so it may
+        // update any Lease where it watches (every namespace for `all`).
         for release in [&all, &one] {
             let user = release.service_account(component);
             let leases = "leases.coordination.k8s.io";
             let own = format!("{leases}/{}", release.object(component));
+            let per_cluster = component == CLUSTER;
             for (verb, resource, allowed) in [
                 ("create", leases.to_owned(), true),
                 ("get", own.clone(), true),
                 ("update", own.clone(), true),
-                ("update", format!("{leases}/someone-else"), false),
+                ("update", format!("{leases}/someone-else"), per_cluster),
                 ("delete", own, false),
                 ("list", leases.to_owned(), false),
             ] {
                 questions.push((user.clone(), verb, resource, ns.name.clone(), allowed));
             }
-            questions.push((user, "create", leases.into(), elsewhere.into(), false));
+            let everywhere = per_cluster && std::ptr::eq(release, &all);
+            questions.push((user, "create", leases.into(), elsewhere.into(), everywhere));
         }
     }
     // kubectl itself for a sample of them, to show the reviews below answer as it does.

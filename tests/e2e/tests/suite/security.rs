@@ -592,3 +592,102 @@ async fn a_deleted_acl_secret_locks_nobody_out_even_across_a_controller_restart(
     no_pod_replaced_since(&c, &before).await?;
     Ok(())
 }
+
+/// Two cluster-controllers whose watch scopes overlap (two releases of one namespace) never both
+/// drive a cluster: one holds the cluster's Lease, the other leaves the cluster alone and says who
+/// holds it (a log line and a Warning Event); when the holder dies, the other takes over.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_cluster_controllers_never_drive_one_cluster() -> Result<()> {
+    let mut c = ClusterFixture::start("sec-overlap", "overlap", "{shards: 1, replicas: 0}").await?;
+    let mut second = ControllerProcess::start_with_env(
+        "cluster-controller",
+        &c.ns,
+        &[],
+        &[("POD_NAME", "second-release")],
+    )
+    .await?;
+    c.wait_ready(READY).await?;
+    let leases = c.ns.api::<k8s_openapi::api::coordination::v1::Lease>();
+    let lease_name = format!("{}-cluster-controller", c.name);
+    let holder = |l: &k8s_openapi::api::coordination::v1::Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    let first_holder = holder(&leases.get(&lease_name).await?);
+    let second_holds = first_holder.starts_with("second-release/");
+    eprintln!("overlap: {lease_name} held by {first_holder}");
+    // The one that does not hold it says so, and has driven nothing.
+    let idle_log = |c: &ClusterFixture, second: &ControllerProcess| {
+        if second_holds {
+            c.cluster_controller.log_text()
+        } else {
+            second.log_text()
+        }
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "the other controller saying who holds the cluster",
+        || {
+            let log = idle_log(&c, &second);
+            let said = format!("holds Lease {lease_name}");
+            async move {
+                let log = log?;
+                Ok(if log.contains(&said) {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet("not yet".into())
+                })
+            }
+        },
+    )
+    .await?;
+    let log = idle_log(&c, &second)?;
+    check(
+        !log.contains("cluster_controller::engine::driver"),
+        "the controller that does not hold the cluster took a step on it",
+    )?;
+    let events =
+        c.ns.kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.reason} {.note}{\"\\n\"}{end}",
+        ])
+        .await?;
+    check(
+        events
+            .lines()
+            .any(|l| l.starts_with("Warning AnotherControllerActive") && l.contains(&first_holder)),
+        format!("no Warning Event naming the holder: {events}"),
+    )?;
+
+    // The holder dies: the other takes the cluster over once the Lease has expired.
+    if second_holds {
+        second.kill().await?;
+    } else {
+        c.cluster_controller.kill().await?;
+    }
+    let took_over = wait_until(
+        Duration::from_secs(150),
+        "the other controller taking over",
+        || {
+            let (leases, lease_name, first_holder) =
+                (leases.clone(), lease_name.clone(), first_holder.clone());
+            async move {
+                let now = holder(&leases.get(&lease_name).await?);
+                Ok(if !now.is_empty() && now != first_holder {
+                    Poll::Ready(now)
+                } else {
+                    Poll::NotYet(format!("held by {now}"))
+                })
+            }
+        },
+    )
+    .await?;
+    eprintln!("overlap: taken over by {took_over}");
+    c.patch_spec(serde_json::json!({"replicas": 1})).await?;
+    c.wait_ready(READY).await?;
+    Ok(())
+}
