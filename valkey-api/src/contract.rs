@@ -9,6 +9,18 @@ pub const VALKEY_PORT: u16 = 6379;
 /// node's name).
 pub const NODE_LABEL: &str = "valkey.io/node";
 
+/// The label the node-controller keeps on each node's pod: the replication role Valkey reports
+/// (`primary` or `replica`, as `status.role`), set and changed by a metadata patch (never a
+/// restart) and removed while Valkey does not answer the node-controller. Services select on
+/// it, so a Service of primaries never names a server that is not one.
+pub const ROLE_LABEL: &str = "valkey.io/role";
+
+/// An annotation a parent may set on a ValkeyNode (any value, e.g. a time) after it changed the
+/// server's role: like any change to the node, it makes the node-controller read Valkey at
+/// once, so `status.role` and the pod's [`ROLE_LABEL`] follow within a pass rather than at the
+/// next periodic read.
+pub const OBSERVE_ANNOTATION: &str = "valkey.io/observe";
+
 /// Pod annotation carrying the revision the pod was built from (`status.currentRevision`).
 pub const REVISION_ANNOTATION: &str = "valkey.io/revision";
 
@@ -40,6 +52,13 @@ pub const POD_CANNOT_RUN_REASONS: &[&str] = &[
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 /// Ready=False: `spec.config` holds a value the node-controller will not write to valkey.conf.
 pub const INVALID_CONFIG: &str = "InvalidConfig";
+
+/// Labels a ValkeyReplication puts on its ValkeyNodes (and, through `spec.podLabels`, on their
+/// pods), beside [`cluster::INDEX_LABEL`] for the member's index.
+pub mod replication {
+    /// The replication's name.
+    pub const REPLICATION_LABEL: &str = "valkey.io/replication";
+}
 
 /// Labels a ValkeyCluster puts on its ValkeyNodes (and, through `spec.podLabels`, on their pods).
 pub mod cluster {

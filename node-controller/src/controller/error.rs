@@ -15,6 +15,8 @@ pub enum Error {
     Secret { name: String, source: kube::Error },
     #[error("writing the status: {0}")]
     Status(#[source] plumbing::apply::ApplyError),
+    #[error("labelling pod {name} with its role: {source}")]
+    Label { name: String, source: kube::Error },
 }
 
 impl ReconcileError for Error {
@@ -23,6 +25,7 @@ impl ReconcileError for Error {
             Error::Apply { .. } => "apply",
             Error::Secret { .. } => "secret",
             Error::Status(_) => "status",
+            Error::Label { .. } => "label",
         }
     }
 }

@@ -10,6 +10,7 @@
 //! | the children from the caches | [`observe`] | no (caches) |
 //! | Valkey's own answer | [`crate::probe`] | no (Valkey) |
 //! | status and Events | [`report`] ([`crate::status`] computes) | yes |
+//! | the pod's role label | [`label`] | yes |
 //! | what can fail | [`error`] | |
 
 pub mod apply;
@@ -17,6 +18,7 @@ pub mod context;
 pub mod error;
 #[cfg(test)]
 pub mod fixtures;
+pub mod label;
 pub mod observe;
 pub mod reconcile;
 pub mod report;

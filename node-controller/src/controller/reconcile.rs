@@ -1,7 +1,7 @@
 //! One pass over a ValkeyNode, stage by stage: build (pure, [`crate::render`]) → secrets (the
 //! credentials to PING with) → apply (ConfigMap, PVC, workload; only what changed) → observe (the
-//! children from the caches, and Valkey itself) → report (status and Events). Each stage is a
-//! module of its own.
+//! children from the caches, and Valkey itself) → report (status and Events) → label (the pod's
+//! role). Each stage is a module of its own.
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use valkey_api::v1alpha1::ValkeyNode;
 use super::apply::{self, invalid};
 use super::context::Context;
 use super::error::Error;
-use super::{observe, report, secrets};
+use super::{label, observe, report, secrets};
 use crate::live::{self, apply::Outcome};
 use crate::names::ChildNames;
 use crate::probe::{self, Answer};
@@ -89,6 +89,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         let mut new_status = status::compute(node.status.as_ref(), &observed, &now);
         keep_conditions_of_untouched_children(node, &mut new_status);
         report::write_status(ctx, node, &new_status).await?;
+        label::sync(ctx, pod.map(AsRef::as_ref), new_status.role).await?;
         return Ok(Action::requeue(REREAD_NOT_READY));
     }
 
@@ -158,6 +159,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let new_status = status::compute(node.status.as_ref(), &observed, &now);
     report::write_status(ctx, node, &new_status).await?;
+    label::sync(ctx, pod.map(AsRef::as_ref), new_status.role).await?;
 
     Ok(Action::requeue(if new_status.ready {
         REREAD_READY

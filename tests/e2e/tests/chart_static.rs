@@ -166,9 +166,11 @@ async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
         format!("the node-controller only gets Secrets: {node:?}"),
     )?;
     check(
-        node.get("pods")
-            .is_some_and(|v| v.iter().all(|v| v == "list" || v == "watch")),
-        format!("the node-controller only reads Pods: {node:?}"),
+        node.get("pods").is_some_and(|v| {
+            v.iter()
+                .all(|v| v == "list" || v == "watch" || v == "patch")
+        }),
+        format!("the node-controller only reads Pods and patches their role label: {node:?}"),
     )?;
     check(
         !cluster

@@ -515,6 +515,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("delete", "persistentvolumeclaims", false),
         e("list", "pods", true),
         e("watch", "pods", true),
+        e("patch", "pods", true),
         e("create", "pods", false),
         e("delete", "pods", false),
         e("get", "secrets", true),
@@ -525,7 +526,10 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
 
     // Every question as (user, verb, resource, namespace, expected answer).
     let mut questions: Vec<(String, &str, String, String, bool)> = Vec::new();
-    for (component, expectations) in [(CLUSTER, &cluster_controller), (NODE, &node_controller)] {
+    for (component, expectations) in [
+        (CLUSTER, &cluster_controller[..]),
+        (NODE, &node_controller[..]),
+    ] {
         for x in expectations.iter() {
             let (verb, resource) = (x.verb, x.resource.to_owned());
             // Everywhere: the same answer in the release's namespace and in another one.

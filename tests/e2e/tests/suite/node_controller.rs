@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use e2e::faults;
 use e2e::operator::{ControllerProcess, install_crds, patch_node_spec, wait_node};
 use e2e::{E2eError, Poll, Result, TestNamespace, check, valkey, valkey_cmd, wait_until};
 use futures::StreamExt;
@@ -17,6 +18,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
+use valkey_api::contract::{OBSERVE_ANNOTATION, ROLE_LABEL};
 use valkey_api::v1alpha1::{Role, ValkeyNode};
 
 const NODE_CONTROLLER: &str = "node-controller";
@@ -478,6 +480,83 @@ async fn role_follows_replicaof_and_back() -> Result<()> {
     check(
         ready_primary(&upstream),
         format!("upstream: {:?}", upstream.status),
+    )
+}
+
+/// The pod's role label (`valkey.io/role`, what Services select on) as the test sees it.
+async fn role_label(ns: &TestNamespace, pod: &str) -> Result<Option<String>> {
+    Ok(ns.pod(pod).await?.labels().get(ROLE_LABEL).cloned())
+}
+
+async fn wait_role_label(
+    ns: &TestNamespace,
+    pod: &str,
+    want: Option<&str>,
+    within: Duration,
+) -> Result<Duration> {
+    let started = Instant::now();
+    wait_until(
+        within,
+        &format!("pod {pod} labelled {want:?}"),
+        || async move {
+            let have = role_label(ns, pod).await?;
+            Ok(if have.as_deref() == want {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("labelled {have:?}"))
+            })
+        },
+    )
+    .await?;
+    Ok(started.elapsed())
+}
+
+/// Tells the node-controller to look at once (what a parent does after changing a role).
+async fn poke(ns: &TestNamespace, node: &str) -> Result<()> {
+    let stamp = format!("{:?}", std::time::SystemTime::now());
+    let patch = json!({"metadata": {"annotations": {OBSERVE_ANNOTATION: stamp}}});
+    ns.api::<ValkeyNode>()
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The pod carries the role Valkey reports, as a label Services select on: changed by a metadata
+/// patch when the role changes (the pod is never replaced), at once when the parent pokes the
+/// node, and removed while Valkey does not answer the node-controller.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pod_is_labelled_with_the_role_valkey_reports_without_a_restart() -> Result<()> {
+    let _took = Took::start("the_pod_is_labelled_with_the_role_valkey_reports_without_a_restart");
+    let ns = TestNamespace::create("nc-rolelabel").await?;
+    let _controller = start_controller(&ns).await?;
+    create_node(&ns, "solo", json!({})).await?;
+    let node = wait_ready(&ns, "solo").await?;
+    let pod = pod_name_of(&node)?;
+    let uid_before = uid(&ns.pod(&pod).await?);
+    wait_role_label(&ns, &pod, Some("primary"), ROLE_CHANGE).await?;
+
+    let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
+    valkey_cmd(&mut conn, &["REPLICAOF", "127.0.0.1", "0"]).await?;
+    poke(&ns, "solo").await?;
+    let took = wait_role_label(&ns, &pod, Some("replica"), ROLE_CHANGE).await?;
+    eprintln!("label replica {took:?} after REPLICAOF and a poke");
+    valkey_cmd(&mut conn, &["REPLICAOF", "NO", "ONE"]).await?;
+    poke(&ns, "solo").await?;
+    let took = wait_role_label(&ns, &pod, Some("primary"), ROLE_CHANGE).await?;
+    eprintln!("label primary {took:?} after REPLICAOF NO ONE and a poke");
+
+    // Cut from the host (where the node-controller runs): nobody can confirm its role.
+    let cut = faults::partition(
+        &[faults::Endpoint::pod(&ns.name, &pod)],
+        &[faults::Endpoint::Host],
+    )
+    .await?;
+    wait_role_label(&ns, &pod, None, ROLE_CHANGE).await?;
+    cut.undo().await?;
+    wait_role_label(&ns, &pod, Some("primary"), ROLE_CHANGE).await?;
+    check(
+        uid(&ns.pod(&pod).await?) == uid_before,
+        "the pod was replaced; a role label must never restart it",
     )
 }
 
