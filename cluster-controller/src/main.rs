@@ -32,6 +32,10 @@ async fn main() -> std::process::ExitCode {
         password_rotation_grace: std::time::Duration::from_secs(
             cli.password_rotation_grace_seconds,
         ),
+        // Set by the chart (Downward API): where the controllers' pods run.
+        operator_namespace: std::env::var("POD_NAMESPACE")
+            .ok()
+            .filter(|ns| !ns.is_empty()),
     };
     plumbing::runtime::main(&cli.common, names, move |handles| {
         controller::run(handles, settings)

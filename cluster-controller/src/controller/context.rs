@@ -28,12 +28,16 @@ pub struct Settings {
     /// How long a client user's previous password keeps working once every server accepts the
     /// new one: the time clients have to pick up the new value of the Secret.
     pub password_rotation_grace: Duration,
+    /// The namespace the controllers' pods run in (`$POD_NAMESPACE`), whose operator pods the
+    /// clusters' NetworkPolicies let in; none when the controller runs outside the cluster.
+    pub operator_namespace: Option<String>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             password_rotation_grace: Duration::from_secs(120),
+            operator_namespace: None,
         }
     }
 }
@@ -48,6 +52,8 @@ pub struct ClusterMemory {
     passwords: Mutex<Option<OperatorPasswords>>,
     /// The other controller last found holding the cluster, so it is announced once.
     other_holder: Mutex<Option<String>>,
+    /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
+    network: Mutex<Option<String>>,
 }
 
 impl ClusterMemory {
@@ -65,6 +71,17 @@ impl ClusterMemory {
         let news = known.as_deref() != holder;
         *known = holder.map(str::to_owned);
         news
+    }
+
+    pub fn network_applied(&self) -> Option<String> {
+        self.network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn remember_network(&self, applied: String) {
+        *self.network.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
     }
 
     pub fn remember_passwords(&self, passwords: &OperatorPasswords) {

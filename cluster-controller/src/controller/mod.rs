@@ -13,6 +13,7 @@
 //! | Secrets: the clients' password, the operator's users | [`secrets`] ([`auth`] builds them) | yes |
 //! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`members`] reads them) | no (cache) |
 //! | every member's ValkeyNode | [`desired`] ([`labels`], [`placement`]) | no |
+//! | the cluster's NetworkPolicy | [`network`] | yes |
 //! | member nodes, the engine's Kubernetes actions | [`apply`] | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
@@ -28,6 +29,7 @@ pub mod error;
 pub mod fixtures;
 pub mod labels;
 pub mod members;
+pub mod network;
 pub mod observe;
 pub mod placement;
 pub mod reconcile;

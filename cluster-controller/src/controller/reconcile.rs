@@ -15,7 +15,7 @@ use valkey_api::v1alpha1::ValkeyCluster;
 use super::context::{ClusterMemory, Context};
 use super::error::{Error, api_error};
 use super::status::Problem;
-use super::{access, apply, desired, observe, report, secrets};
+use super::{access, apply, desired, network, observe, report, secrets};
 use crate::engine::{Action, Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
@@ -42,6 +42,16 @@ pub async fn pass(
             return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
         }
     };
+    if cluster.spec.tls.enabled {
+        // Accepted by the API, not served yet: never run plain what was asked to be TLS.
+        report::problem(ctx, cluster, Problem {
+            reason: "TLSNotSupported".into(),
+            message: "spec.tls.enabled is set, but this version of the operator does not serve TLS yet; no member is created or changed until it is off.".into(),
+        })
+        .await?;
+        return Ok(Requeue::await_change());
+    }
+    network::ensure(ctx, cluster, &memory).await?;
     let existing = observe::member_nodes(&ctx.nodes, cluster);
     let desired = desired::members(cluster, &auth.node);
     apply::member_nodes(ctx, cluster, &desired, &existing).await?;
@@ -265,6 +275,13 @@ mod tests {
                 .await
                 .echo();
             }
+            // The cluster's NetworkPolicy, on by default.
+            api.expect(
+                Method::PATCH,
+                "/apis/networking.k8s.io/v1/namespaces/prod/networkpolicies/cache-valkey?",
+            )
+            .await
+            .echo();
             for _ in 0..6 {
                 api.expect(
                     Method::PATCH,

@@ -494,6 +494,9 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("list", "persistentvolumeclaims", false),
         e("delete", "persistentvolumeclaims", false),
         e("list", "configmaps", false),
+        e("patch", "networkpolicies.networking.k8s.io", true),
+        e("delete", "networkpolicies.networking.k8s.io", true),
+        e("list", "networkpolicies.networking.k8s.io", false),
     ];
     let node_controller = [
         e("list", "valkeynodes.valkey.io", true),

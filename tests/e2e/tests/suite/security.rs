@@ -691,3 +691,97 @@ async fn two_cluster_controllers_never_drive_one_cluster() -> Result<()> {
     c.wait_ready(READY).await?;
     Ok(())
 }
+
+/// The cluster's NetworkPolicy, as the API server holds it: the bus only between members, the
+/// client port from the clients the spec names and from the members; gone when turned off.
+/// (localkube does not enforce NetworkPolicies: this checks what a CNI would enforce.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_network_policy_lets_in_only_members_named_clients_and_the_operator() -> Result<()> {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let c = ClusterFixture::start(
+        "sec-netpol",
+        "netpol",
+        "{shards: 1, replicas: 0, networkPolicy: {clients: [{podLabels: {app: web}}, {cidr: 10.9.0.0/16}]}}",
+    )
+    .await?;
+    let policies = c.ns.api::<NetworkPolicy>();
+    let policy = wait_until(Duration::from_secs(60), "the NetworkPolicy", || {
+        let policies = policies.clone();
+        async move {
+            Ok(match policies.get_opt("netpol-valkey").await? {
+                Some(p) => Poll::Ready(p),
+                None => Poll::NotYet("absent".into()),
+            })
+        }
+    })
+    .await?;
+    let spec = policy.spec.clone().unwrap_or_default();
+    let text = serde_json::to_string(&spec).unwrap_or_default();
+    let members = serde_json::json!({"matchLabels": {"valkey.io/cluster": "netpol"}});
+    check(
+        serde_json::to_value(&spec.pod_selector).unwrap_or_default() == members
+            && spec.policy_types == Some(vec!["Ingress".to_owned()]),
+        format!("the policy selects the members, for ingress: {text}"),
+    )?;
+    let rules = spec.ingress.unwrap_or_default();
+    let ports: Vec<String> = rules
+        .iter()
+        .map(|r| serde_json::to_string(&r.ports).unwrap_or_default())
+        .collect();
+    check(
+        rules.len() == 2 && ports[0].contains("16379") && ports[1].contains("6379"),
+        format!("one rule for the bus, one for clients: {text}"),
+    )?;
+    let bus_from = serde_json::to_value(&rules[0].from).unwrap_or_default();
+    check(
+        bus_from == serde_json::json!([{"podSelector": members}]),
+        format!("the bus only from members: {bus_from}"),
+    )?;
+    let clients = serde_json::to_string(&rules[1].from).unwrap_or_default();
+    check(
+        clients.contains("\"app\":\"web\"")
+            && clients.contains("10.9.0.0/16")
+            && clients.contains("\"valkey.io/cluster\":\"netpol\""),
+        format!("the client port from the named clients and the members: {clients}"),
+    )?;
+    c.wait_ready(READY).await?;
+
+    c.patch_spec(serde_json::json!({"networkPolicy": {"enabled": false}}))
+        .await?;
+    wait_until(Duration::from_secs(60), "the NetworkPolicy gone", || {
+        let policies = policies.clone();
+        async move {
+            Ok(match policies.get_opt("netpol-valkey").await? {
+                None => Poll::Ready(()),
+                Some(_) => Poll::NotYet("still there".into()),
+            })
+        }
+    })
+    .await
+}
+
+/// `spec.tls.enabled` is accepted by the API, but this version serves no TLS: the cluster says so
+/// and no member is created, rather than running plain what was asked to be TLS.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_cluster_is_refused_until_tls_is_served() -> Result<()> {
+    install_crds().await?;
+    let ns = TestNamespace::create("sec-notls").await?;
+    let _controller = ControllerProcess::start("cluster-controller", &ns, &[]).await?;
+    ns.apply(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: notls}\nspec: {shards: 1, replicas: 0, tls: {enabled: true}}\n",
+    )
+    .await?;
+    wait_cluster(
+        &ns,
+        "notls",
+        Duration::from_secs(60),
+        "TLSNotSupported",
+        |c| c.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("TLSNotSupported"),
+    )
+    .await?;
+    let nodes = ns.api::<ValkeyNode>().list(&ListParams::default()).await?;
+    check(
+        nodes.items.is_empty(),
+        "no member of a TLS cluster runs plain",
+    )
+}
