@@ -26,6 +26,15 @@ pub fn generate(api: &Api) -> Result<String, syn::Error> {
                 validations,
             } => struct_item(api, t, fields, validations, kind),
         });
+        items.extend(
+            t.includes
+                .iter()
+                .filter_map(|f| api.type_def(f))
+                .map(|f| fragment_of(t, f)),
+        );
+    }
+    for t in api.types.iter().filter(|t| t.fragment) {
+        items.push(fragment_item(t));
     }
     items.push(crds_fn(api));
     let file: syn::File = syn::parse2(quote! { #(#items)* })?;
@@ -138,6 +147,62 @@ fn struct_item(
     }
 }
 
+/// A fragment's fields as a plain struct of their own, so that code shared by the kinds that
+/// include it takes one type (no serde: it is never read or written, only built from a spec).
+fn fragment_item(t: &TypeDef) -> TokenStream {
+    let name = format_ident!("{}", t.name);
+    let docs = doc(&t.description);
+    let fields = match &t.body {
+        TypeBody::Object { fields, .. } => fields.as_slice(),
+        TypeBody::Enum { .. } => &[],
+    };
+    let items = fields.iter().map(|f| {
+        let ident = rust_field_ident(&f.name);
+        let docs = doc(&f.description);
+        let ty = field_type(f);
+        quote! { #docs pub #ident: #ty }
+    });
+    quote! {
+        #docs
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct #name { #(#items,)* }
+    }
+}
+
+/// `including.<fragment>()`: the fields it took from the fragment, as the fragment's struct.
+fn fragment_of(including: &TypeDef, fragment: &TypeDef) -> TokenStream {
+    let owner = format_ident!("{}", including.name);
+    let name = format_ident!("{}", fragment.name);
+    let method = format_ident!("{}", snake_case(&fragment.name));
+    let fields = match &fragment.body {
+        TypeBody::Object { fields, .. } => fields.as_slice(),
+        TypeBody::Enum { .. } => &[],
+    };
+    let copies = fields.iter().map(|f| {
+        let ident = rust_field_ident(&f.name);
+        quote! { #ident: self.#ident.clone() }
+    });
+    let text = format!(" The fields this type includes from [`{}`].", fragment.name);
+    quote! {
+        impl #owner {
+            #[doc = #text]
+            #[allow(clippy::clone_on_copy)]
+            pub fn #method(&self) -> #name {
+                #name { #(#copies,)* }
+            }
+        }
+    }
+}
+
+fn field_type(f: &Field) -> TokenStream {
+    let base = rust_type(&f.ty);
+    if f.is_optional() {
+        quote! { ::std::option::Option<#base> }
+    } else {
+        base
+    }
+}
+
 fn kube_attribute(kind: &Kind) -> TokenStream {
     let group = &kind.group;
     let version = &kind.version;
@@ -174,12 +239,7 @@ fn field_item(owner: &TypeDef, f: &Field) -> TokenStream {
     let ident = rust_field_ident(&f.name);
     let json_name = &f.name;
     let docs = doc(&f.description);
-    let base = rust_type(&f.ty);
-    let ty = if f.is_optional() {
-        quote! { ::std::option::Option<#base> }
-    } else {
-        base
-    };
+    let ty = field_type(f);
     let serde_default = match &f.default {
         Some(Value::Object(_)) => quote! { default, },
         Some(_) => {

@@ -44,4 +44,7 @@ fn fields_included_from_a_fragment_are_the_kinds_own() {
     let widget: widget::WidgetSpec =
         serde_json::from_str(r#"{"name": "gear", "minSize": 3}"#).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((widget.min_size, widget.max_size), (Some(3), 10));
+    // Code shared by the kinds that include a fragment takes the fragment's own struct.
+    let sizing: widget::Sizing = widget.sizing();
+    assert_eq!((sizing.min_size, sizing.max_size), (Some(3), 10));
 }

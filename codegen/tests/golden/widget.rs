@@ -111,6 +111,16 @@ fn default_widget_spec_color() -> Color {
 fn default_widget_spec_max_size() -> i32 {
     10
 }
+impl WidgetSpec {
+    /// The fields this type includes from [`Sizing`].
+    #[allow(clippy::clone_on_copy)]
+    pub fn sizing(&self) -> Sizing {
+        Sizing {
+            min_size: self.min_size.clone(),
+            max_size: self.max_size.clone(),
+        }
+    }
+}
 /// A nested object.
 #[derive(
     ::serde::Serialize,
@@ -205,6 +215,14 @@ impl ::std::default::Default for WidgetStatus {
             conditions: ::std::default::Default::default(),
         }
     }
+}
+/// The bounds every sized kind shares.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sizing {
+    /// An optional lower bound, shared through a fragment.
+    pub min_size: ::std::option::Option<i32>,
+    /// An upper bound with a default, shared through a fragment.
+    pub max_size: i32,
 }
 /// The CustomResourceDefinition of every kind, in the order the schema declares them.
 pub fn custom_resource_definitions() -> ::std::vec::Vec<
