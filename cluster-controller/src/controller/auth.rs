@@ -1,4 +1,4 @@
-//! The Secrets of a ValkeyCluster's authentication, as objects: what each holds, who may mount
+//! The Secrets of a parent's authentication (a ValkeyCluster's, a ValkeyReplication's), as objects: what each holds, who may mount
 //! which key, and whether the operator may write one. Pure.
 //!
 //! - `<cluster>-acl`, owned by the cluster: the ACL file every server starts with and the
@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use rand::distr::{Alphanumeric, SampleString};
 use sha2::{Digest, Sha256};
 
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use super::labels::FIELD_MANAGER;
 use crate::access::rights::REPLICATION_USER;
 use crate::access::{OperatorPasswords, UserSet};
 
@@ -111,16 +111,17 @@ pub fn owned_by(secret: &Secret, cluster_uid: &str) -> bool {
             .any(|o| o.uid == cluster_uid && o.controller == Some(true))
 }
 
-/// Whether the operator generated this clients' password Secret for the cluster named
-/// `cluster`: its labels (it has no owner: it outlives a deleted cluster of that name).
-pub fn generated_for(secret: &Secret, cluster: &str) -> bool {
+/// Whether the operator generated this clients' password Secret for the parent named `parent`
+/// (its kind's `label`, e.g. `valkey.io/cluster`, says which): its labels (it has no owner: it
+/// outlives a deleted parent of that name).
+pub fn generated_for(secret: &Secret, label: &str, parent: &str) -> bool {
     managed(secret)
         && secret
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(CLUSTER_LABEL))
-            .is_some_and(|c| c == cluster)
+            .and_then(|l| l.get(label))
+            .is_some_and(|c| c == parent)
 }
 
 fn managed(secret: &Secret) -> bool {
@@ -132,10 +133,10 @@ fn managed(secret: &Secret) -> bool {
         .is_some_and(|m| m == FIELD_MANAGER)
 }
 
-fn labels(cluster: &str) -> BTreeMap<String, String> {
+fn labels(label: &str, parent: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (MANAGED_BY.to_owned(), FIELD_MANAGER.to_owned()),
-        (CLUSTER_LABEL.to_owned(), cluster.to_owned()),
+        (label.to_owned(), parent.to_owned()),
     ])
 }
 
@@ -148,10 +149,12 @@ pub fn replication_conf(p: &OperatorPasswords) -> String {
     )
 }
 
-/// Where a cluster's Secret lives and who owns it.
+/// Where a parent's Secret lives, who owns it, and the label of its kind (`valkey.io/cluster`,
+/// `valkey.io/replication`) that names the parent on it.
 #[derive(Debug, Clone)]
 pub struct SecretPlace<'a> {
-    pub cluster: &'a str,
+    pub parent: &'a str,
+    pub label: &'a str,
     pub namespace: &'a str,
     pub owner: OwnerReference,
 }
@@ -162,7 +165,7 @@ fn owned_secret(place: &SecretPlace<'_>, name: String, data: BTreeMap<&str, Stri
             name: Some(name),
             namespace: Some(place.namespace.to_owned()),
             owner_references: Some(vec![place.owner.clone()]),
-            labels: Some(labels(place.cluster)),
+            labels: Some(labels(place.label, place.parent)),
             ..Default::default()
         },
         type_: Some("Opaque".to_owned()),
@@ -193,7 +196,7 @@ pub fn acl_secret(
             serde_json::to_string(accepted).unwrap_or_default(),
         ),
     ]);
-    owned_secret(place, acl_secret_name(place.cluster), data)
+    owned_secret(place, acl_secret_name(place.parent), data)
 }
 
 /// The operator's own copy of its passwords.
@@ -203,15 +206,15 @@ pub fn operator_secret(place: &SecretPlace<'_>, p: &OperatorPasswords) -> Secret
         (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
         (REPLICATION_PASSWORD_KEY, p.replication.clone()),
     ]);
-    owned_secret(place, operator_secret_name(place.cluster), data)
+    owned_secret(place, operator_secret_name(place.parent), data)
 }
 
 /// The generated clients' password Secret, labelled as the operator's, with no owner.
-pub fn generated_password_secret(cluster: &str, password: &str) -> Secret {
+pub fn generated_password_secret(label: &str, parent: &str, password: &str) -> Secret {
     Secret {
         metadata: ObjectMeta {
-            name: Some(generated_password_secret_name(cluster)),
-            labels: Some(labels(cluster)),
+            name: Some(generated_password_secret_name(parent)),
+            labels: Some(labels(label, parent)),
             ..Default::default()
         },
         type_: Some("Opaque".into()),
@@ -225,10 +228,12 @@ mod tests {
     use super::*;
     use crate::access::Login;
     use crate::access::users::example_passwords as passwords;
+    use crate::controller::labels::CLUSTER_LABEL;
 
     fn place() -> SecretPlace<'static> {
         SecretPlace {
-            cluster: "c",
+            parent: "c",
+            label: CLUSTER_LABEL,
             namespace: "ns",
             owner: OwnerReference {
                 api_version: "valkey.io/v1alpha1".into(),
@@ -262,8 +267,13 @@ mod tests {
         let mut foreign = acl.clone();
         foreign.metadata.labels = None;
         assert!(!owned_by(&foreign, "u"));
-        let generated = generated_password_secret("c", "pw");
-        assert!(generated_for(&generated, "c") && !generated_for(&generated, "d"));
+        let generated = generated_password_secret(CLUSTER_LABEL, "c", "pw");
+        assert!(generated_for(&generated, CLUSTER_LABEL, "c"));
+        assert!(!generated_for(&generated, CLUSTER_LABEL, "d"));
+        assert!(
+            !generated_for(&generated, "valkey.io/replication", "c"),
+            "a replication's namesake password is not the cluster's"
+        );
         assert!(generated.metadata.owner_references.is_none());
     }
 

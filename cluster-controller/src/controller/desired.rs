@@ -1,13 +1,15 @@
 //! The desired ValkeyNode of every member a ValkeyCluster's spec wants: names, labels,
-//! placement, the settings every member runs with, credentials. Pure, and built once per pass:
+//! placement, the settings every member runs with, credentials. [`server_node`] builds what every
+//! parent's members share (a ValkeyReplication's too), from the spec's `ServerSettings`. Pure, and built once per pass:
 //! the apply stage adds each node's restart gate, the engine's `AllowRestart` moves it.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Affinity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use valkey_api::v1alpha1::{
-    NodeCredentials, SlotsLostPolicy, ValkeyCluster, ValkeyNode, ValkeyNodeSpec,
+    NodeCredentials, ServerSettings, SlotsLostPolicy, ValkeyCluster, ValkeyNode, ValkeyNodeSpec,
 };
 
 use super::auth::{
@@ -104,9 +106,8 @@ impl NodeAuth {
     }
 }
 
-/// Settings every member of a cluster runs with, before the user's own `spec.config` (which may
-/// override the tunable ones; the API refuses the keys the operator owns).
-fn config(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
+/// Settings every member of a cluster runs with: cluster mode; the rest is every server's.
+fn cluster_mode(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
     let mut config = BTreeMap::from([
         ("cluster-enabled".to_owned(), "yes".to_owned()),
         ("cluster-config-file".to_owned(), "nodes.conf".to_owned()),
@@ -123,7 +124,18 @@ fn config(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
     if image_major_version(&cluster.spec.image).is_some_and(|major| major >= 9) {
         config.insert("shutdown-on-sigterm".to_owned(), "failover".to_owned());
     }
-    if cluster.spec.persistence.enabled {
+    config
+}
+
+/// The settings of every server, whatever its parent: the parent's mode settings first, then
+/// persistence and authentication, then the user's own `spec.config` (which may override the
+/// tunable ones; the API refuses the keys the operator owns).
+fn server_config(
+    settings: &ServerSettings,
+    mode: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut config = mode;
+    if settings.persistence.enabled {
         config.insert("appendonly".to_owned(), "yes".to_owned());
     }
     // Every server has the operator's users, with authentication on or off: the clients' access
@@ -138,15 +150,72 @@ fn config(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
         "include".to_owned(),
         format!("{CREDENTIALS_DIR}/{}", auth::REPLICATION_CONF_KEY),
     );
-    config.extend(cluster.spec.config.clone().unwrap_or_default());
+    config.extend(settings.config.clone().unwrap_or_default());
     config
 }
 
 /// The major version an image's tag names (`valkey/valkey:9.1` → 9), when it names one.
-fn image_major_version(image: &str) -> Option<u32> {
+pub fn image_major_version(image: &str) -> Option<u32> {
     let reference = image.split('@').next()?;
     let (_, tag) = reference.rsplit('/').next()?.split_once(':')?;
     tag.split(['.', '-']).next()?.parse().ok()
+}
+
+/// What differs between the members of different parents: the node's name, labels and owner,
+/// its placement, and the settings of the parent's mode.
+#[derive(Debug, Clone)]
+pub struct NodeParts {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub owner: OwnerReference,
+    pub affinity: Option<Affinity>,
+    pub mode: BTreeMap<String, String>,
+}
+
+/// A member's ValkeyNode: its parent's parts, and what every parent's servers share (image,
+/// resources, scheduling, storage, settings, the credentials the pod mounts).
+/// `allowed_revision` is the parent's gate on pod restarts (see `spec.allowedRevision`).
+pub fn server_node(
+    settings: &ServerSettings,
+    parts: NodeParts,
+    auth: &NodeAuth,
+    allowed_revision: Option<String>,
+) -> ValkeyNode {
+    let mut pod_labels = settings.pod_labels.clone().unwrap_or_default();
+    pod_labels.extend(parts.labels.clone());
+    let pod_annotations = settings.pod_annotations.clone().unwrap_or_default();
+    let credentials = Some(NodeCredentials {
+        secret_name: auth.secret.clone(),
+        username: HEALTHCHECK_USER.to_owned(),
+        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
+        files: Some(MOUNTED_KEYS.iter().map(|k| (*k).to_owned()).collect()),
+    });
+    ValkeyNode {
+        metadata: ObjectMeta {
+            name: Some(parts.name),
+            namespace: parts.namespace,
+            labels: Some(parts.labels),
+            owner_references: Some(vec![parts.owner]),
+            ..Default::default()
+        },
+        spec: ValkeyNodeSpec {
+            workload_type: settings.workload_type,
+            image: settings.image.clone(),
+            image_pull_policy: settings.image_pull_policy,
+            resources: settings.resources.clone(),
+            tolerations: settings.tolerations.clone(),
+            node_selector: settings.node_selector.clone(),
+            affinity: parts.affinity,
+            persistence: Some(settings.persistence.clone()),
+            config: Some(server_config(settings, parts.mode)),
+            pod_labels: Some(pod_labels),
+            pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
+            credentials,
+            allowed_revision,
+        },
+        status: None,
+    }
 }
 
 /// The ValkeyNode member `(shard, index)` of `cluster` should be. `allowed_revision` is the
@@ -159,47 +228,18 @@ pub fn desired_node(
     allowed_revision: Option<String>,
 ) -> Option<ValkeyNode> {
     let cluster_name = cluster.meta().name.as_deref()?;
-    let spec = &cluster.spec;
-    let labels = member_labels(cluster_name, shard, index);
-    let mut pod_labels = spec.pod_labels.clone().unwrap_or_default();
-    pod_labels.extend(labels.clone());
-    let pod_annotations = spec.pod_annotations.clone().unwrap_or_default();
-    let credentials = Some(NodeCredentials {
-        secret_name: auth.secret.clone(),
-        username: HEALTHCHECK_USER.to_owned(),
-        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
-        files: Some(MOUNTED_KEYS.iter().map(|k| (*k).to_owned()).collect()),
-    });
-    Some(ValkeyNode {
-        metadata: ObjectMeta {
-            name: Some(member_name(cluster_name, shard, index)),
-            namespace: cluster.meta().namespace.clone(),
-            labels: Some(labels),
-            owner_references: Some(vec![cluster.controller_owner_ref(&())?]),
-            ..Default::default()
-        },
-        spec: ValkeyNodeSpec {
-            workload_type: spec.workload_type,
-            image: spec.image.clone(),
-            image_pull_policy: spec.image_pull_policy,
-            resources: spec.resources.clone(),
-            tolerations: spec.tolerations.clone(),
-            node_selector: spec.node_selector.clone(),
-            affinity: placement::affinity(
-                spec.affinity.as_ref(),
-                spec.placement,
-                cluster_name,
-                shard,
-            ),
-            persistence: Some(spec.persistence.clone()),
-            config: Some(config(cluster)),
-            pod_labels: Some(pod_labels),
-            pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
-            credentials,
-            allowed_revision,
-        },
-        status: None,
-    })
+    let settings = cluster.spec.server_settings();
+    let parts = NodeParts {
+        name: member_name(cluster_name, shard, index),
+        namespace: cluster.meta().namespace.clone(),
+        labels: member_labels(cluster_name, shard, index),
+        owner: cluster.controller_owner_ref(&())?,
+        affinity: placement::Spread::shard(cluster_name, shard, |spread| {
+            placement::affinity(settings.affinity.as_ref(), settings.placement, &spread)
+        }),
+        mode: cluster_mode(cluster),
+    };
+    Some(server_node(&settings, parts, auth, allowed_revision))
 }
 
 #[cfg(test)]

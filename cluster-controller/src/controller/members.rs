@@ -76,6 +76,12 @@ pub fn refused_config<'a>(nodes: impl IntoIterator<Item = &'a ValkeyNode>) -> Op
 /// The engine's view of a ValkeyNode; `None` for a node whose labels do not place it.
 pub fn member(node: &ValkeyNode) -> Option<Member> {
     let (shard, index) = position(node.meta().labels.as_ref())?;
+    Some(member_at(node, shard, index))
+}
+
+/// The engine's view of a ValkeyNode at `(shard, index)` (a replication's members are shard 0):
+/// its address, whether it is ready for the spec it has, its revisions and restart gate.
+pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
     let status = node.status.as_ref();
     let mut member = Member::new(shard, index, node.name_any());
     member.address = status
@@ -90,7 +96,7 @@ pub fn member(node: &ValkeyNode) -> Option<Member> {
         .filter(|_| current)
         .and_then(|s| s.desired_revision.clone());
     member.allowed_revision = node.spec.allowed_revision.clone().filter(|r| !r.is_empty());
-    Some(member)
+    member
 }
 
 #[cfg(test)]

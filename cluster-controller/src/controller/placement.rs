@@ -13,35 +13,59 @@ use super::labels::{CLUSTER_LABEL, INDEX_LABEL, SHARD_LABEL};
 pub const ZONE: &str = "topology.kubernetes.io/zone";
 pub const HOST: &str = "kubernetes.io/hostname";
 
-/// The affinity of member `(shard, index)`: the user's own, plus the placement policy's terms.
+/// Which members to keep apart: `together` selects the members that hold the same data (a
+/// shard's, or a replication's primary and replicas); `first`, when given, the members created
+/// first in each group (a cluster's first primaries), spread over zones and nodes as well.
+#[derive(Debug, Clone)]
+pub struct Spread<'a> {
+    pub together: &'a [(&'a str, &'a str)],
+    pub first: Option<&'a [(&'a str, &'a str)]>,
+}
+
+impl Spread<'_> {
+    /// A ValkeyCluster member of `shard`: apart from its shard, first members spread.
+    pub fn shard<R>(cluster: &str, shard: u32, then: impl FnOnce(Spread<'_>) -> R) -> R {
+        let shard = shard.to_string();
+        let together = [(CLUSTER_LABEL, cluster), (SHARD_LABEL, shard.as_str())];
+        let first = [(CLUSTER_LABEL, cluster), (INDEX_LABEL, "0")];
+        then(Spread {
+            together: &together,
+            first: Some(&first),
+        })
+    }
+}
+
+/// The affinity of a member: the user's own, plus the placement policy's terms.
 pub fn affinity(
     user: Option<&Affinity>,
     policy: PlacementPolicy,
-    cluster: &str,
-    shard: u32,
+    spread: &Spread<'_>,
 ) -> Option<Affinity> {
     let mut affinity = user.cloned().unwrap_or_default();
-    let same_shard = selector(&[(CLUSTER_LABEL, cluster), (SHARD_LABEL, &shard.to_string())]);
-    // The members created first are the first primaries: spread them over zones and nodes too.
-    let first_members = selector(&[(CLUSTER_LABEL, cluster), (INDEX_LABEL, "0")]);
+    let together = selector(spread.together);
+    let first = spread.first.map(selector);
+    let spread_first = |zone: i32, host: i32| {
+        first
+            .iter()
+            .flat_map(move |f| [weighted(zone, f, ZONE), weighted(host, f, HOST)])
+            .collect::<Vec<_>>()
+    };
     let (required, preferred) = match policy {
         PlacementPolicy::Disabled => return user.cloned(),
         PlacementPolicy::Required => (
-            vec![term(&same_shard, ZONE)],
-            vec![
-                weighted(100, &same_shard, HOST),
-                weighted(20, &first_members, ZONE),
-                weighted(10, &first_members, HOST),
-            ],
+            vec![term(&together, ZONE)],
+            [vec![weighted(100, &together, HOST)], spread_first(20, 10)].concat(),
         ),
         PlacementPolicy::Preferred => (
             Vec::new(),
-            vec![
-                weighted(100, &same_shard, HOST),
-                weighted(80, &same_shard, ZONE),
-                weighted(20, &first_members, ZONE),
-                weighted(10, &first_members, HOST),
-            ],
+            [
+                vec![
+                    weighted(100, &together, HOST),
+                    weighted(80, &together, ZONE),
+                ],
+                spread_first(20, 10),
+            ]
+            .concat(),
         ),
     };
     let anti = affinity
@@ -101,7 +125,8 @@ mod tests {
 
     #[test]
     fn required_keeps_a_shard_out_of_one_zone() {
-        let a = affinity(None, PlacementPolicy::Required, "c", 2).unwrap_or_default();
+        let a = Spread::shard("c", 2, |s| affinity(None, PlacementPolicy::Required, &s))
+            .unwrap_or_default();
         let terms = required(&a);
         assert_eq!(terms.len(), 1);
         assert_eq!(terms[0].topology_key, ZONE);
@@ -116,7 +141,8 @@ mod tests {
 
     #[test]
     fn preferred_only_prefers() {
-        let a = affinity(None, PlacementPolicy::Preferred, "c", 0).unwrap_or_default();
+        let a = Spread::shard("c", 0, |s| affinity(None, PlacementPolicy::Preferred, &s))
+            .unwrap_or_default();
         assert!(required(&a).is_empty());
         let preferred = a
             .pod_anti_affinity
@@ -135,13 +161,23 @@ mod tests {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}},
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "rack", "labelSelector": {"matchLabels": {"app": "other"}}}]}
         })).unwrap_or_default();
-        let a = affinity(Some(&user), PlacementPolicy::Required, "c", 0).unwrap_or_default();
+        let a = Spread::shard("c", 0, |s| {
+            affinity(Some(&user), PlacementPolicy::Required, &s)
+        })
+        .unwrap_or_default();
         assert!(a.node_affinity.is_some());
         assert_eq!(required(&a).len(), 2);
         assert_eq!(
-            affinity(Some(&user), PlacementPolicy::Disabled, "c", 0),
+            Spread::shard("c", 0, |s| affinity(
+                Some(&user),
+                PlacementPolicy::Disabled,
+                &s
+            )),
             Some(user)
         );
-        assert_eq!(affinity(None, PlacementPolicy::Disabled, "c", 0), None);
+        assert_eq!(
+            Spread::shard("c", 0, |s| affinity(None, PlacementPolicy::Disabled, &s)),
+            None
+        );
     }
 }

@@ -93,13 +93,30 @@ async fn claim(
     cluster: &ValkeyCluster,
     memory: &ClusterMemory,
 ) -> Result<Option<Requeue>, Error> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let lease = claim_name(&cluster.name_any());
-    let owner = cluster
+    claim_for(
+        &ctx.claims,
+        &ctx.events,
+        cluster,
+        claim_name(&cluster.name_any()),
+        memory,
+    )
+    .await
+}
+
+/// Holds `object`'s Lease `lease`, or says when to look again while another controller holds
+/// it (announced once, with a Warning Event naming the holder). Any parent kind.
+pub async fn claim_for<K: Resource<DynamicType = ()>>(
+    claims: &plumbing::leader::Claims,
+    events: &plumbing::events::EventPublisher,
+    object: &K,
+    lease: String,
+    memory: &ClusterMemory,
+) -> Result<Option<Requeue>, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let owner = object
         .controller_owner_ref(&())
-        .ok_or_else(|| Error::Invalid("the ValkeyCluster has no uid".into()))?;
-    let claim = ctx
-        .claims
+        .ok_or_else(|| Error::Invalid(format!("the {} has no uid", K::kind(&()))))?;
+    let claim = claims
         .claim(&namespace, &lease, owner)
         .await
         .map_err(api_error(format!("claiming Lease {lease}")))?;
@@ -111,12 +128,13 @@ async fn claim(
         Claim::HeldByOther { holder, retry_in } => {
             if memory.note_holder(Some(&holder)) {
                 let message = format!(
-                    "Another cluster-controller ({holder}) holds Lease {lease} of this cluster; this one ({}) leaves the cluster to it. Two releases watch this namespace: uninstall one, or narrow its watchNamespaces.",
-                    ctx.claims.identity()
+                    "Another cluster-controller ({holder}) holds Lease {lease} of this {}; this one ({}) leaves it alone. Two releases watch this namespace: uninstall one, or narrow its watchNamespaces.",
+                    K::kind(&()),
+                    claims.identity()
                 );
                 tracing::warn!(lease = %lease, %holder, "{message}");
-                ctx.events
-                    .warning(cluster, "AnotherControllerActive", "Reconcile", &message)
+                events
+                    .warning(object, "AnotherControllerActive", "Reconcile", &message)
                     .await;
             }
             Ok(Some(Requeue::requeue(retry_in)))

@@ -10,16 +10,19 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
+use plumbing::events::EventPublisher;
 use valkey_api::v1alpha1::{SecretKeyRef, ValkeyCluster};
 
 use super::auth::{self, SecretPlace};
 use super::context::{ClusterMemory, Context};
 use super::desired::NodeAuth;
 use super::error::{Error, api_error};
-use super::labels::FIELD_MANAGER;
+use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 use super::status::Problem;
 use crate::access::rights::DEFAULT_USER;
 use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
@@ -46,14 +49,58 @@ pub struct Auth {
     pub password_secret: Option<String>,
 }
 
-/// The Secrets authentication needs, created or brought up to date; then what the nodes, the
-/// access stage and the engine need from them. `Ok(Err(problem))` for what a person must fix (a
-/// missing Secret, a Secret of the operator's names that it did not create).
+/// The object whose Secrets these are (a ValkeyCluster, a ValkeyReplication), as this stage
+/// needs it: the object (for owner references and Events), its kind's label on its Secrets, its
+/// `spec.auth`, and what its status says now (so a problem is announced once).
+pub struct Parent<'a, K> {
+    pub object: &'a K,
+    pub label: &'static str,
+    pub auth: &'a valkey_api::v1alpha1::Auth,
+    pub reason: Option<&'a str>,
+    pub message: Option<&'a str>,
+}
+
+/// What the stage uses of a controller: the API, Events, and how long a rotated password stays.
+pub struct Tools<'a> {
+    pub client: &'a kube::Client,
+    pub events: &'a EventPublisher,
+    pub rotation_grace: Duration,
+}
+
+/// The Secrets of a ValkeyCluster (see [`ensure_for`]).
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
     memory: &ClusterMemory,
 ) -> Result<Result<Auth, Problem>, Error> {
+    let tools = Tools {
+        client: &ctx.client,
+        events: &ctx.events,
+        rotation_grace: ctx.settings.password_rotation_grace,
+    };
+    let status = cluster.status.as_ref();
+    let parent = Parent {
+        object: cluster,
+        label: CLUSTER_LABEL,
+        auth: &cluster.spec.auth,
+        reason: status.and_then(|s| s.reason.as_deref()),
+        message: status.and_then(|s| s.message.as_deref()),
+    };
+    ensure_for(&tools, &parent, memory).await
+}
+
+/// The Secrets authentication needs, created or brought up to date; then what the nodes, the
+/// access stage and the engine need from them. `Ok(Err(problem))` for what a person must fix (a
+/// missing Secret, a Secret of the operator's names that it did not create).
+pub async fn ensure_for<K>(
+    ctx: &Tools<'_>,
+    parent: &Parent<'_, K>,
+    memory: &ClusterMemory,
+) -> Result<Result<Auth, Problem>, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let cluster = parent.object;
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let uid = cluster.meta().uid.clone().unwrap_or_default();
@@ -61,13 +108,13 @@ pub async fn ensure(
 
     // The clients' passwords: the default user's (when authentication is on) and each named
     // user's, from the Secrets the spec names.
-    let auth_spec = &cluster.spec.auth;
+    let auth_spec = parent.auth;
     let (default_password, password_secret) = if auth_spec.enabled {
         let found = match &auth_spec.password_secret {
             Some(reference) => {
                 read_password(&secrets, reference, "spec.auth.passwordSecret").await?
             }
-            None => generated_client_password(ctx, &secrets, cluster).await?,
+            None => generated_client_password(ctx, &secrets, parent).await?,
         };
         match found {
             Ok(password) => (Some(password), Some(secret_of(auth_spec, &name))),
@@ -98,7 +145,7 @@ pub async fn ensure(
             if !auth::owned_by(&secret, &uid) {
                 return Ok(Err(not_owned(
                     ctx,
-                    cluster,
+                    parent,
                     secret_name,
                     "it will not overwrite or use a Secret it did not create; delete or rename it, and the operator creates its own",
                 )
@@ -130,7 +177,7 @@ pub async fn ensure(
             &password_hash(password),
             everywhere_since,
             now,
-            ctx.settings.password_rotation_grace,
+            ctx.rotation_grace,
         );
         accepted.insert(user.to_owned(), hashes.clone());
         Login::Hashes(hashes)
@@ -149,9 +196,10 @@ pub async fn ensure(
 
     let owner = cluster
         .controller_owner_ref(&())
-        .ok_or_else(|| Error::Invalid("the ValkeyCluster has no uid".into()))?;
+        .ok_or_else(|| Error::Invalid(format!("the {} has no uid", K::kind(&()))))?;
     let place = SecretPlace {
-        cluster: &name,
+        parent: &name,
+        label: parent.label,
         namespace: &namespace,
         owner,
     };
@@ -230,22 +278,22 @@ async fn read_password(
 }
 
 /// A Secret of the operator's names that the operator did not create: reported (a Warning Event
-/// when the cluster first says so), never touched.
-async fn not_owned(
-    ctx: &Context,
-    cluster: &ValkeyCluster,
+/// when the parent first says so), never touched.
+async fn not_owned<K: Resource<DynamicType = ()>>(
+    ctx: &Tools<'_>,
+    parent: &Parent<'_, K>,
     secret: &str,
     consequence: &str,
 ) -> Problem {
     let message = format!(
-        "Secret {secret} exists but was not created by the operator for this ValkeyCluster: {consequence}."
+        "Secret {secret} exists but was not created by the operator for this {}: {consequence}.",
+        K::kind(&())
     );
-    let already = cluster.status.as_ref().and_then(|s| s.reason.as_deref())
-        == Some(SECRET_NOT_OWNED)
-        && cluster.status.as_ref().and_then(|s| s.message.as_deref()) == Some(message.as_str());
+    let already =
+        parent.reason == Some(SECRET_NOT_OWNED) && parent.message == Some(message.as_str());
     if !already {
         ctx.events
-            .warning(cluster, SECRET_NOT_OWNED, "Reconcile", &message)
+            .warning(parent.object, SECRET_NOT_OWNED, "Reconcile", &message)
             .await;
     }
     Problem {
@@ -257,28 +305,28 @@ async fn not_owned(
 /// The generated clients' password: created once, never owned (it outlives the cluster, like
 /// the data it protects), never overwritten, and never taken from a Secret of that name that the
 /// operator did not generate.
-async fn generated_client_password(
-    ctx: &Context,
+async fn generated_client_password<K: Resource<DynamicType = ()>>(
+    ctx: &Tools<'_>,
     secrets: &Api<Secret>,
-    cluster: &ValkeyCluster,
+    parent: &Parent<'_, K>,
 ) -> Result<Result<String, Problem>, Error> {
-    let name = cluster.name_any();
+    let name = parent.object.name_any();
     let secret_name = auth::generated_password_secret_name(&name);
     let existing = secrets
         .get_opt(&secret_name)
         .await
         .map_err(api_error(format!("reading Secret {secret_name}")))?;
-    let foreign = |ctx, cluster| {
+    let foreign = || {
         not_owned(
             ctx,
-            cluster,
+            parent,
             &secret_name,
             "it will not use a password it did not generate; name it in spec.auth.passwordSecret to use it, or delete it",
         )
     };
     if let Some(existing) = existing {
-        if !auth::generated_for(&existing, &name) {
-            return Ok(Err(foreign(ctx, cluster).await));
+        if !auth::generated_for(&existing, parent.label, &name) {
+            return Ok(Err(foreign().await));
         }
         if let Some(password) = auth::secret_string(&existing, auth::CLIENT_PASSWORD_KEY) {
             return Ok(Ok(password));
@@ -289,12 +337,12 @@ async fn generated_client_password(
         )));
     }
     let password = auth::random_password();
-    let secret = auth::generated_password_secret(&name, &password);
+    let secret = auth::generated_password_secret(parent.label, &name, &password);
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {
             ctx.events
                 .normal(
-                    cluster,
+                    parent.object,
                     "PasswordGenerated",
                     "Create",
                     &format!(
@@ -311,8 +359,8 @@ async fn generated_client_password(
                 .get(&secret_name)
                 .await
                 .map_err(api_error(format!("reading Secret {secret_name}")))?;
-            if !auth::generated_for(&existing, &name) {
-                return Ok(Err(foreign(ctx, cluster).await));
+            if !auth::generated_for(&existing, parent.label, &name) {
+                return Ok(Err(foreign().await));
             }
             auth::secret_string(&existing, auth::CLIENT_PASSWORD_KEY)
                 .map(Ok)

@@ -103,31 +103,18 @@ pub fn compute(
         ),
     };
 
-    let mut conditions: Vec<Condition> = previous
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let mut set = |type_: &str, ok: bool, why: &str, text: &str| {
-        set_condition(
-            &mut conditions,
-            type_,
-            ConditionStatus::from(ok),
-            why,
-            text,
-            generation,
-            now,
-        );
-    };
-    set(READY, ready, &reason, &message);
-    if progressing {
-        set(PROGRESSING, true, &reason, &message);
-    } else {
-        set(PROGRESSING, false, "Idle", "Nothing is in progress.");
-    }
-    if degraded {
-        set(DEGRADED, true, &reason, &message);
-    } else {
-        set(DEGRADED, false, "AsExpected", "Nothing needs attention.");
-    }
+    let conditions = summary_conditions(
+        previous.and_then(|s| s.conditions.clone()),
+        &Summary {
+            reason: &reason,
+            message: &message,
+            ready,
+            progressing,
+            degraded,
+        },
+        generation,
+        now,
+    );
 
     let health = match outcome {
         Outcome::Decided {
@@ -159,6 +146,52 @@ pub fn compute(
         conditions: Some(conditions),
         observed_generation: generation,
     }
+}
+
+/// What a pass concluded about a parent, in the words its conditions carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary<'a> {
+    pub reason: &'a str,
+    pub message: &'a str,
+    pub ready: bool,
+    pub progressing: bool,
+    pub degraded: bool,
+}
+
+/// A parent's Ready / Progressing / Degraded conditions after a pass that concluded `summary`,
+/// from the previous ones (a condition keeps its transition time while its status holds). Every
+/// parent kind reports the same three.
+pub fn summary_conditions(
+    previous: Option<Vec<Condition>>,
+    summary: &Summary<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    let mut conditions = previous.unwrap_or_default();
+    let mut set = |type_: &str, ok: bool, why: &str, text: &str| {
+        set_condition(
+            &mut conditions,
+            type_,
+            ConditionStatus::from(ok),
+            why,
+            text,
+            generation,
+            now,
+        );
+    };
+    let (reason, message) = (summary.reason, summary.message);
+    set(READY, summary.ready, reason, message);
+    if summary.progressing {
+        set(PROGRESSING, true, reason, message);
+    } else {
+        set(PROGRESSING, false, "Idle", "Nothing is in progress.");
+    }
+    if summary.degraded {
+        set(DEGRADED, true, reason, message);
+    } else {
+        set(DEGRADED, false, "AsExpected", "Nothing needs attention.");
+    }
+    conditions
 }
 
 fn to_i32(n: u32) -> i32 {
