@@ -34,33 +34,14 @@ pub fn node_reference(namespace: &str, name: &str) -> ObjectReference {
 /// Events for what the engine decided: the action taken, with the member it concerns, or what
 /// blocks the cluster (once, when the reason first shows).
 pub async fn decision_events(ctx: &Context, cluster: &ValkeyCluster, pass: &Pass) {
+    // Every step the pass took, in order: the ones before its last decision succeeded.
+    for step in &pass.earlier {
+        action_event(ctx, cluster, &step.decision, false).await;
+    }
     match &pass.decision {
-        Decision::Act { action, reason, .. } => {
+        Decision::Act { .. } => {
             let failed = matches!(pass.outcome, Some(Err(_)));
-            let note = format!(
-                "{action}{}",
-                if failed { " (failed; retrying)" } else { "" }
-            );
-            // A forced step (it overrides Valkey or may lose data) is a Warning that says why.
-            let (type_, note) = if pass.decision.is_forced() {
-                let why = pass.decision.message();
-                (EventType::Warning, format!("{note}: {why}"))
-            } else {
-                (EventType::Normal, note)
-            };
-            ctx.events
-                .publish(
-                    &cluster.object_ref(&()),
-                    Some(node_reference(
-                        &cluster.namespace().unwrap_or_default(),
-                        action_member(action),
-                    )),
-                    type_,
-                    reason.as_str(),
-                    action_verb(action),
-                    &note,
-                )
-                .await;
+            action_event(ctx, cluster, &pass.decision, failed).await;
         }
         Decision::Blocked { reason, message }
             if cluster.status.as_ref().and_then(|s| s.reason.as_deref())
@@ -72,6 +53,39 @@ pub async fn decision_events(ctx: &Context, cluster: &ValkeyCluster, pass: &Pass
         }
         _ => {}
     }
+}
+
+/// The Event of one step: what was done, on which member; a forced step (it overrides Valkey or
+/// may lose data) is a Warning that says why.
+async fn action_event(ctx: &Context, cluster: &ValkeyCluster, decision: &Decision, failed: bool) {
+    let Decision::Act { action, reason, .. } = decision else {
+        return;
+    };
+    let note = format!(
+        "{action}{}",
+        if failed { " (failed; retrying)" } else { "" }
+    );
+    let (type_, note) = if decision.is_forced() {
+        (
+            EventType::Warning,
+            format!("{note}: {}", decision.message()),
+        )
+    } else {
+        (EventType::Normal, note)
+    };
+    ctx.events
+        .publish(
+            &cluster.object_ref(&()),
+            Some(node_reference(
+                &cluster.namespace().unwrap_or_default(),
+                action_member(action),
+            )),
+            type_,
+            reason.as_str(),
+            action_verb(action),
+            &note,
+        )
+        .await;
 }
 
 /// What the status says of the pass: the engine's decision, unless something needs a person
@@ -314,6 +328,7 @@ mod tests {
             message: "cannot drain".into(),
         };
         let pass = Pass {
+            earlier: Vec::new(),
             observation: Default::default(),
             decision: blocked,
             health: None,
@@ -361,6 +376,7 @@ mod tests {
                 forced,
             };
             let pass = Pass {
+                earlier: Vec::new(),
                 observation: Default::default(),
                 decision,
                 health: None,

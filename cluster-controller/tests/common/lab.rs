@@ -315,14 +315,22 @@ impl Lab {
         self.refresh().await;
         let pass = self.engine.pass(&self.desired, &self.members).await;
         self.passes += 1;
-        let line = pass.decision.to_string();
-        if pass.decision.is_forced() {
-            eprintln!("[{}] forced: {line}", self.name);
-            self.forced.push(line.clone());
-        }
-        if self.history.last() != Some(&line) {
-            eprintln!("[{}] {line}", self.name);
-            self.history.push(line);
+        // The steps a pass took before its last decision, then that decision.
+        let decisions = pass
+            .earlier
+            .iter()
+            .map(|step| &step.decision)
+            .chain(std::iter::once(&pass.decision));
+        for decision in decisions {
+            let line = decision.to_string();
+            if decision.is_forced() {
+                eprintln!("[{}] forced: {line}", self.name);
+                self.forced.push(line.clone());
+            }
+            if self.history.last() != Some(&line) {
+                eprintln!("[{}] {line}", self.name);
+                self.history.push(line);
+            }
         }
         match &pass.outcome {
             Some(Err(e)) => {
@@ -433,6 +441,7 @@ impl Lab {
         let mut seen = Vec::new();
         while Instant::now() < until {
             let pass = self.pass().await;
+            seen.extend(pass.earlier.into_iter().map(|step| step.decision));
             seen.push(pass.decision);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -16,6 +16,11 @@ use valkey_api::v1alpha1::{ClusterState, ValkeyCluster};
 async fn formation(spec: &str, members: usize) -> Result<(Duration, Duration)> {
     let c = ClusterFixture::prepare("bench-form", "form").await?;
     let pods = Record::start(c.ns.api::<Pod>(), Some("valkey.io/cluster=form")).await?;
+    let nodes = Record::start(
+        c.ns.api::<valkey_api::v1alpha1::ValkeyNode>(),
+        Some("valkey.io/cluster=form"),
+    )
+    .await?;
     let statuses = Record::start(c.api(), None).await?;
     let applied = Instant::now();
     c.apply(spec).await?;
@@ -28,6 +33,26 @@ async fn formation(spec: &str, members: usize) -> Result<(Duration, Duration)> {
         if all_ready_at.is_none() && ready.len() == members && ready.values().all(|r| *r) {
             all_ready_at = Some(v.at);
         }
+    }
+    let mut node_ready: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut nodes_ready_at = None;
+    for v in nodes.versions() {
+        node_ready.insert(
+            v.name(),
+            !v.deleted && v.object.status.as_ref().is_some_and(|s| s.ready),
+        );
+        if nodes_ready_at.is_none()
+            && node_ready.len() == members
+            && node_ready.values().all(|r| *r)
+        {
+            nodes_ready_at = Some(v.at);
+        }
+    }
+    if let (Some(pods_at), Some(nodes_at)) = (all_ready_at, nodes_ready_at) {
+        println!(
+            "  every ValkeyNode ready {:.2} s after every pod was Ready",
+            nodes_at.saturating_duration_since(pods_at).as_secs_f64()
+        );
     }
     let cluster_ready_at = statuses
         .versions()
@@ -53,11 +78,15 @@ async fn formation(spec: &str, members: usize) -> Result<(Duration, Duration)> {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
 async fn bench_formation_split() -> Result<()> {
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
     for (spec, members) in [
         ("{shards: 1, replicas: 0}", 1),
         ("{shards: 3, replicas: 1}", 6),
     ] {
-        for run in 1..=3 {
+        for run in 1..=runs {
             let (pods, operator) = formation(spec, members).await?;
             println!(
                 "formation {spec} run {run}: pods Ready {:.1} s after the apply; the operator's time after that {:.2} s",
