@@ -78,6 +78,24 @@ pub enum Fault {
     PartitionZone {
         seconds: u64,
     },
+    /// The zone that runs a primary is cut from the operator (the host) and from the zone of
+    /// that primary's replica; the third zone still sees both, so Valkey starts no election.
+    PartialZonePartition {
+        seconds: u64,
+    },
+    /// A primary's replica is cut from it for `stale_seconds` (longer than Valkey lets a
+    /// replica be promoted after), then the primary is paused for `paused_seconds`: Valkey
+    /// elects nobody, and the operator must not promote the stale replica either.
+    StaleReplicaThenPausedPrimary {
+        stale_seconds: u64,
+        paused_seconds: u64,
+    },
+    /// One member is cut from everyone (it stays Ready for the kubelet) for `seconds`, while
+    /// the primary of another shard restarts in place: that other shard must be repaired (its
+    /// replica in sync again) while the member is still out.
+    MemberOutWhileAnotherPrimaryRestarts {
+        seconds: u64,
+    },
     /// The node that runs a primary stops (its kubelet and its pods).
     StopNode {
         how: NodeStop,
@@ -97,6 +115,9 @@ impl Fault {
             | Fault::PausePrimary { .. }
             | Fault::PartitionZone { .. }
             | Fault::StopNode { .. } => true,
+            Fault::PartialZonePartition { .. }
+            | Fault::StaleReplicaThenPausedPrimary { .. }
+            | Fault::MemberOutWhileAnotherPrimaryRestarts { .. } => false,
             Fault::RestartPrimaryInPlace => !persistence,
             Fault::None
             | Fault::KillClusterController
@@ -111,7 +132,10 @@ impl Fault {
     pub fn is_global(&self) -> bool {
         matches!(
             self,
-            Fault::PartitionZone { .. } | Fault::StopNode { .. } | Fault::RestartApiServer
+            Fault::PartitionZone { .. }
+                | Fault::PartialZonePartition { .. }
+                | Fault::StopNode { .. }
+                | Fault::RestartApiServer
         )
     }
 }
@@ -129,6 +153,23 @@ impl fmt::Display for Fault {
             Fault::PausePrimary { seconds } => write!(f, "primary paused {seconds}s"),
             Fault::RestartPrimaryInPlace => f.write_str("primary restarted in place"),
             Fault::PartitionZone { seconds } => write!(f, "primary's zone cut {seconds}s"),
+            Fault::PartialZonePartition { seconds } => {
+                write!(
+                    f,
+                    "primary's zone cut from operator and replica's zone {seconds}s"
+                )
+            }
+            Fault::StaleReplicaThenPausedPrimary {
+                stale_seconds,
+                paused_seconds,
+            } => write!(
+                f,
+                "replica cut {stale_seconds}s, then its primary paused {paused_seconds}s"
+            ),
+            Fault::MemberOutWhileAnotherPrimaryRestarts { seconds } => write!(
+                f,
+                "a member cut off {seconds}s while another primary restarts in place"
+            ),
             Fault::StopNode { how, seconds } => {
                 write!(f, "primary's node stopped ({how:?}) {seconds}s")
             }
@@ -357,26 +398,39 @@ struct Target {
     pod: String,
     node: String,
     zone: String,
+    /// Pods of the primary's replicas, and their zones.
     replicas: Vec<String>,
+    replica_zones: Vec<String>,
+    shard: Option<String>,
 }
 
 async fn primary_target(c: &ClusterFixture) -> Result<Target> {
     let primary = c.member_with_role(Role::Primary).await?;
+    target_of(c, &primary).await
+}
+
+async fn target_of(c: &ClusterFixture, primary: &ValkeyNode) -> Result<Target> {
     let status = primary.status.clone().unwrap_or_default();
     let pod = status.pod_name.clone().unwrap_or_default();
     let node = status.node_name.clone().unwrap_or_default();
-    let zone = c
-        .zones()
-        .await?
+    let zones = c.zones().await?;
+    let zone = zones
         .get(&primary.metadata.name.clone().unwrap_or_default())
         .cloned()
         .unwrap_or_default();
-    let shard = shard_of(&primary);
-    let replicas = c
+    let shard = shard_of(primary);
+    let mates: Vec<ValkeyNode> = c
         .nodes()
         .await?
         .into_iter()
         .filter(|n| shard_of(n) == shard && n.metadata.name != primary.metadata.name)
+        .collect();
+    let replica_zones = mates
+        .iter()
+        .filter_map(|n| zones.get(n.metadata.name.as_deref()?).cloned())
+        .collect();
+    let replicas = mates
+        .into_iter()
         .filter_map(|n| n.status?.pod_name)
         .collect();
     Ok(Target {
@@ -384,6 +438,8 @@ async fn primary_target(c: &ClusterFixture) -> Result<Target> {
         node,
         zone,
         replicas,
+        replica_zones,
+        shard,
     })
 }
 
@@ -461,8 +517,115 @@ async fn strike(c: &mut ClusterFixture, fault: &Fault) -> Result<()> {
             hold(*seconds).await;
             stopped.undo().await
         }
+        Fault::PartialZonePartition { seconds } => {
+            let t = primary_target(c).await?;
+            let replica_zone = t
+                .replica_zones
+                .iter()
+                .find(|z| **z != t.zone)
+                .cloned()
+                .ok_or_else(|| {
+                    E2eError::Check("the primary's replica shares its zone".to_owned())
+                })?;
+            let cut = faults::partition(
+                &[Endpoint::Zone(t.zone.clone())],
+                &[Endpoint::Zone(replica_zone), Endpoint::Host],
+            )
+            .await?;
+            hold(*seconds).await;
+            cut.undo().await
+        }
+        Fault::StaleReplicaThenPausedPrimary {
+            stale_seconds,
+            paused_seconds,
+        } => {
+            let t = primary_target(c).await?;
+            let replica = t
+                .replicas
+                .first()
+                .cloned()
+                .ok_or_else(|| E2eError::Check("a stale replica needs a replica".to_owned()))?;
+            let cut = faults::partition(
+                &[Endpoint::pod(&ns, &replica)],
+                &[Endpoint::pod(&ns, &t.pod)],
+            )
+            .await?;
+            hold(*stale_seconds).await;
+            let paused = faults::pause(&ns, &t.pod).await?;
+            hold(*paused_seconds).await;
+            paused.undo().await?;
+            cut.undo().await
+        }
+        Fault::MemberOutWhileAnotherPrimaryRestarts { seconds } => {
+            member_out_while_another_primary_restarts(c, *seconds).await
+        }
         Fault::RestartApiServer => faults::restart_apiserver(false).await,
     }
+}
+
+/// A replica of one shard is cut from everyone; meanwhile another shard's primary restarts in
+/// place, and that shard must be whole again (its replica in sync with it) before the cut ends.
+async fn member_out_while_another_primary_restarts(c: &ClusterFixture, seconds: u64) -> Result<()> {
+    let ns = c.ns.name.clone();
+    let started = std::time::Instant::now();
+    let out_shard = primary_target(c).await?;
+    let out =
+        out_shard.replicas.first().cloned().ok_or_else(|| {
+            E2eError::Check("the member to cut off needs a replica to be".to_owned())
+        })?;
+    let cut = faults::partition(
+        &[Endpoint::pod(&ns, &out)],
+        &[Endpoint::Rest, Endpoint::Host],
+    )
+    .await?;
+    // Another shard's primary, by Valkey's own word.
+    let mut other = None;
+    for node in c.nodes().await? {
+        if shard_of(&node) == out_shard.shard {
+            continue;
+        }
+        let Some(ip) = crate::cluster::ready_pod_ip(&node) else {
+            continue;
+        };
+        let info = c.command_on(&ip, &["INFO", "replication"]).await?;
+        if info.lines().any(|l| l.trim() == "role:master") {
+            other = Some(node);
+            break;
+        }
+    }
+    let other = other.ok_or_else(|| E2eError::Check("no primary in another shard".to_owned()))?;
+    let target = target_of(c, &other).await?;
+    faults::kill(&ns, &target.pod, Some("valkey")).await?;
+    let replica = target
+        .replicas
+        .first()
+        .cloned()
+        .ok_or_else(|| E2eError::Check("the restarted shard has no replica".to_owned()))?;
+    let deadline = Duration::from_secs(seconds).saturating_sub(started.elapsed());
+    let repaired = wait_until(
+        deadline,
+        &format!("{replica} in sync again while {out} is cut off"),
+        || async {
+            let pod = c.ns.pod(&replica).await?;
+            let Some(ip) = crate::pod_ip(&pod) else {
+                return Ok(Poll::NotYet("no pod IP".into()));
+            };
+            let info = c
+                .command_on(&ip, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            Ok(if info.contains("master_link_status:up") {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(info.lines().take(6).collect::<Vec<_>>().join(" "))
+            })
+        },
+    )
+    .await;
+    let left = Duration::from_secs(seconds).saturating_sub(started.elapsed());
+    tokio::time::sleep(left).await;
+    cut.undo().await?;
+    repaired
 }
 
 /// Waits until the cluster is Ready for its spec with every member on its desired revision.
