@@ -8,7 +8,7 @@ use std::time::Duration;
 use e2e::cluster::{ClusterFixture, wait_writes};
 use e2e::record::Record;
 use e2e::{Result, check};
-use valkey_api::v1alpha1::{Role, ValkeyNode};
+use valkey_api::v1alpha1::{ClusterState, Role, ValkeyNode};
 
 const FORM: Duration = Duration::from_secs(240);
 
@@ -733,4 +733,228 @@ async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() 
     c.wait_roles(3, 0, Duration::from_secs(60)).await?;
     c.assert_no_open_slots().await?;
     c.verify(&before).await
+}
+
+/// A shard about to be lost: its slot ranges as the status names them, which of the keys live
+/// there (by Valkey's own hash), and its pods.
+struct DoomedShard {
+    ranges: String,
+    doomed: BTreeMap<String, bool>,
+    pods: Vec<String>,
+}
+
+impl DoomedShard {
+    async fn of_a_primary(c: &ClusterFixture, keys: &BTreeMap<String, String>) -> Result<Self> {
+        let victim = c.member_with_role(Role::Primary).await?;
+        let victim_ip = e2e::cluster::ready_pod_ip(&victim).unwrap_or_default();
+        // The victim's slot ranges, as Valkey writes them (`0-8191`), comma-joined.
+        let nodes = c.command_on(&victim_ip, &["CLUSTER", "NODES"]).await?;
+        let ranges = nodes
+            .lines()
+            .find(|l| l.contains("myself"))
+            .map(|l| l.split_whitespace().skip(8).collect::<Vec<_>>().join(","))
+            .unwrap_or_default();
+        check(
+            !ranges.is_empty(),
+            format!("the primary owns no slots:\n{nodes}"),
+        )?;
+        let slots: Vec<(u32, u32)> = ranges
+            .split(',')
+            .filter_map(|r| {
+                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                Some((a.parse().ok()?, b.parse().ok()?))
+            })
+            .collect();
+        let mut doomed = BTreeMap::new();
+        for key in keys.keys() {
+            let slot: u32 = c
+                .command_on(&victim_ip, &["CLUSTER", "KEYSLOT", key])
+                .await?
+                .trim()
+                .parse()
+                .unwrap_or(u32::MAX);
+            doomed.insert(
+                key.clone(),
+                slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)),
+            );
+        }
+        let shard_label = |n: &ValkeyNode| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("valkey.io/shard").cloned())
+        };
+        let shard = shard_label(&victim);
+        let pods: Vec<String> = c
+            .nodes()
+            .await?
+            .into_iter()
+            .filter(|n| shard_label(n) == shard)
+            .filter_map(|n| n.status?.pod_name)
+            .collect();
+        check(pods.len() == 2, format!("the shard's two pods: {pods:?}"))?;
+        Ok(Self {
+            ranges,
+            doomed,
+            pods,
+        })
+    }
+
+    /// The keys that survive the shard.
+    fn survivors(&self, keys: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        keys.iter()
+            .filter(|(k, _)| !self.doomed.get(*k).copied().unwrap_or(true))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Deletes every pod of the shard at once.
+    async fn lose(&self, c: &ClusterFixture) -> Result<()> {
+        let mut delete = vec!["delete", "pod", "--wait=false"];
+        delete.extend(self.pods.iter().map(String::as_str));
+        c.ns.kubectl(&delete).await.map(|_| ())
+    }
+
+    /// A Warning Event with reason SlotsLost names the ranges.
+    async fn check_warned(&self, c: &ClusterFixture) -> Result<()> {
+        let events =
+            c.ns.kubectl(&[
+                "get",
+                "events.events.k8s.io",
+                "-o",
+                "jsonpath={range .items[*]}{.type} {.reason} {.note}{\"\\n\"}{end}",
+            ])
+            .await?;
+        check(
+            events
+                .lines()
+                .any(|l| l.starts_with("Warning SlotsLost") && l.contains(&self.ranges)),
+            format!("no Warning Event naming {}: {events}", self.ranges),
+        )
+    }
+
+    /// Once served again: the other shard's keys all read back, and exactly the lost ones are gone.
+    async fn check_only_these_lost(
+        &self,
+        c: &ClusterFixture,
+        keys: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let survivors = self.survivors(keys);
+        check(
+            !survivors.is_empty() && survivors.len() < keys.len(),
+            "keys on both shards",
+        )?;
+        c.verify(&survivors).await?;
+        let missing = c.missing(keys.iter()).await?;
+        check(
+            missing.len() == keys.len() - survivors.len(),
+            format!(
+                "exactly the lost shard's keys are gone: {} missing, {} expected",
+                missing.len(),
+                keys.len() - survivors.len()
+            ),
+        )
+    }
+}
+
+fn state_of(v: &e2e::record::Version<valkey_api::v1alpha1::ValkeyCluster>) -> Option<ClusterState> {
+    v.object.status.as_ref().and_then(|s| s.state)
+}
+
+/// Without persistence, a shard whose every member is replaced has lost its slots' data for good.
+/// With the default policy (`onSlotsLost: Wait`, a store) the cluster says `Failed`, names the lost
+/// ranges in its status and in a Warning Event, and serves those slots again (empty) only once the
+/// user names them in `acceptLostSlots`; the other shard's keys are untouched throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_lost_without_persistence_fails_until_the_user_accepts_the_loss() -> Result<()> {
+    let c = ClusterFixture::start(
+        "cluster-lost",
+        "lost",
+        "{shards: 2, replicas: 1, persistence: {enabled: false}}",
+    )
+    .await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let shard = DoomedShard::of_a_primary(&c, &before).await?;
+    let statuses = Record::start(c.api(), None).await?;
+    shard.lose(&c).await?;
+    let failed = c
+        .wait_status(Duration::from_secs(240), "Failed: SlotsLost", |s| {
+            s.state == Some(ClusterState::Failed) && s.reason.as_deref() == Some("SlotsLost")
+        })
+        .await?;
+    let message = failed.status.and_then(|s| s.message).unwrap_or_default();
+    check(
+        message.contains(&shard.ranges) && message.contains("acceptLostSlots"),
+        format!(
+            "the status names {} and what to do: {message}",
+            shard.ranges
+        ),
+    )?;
+    shard.check_warned(&c).await?;
+    // Meanwhile Valkey serves no slot at all (cluster-require-full-coverage, its default): a
+    // store stays down as a whole until the user decides; the surviving shard's keys are read
+    // back below, once it serves again.
+
+    // The user accepts the loss: the slots are served again, empty, and the cluster is Ready.
+    let accepted_at = statuses.versions().len();
+    c.patch_spec(serde_json::json!({ "acceptLostSlots": shard.ranges }))
+        .await?;
+    c.wait_ready(Duration::from_secs(240)).await?;
+    c.wait_roles(2, 2, Duration::from_secs(60)).await?;
+    shard.check_only_these_lost(&c, &before).await?;
+    // Between the loss and the user's word the cluster never said Ready.
+    statuses.complete()?;
+    let versions = statuses.versions();
+    let first_failed = versions
+        .iter()
+        .position(|v| state_of(v) == Some(ClusterState::Failed))
+        .unwrap_or(versions.len());
+    check(
+        !versions[first_failed..accepted_at.max(first_failed)]
+            .iter()
+            .any(|v| state_of(v) == Some(ClusterState::Ready)),
+        "the cluster said Ready before the user accepted the loss",
+    )
+}
+
+/// A cache (`onSlotsLost: Refill`) is served again at once, empty where the shard was lost, with
+/// a Warning Event naming the ranges; nobody has to say a word.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cache_refills_a_lost_shard_at_once_and_warns() -> Result<()> {
+    let c = ClusterFixture::start(
+        "cluster-refill",
+        "refill",
+        "{shards: 2, replicas: 1, persistence: {enabled: false}, onSlotsLost: Refill}",
+    )
+    .await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let shard = DoomedShard::of_a_primary(&c, &before).await?;
+    let statuses = Record::start(c.api(), None).await?;
+    shard.lose(&c).await?;
+    // Ready again once the lost slots are served: after the loss was seen (a version not Ready).
+    e2e::wait_until(Duration::from_secs(240), "Ready after the loss", || {
+        let versions = statuses.versions();
+        async move {
+            let hurt = versions
+                .iter()
+                .position(|v| state_of(v) != Some(ClusterState::Ready));
+            Ok(match hurt {
+                Some(i)
+                    if versions[i..]
+                        .iter()
+                        .any(|v| state_of(v) == Some(ClusterState::Ready)) =>
+                {
+                    e2e::Poll::Ready(())
+                }
+                _ => e2e::Poll::NotYet(format!("{} versions", versions.len())),
+            })
+        }
+    })
+    .await?;
+    c.wait_ready(Duration::from_secs(60)).await?;
+    c.wait_roles(2, 2, Duration::from_secs(60)).await?;
+    shard.check_warned(&c).await?;
+    shard.check_only_these_lost(&c, &before).await
 }
