@@ -1,15 +1,26 @@
-//! cluster-controller: turns each ValkeyCluster into ValkeyNodes and drives Valkey itself (CLUSTER
-//! MEET, slots, REPLICATE, FAILOVER, slot migration) against their `status.podIP`.
+//! cluster-controller: the parents of ValkeyNodes. It turns each ValkeyCluster into ValkeyNodes
+//! and drives Valkey itself (CLUSTER MEET, slots, REPLICATE, FAILOVER, slot migration), and each
+//! ValkeyReplication into ValkeyNodes and Services (REPLICAOF, FAILOVER), against their
+//! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`.
 
-use clap::Parser;
-use cluster_controller::controller;
+use clap::{Parser, ValueEnum};
+use cluster_controller::{controller, replication};
 use plumbing::{CommonArgs, Names};
+
+/// A kind this binary can reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    /// ValkeyCluster: sharded clusters.
+    ValkeyCluster,
+    /// ValkeyReplication: one primary and its replicas, without cluster mode.
+    ValkeyReplication,
+}
 
 #[derive(Parser)]
 #[command(
     name = "cluster-controller",
     version,
-    about = "Reconciles ValkeyClusters through ValkeyNodes"
+    about = "Reconciles ValkeyClusters and ValkeyReplications through ValkeyNodes"
 )]
 struct Cli {
     #[command(flatten)]
@@ -19,6 +30,17 @@ struct Cli {
     /// new one (the time clients have to read the changed Secret).
     #[arg(long, default_value_t = 120)]
     password_rotation_grace_seconds: u64,
+
+    /// The kinds to reconcile, comma-separated; a kind left out is not even watched. The
+    /// default is what releases without the flag were granted (ValkeyClusters only); the chart
+    /// passes the kinds its values enable.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_values_t = [Kind::ValkeyCluster]
+    )]
+    kinds: Vec<Kind>,
 }
 
 #[tokio::main]
@@ -37,8 +59,28 @@ async fn main() -> std::process::ExitCode {
             .ok()
             .filter(|ns| !ns.is_empty()),
     };
-    plumbing::runtime::main(&cli.common, names, move |handles| {
-        controller::run(handles, settings)
+    let kinds = cli.kinds.clone();
+    plumbing::runtime::main(&cli.common, names, move |handles| async move {
+        // Every controller's caches are made before any of them runs (readiness waits for all).
+        let clusters = kinds
+            .contains(&Kind::ValkeyCluster)
+            .then(|| controller::start(&handles, settings.clone()));
+        let replications = kinds
+            .contains(&Kind::ValkeyReplication)
+            .then(|| replication::controller::start(&handles, settings.clone()));
+        tracing::info!(kinds = ?kinds, "reconciling these kinds");
+        futures::join!(
+            async {
+                if let Some(run) = clusters {
+                    run.await;
+                }
+            },
+            async {
+                if let Some(run) = replications {
+                    run.await;
+                }
+            }
+        );
     })
     .await
 }

@@ -183,7 +183,7 @@ async fn a_primary_the_replicas_still_see_is_never_replaced() {
     assert!(
         lab.history
             .iter()
-            .any(|h| h.contains("replication link to it is up")),
+            .any(|h| h.contains("over its replication link: it is alive")),
         "{:?}",
         lab.history
     );

@@ -233,11 +233,29 @@ impl Handles {
             Controller<DeserializeGuard<R::Object>>,
         ) -> Controller<DeserializeGuard<R::Object>>,
     {
+        self.run_as(&self.controller, primary, children, reconciler)
+            .await;
+    }
+
+    /// [`Handles::run`] for one of several controllers of a binary: `controller` names it in the
+    /// reconcile metrics (`controller` label) and logs.
+    pub async fn run_as<R, F>(
+        &self,
+        controller: &str,
+        primary: Cache<DeserializeGuard<R::Object>>,
+        children: F,
+        reconciler: R,
+    ) where
+        R: Reconciler,
+        F: FnOnce(
+            Controller<DeserializeGuard<R::Object>>,
+        ) -> Controller<DeserializeGuard<R::Object>>,
+    {
         // Every cache of this binary exists by now (see the type's documentation).
         self.readiness.mark_synced();
         let shell = Shell::new(
             reconciler,
-            &self.controller,
+            controller,
             self.metrics.clone(),
             self.readiness.clone(),
         );

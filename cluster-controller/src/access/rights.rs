@@ -32,13 +32,14 @@ pub const CLIENT_DENY: &str = "-@admin -migrate -restore -restore-asking";
 /// The default user's rules before [`CLIENT_DENY`]: every key, channel and data command.
 pub const DEFAULT_CLIENT_RULES: &str = "~* &* +@all";
 
-/// The operator: what the engine sends (CLUSTER topology and slot commands, INFO, DBSIZE,
-/// MIGRATE and, on the receiving side of MIGRATE, RESTORE-ASKING and SELECT), CONFIG GET/SET
-/// (Valkey's settings, and reloading TLS files on servers before 9.1), and the users (ACL
-/// GETUSER/SETUSER/DELUSER/USERS: applying users live, lifting the replication fence). Every
-/// name here exists on Valkey 8.0, so one ACL file serves every version.
+/// The operator: what the engines send (a cluster's CLUSTER topology and slot commands, INFO,
+/// DBSIZE, MIGRATE and, on the receiving side of MIGRATE, RESTORE-ASKING and SELECT; a
+/// replication's REPLICAOF and FAILOVER), CONFIG GET/SET (Valkey's settings, and reloading TLS
+/// files on servers before 9.1), and the users (ACL GETUSER/SETUSER/DELUSER/USERS: applying users
+/// live, lifting the replication fence). Every name here exists on Valkey 8.0, so one ACL file
+/// serves every version.
 pub const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +select \
-+cluster|info +cluster|nodes +cluster|shards +cluster|myid +cluster|meet +cluster|addslotsrange \
++replicaof +failover +cluster|info +cluster|nodes +cluster|shards +cluster|myid +cluster|meet +cluster|addslotsrange \
 +cluster|replicate +cluster|forget +cluster|setslot +cluster|getkeysinslot \
 +cluster|countkeysinslot +cluster|failover +migrate +restore-asking +asking +readonly \
 +config|get +config|set +acl|getuser +acl|setuser +acl|deluser +acl|users";

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use plumbing::events::EventPublisher;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
@@ -24,11 +25,32 @@ pub async fn member_nodes(
     desired: &[DesiredMember],
     existing: &[Arc<ValkeyNode>],
 ) -> Result<(), Error> {
-    let api = nodes_api(ctx, cluster);
     // Before the cluster first forms it holds no data, so nothing needs a restart gate: a
     // corrected spec (a placement that could not be met) reaches every member at once.
     // (`status.shards` counts the shards that served slots when a member last answered.)
     let forming = cluster.status.as_ref().is_none_or(|s| s.shards == 0);
+    apply_members(
+        &nodes_api(ctx, cluster),
+        &ctx.events,
+        cluster,
+        desired,
+        existing,
+        forming,
+    )
+    .await
+}
+
+/// Applies every member node `desired` names for `parent` (any parent kind): a node already as
+/// wanted is not written; an existing one keeps its restart gate unless its pod cannot run, and
+/// while `forming` (no data yet) no node is gated. A new node is announced with an Event.
+pub async fn apply_members<K: Resource<DynamicType = ()>>(
+    api: &Api<ValkeyNode>,
+    events: &EventPublisher,
+    parent: &K,
+    desired: &[DesiredMember],
+    existing: &[Arc<ValkeyNode>],
+    forming: bool,
+) -> Result<(), Error> {
     for member in desired {
         let current = existing
             .iter()
@@ -52,18 +74,15 @@ pub async fn member_nodes(
                 "the node's pod cannot run; it takes the new spec without waiting its turn"
             );
         }
-        apply_node(&api, &want).await?;
+        apply_node(api, &want).await?;
         if current.is_none() {
-            ctx.events
+            events
                 .normal_related(
-                    cluster,
-                    node_reference(&cluster.namespace().unwrap_or_default(), &member.name),
+                    parent,
+                    node_reference(&parent.namespace().unwrap_or_default(), &member.name),
                     "NodeCreated",
                     "Create",
-                    &format!(
-                        "Created ValkeyNode {} (shard {}, member {}).",
-                        member.name, member.shard, member.index
-                    ),
+                    &format!("Created ValkeyNode {} ({}).", member.name, member.place),
                 )
                 .await;
         }
@@ -90,7 +109,7 @@ pub async fn engine_action(
     }
 }
 
-fn nodes_api(ctx: &Context, cluster: &ValkeyCluster) -> Api<ValkeyNode> {
+pub(crate) fn nodes_api(ctx: &Context, cluster: &ValkeyCluster) -> Api<ValkeyNode> {
     Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default())
 }
 
@@ -107,7 +126,7 @@ async fn apply_node(api: &Api<ValkeyNode>, node: &ValkeyNode) -> Result<(), Erro
 }
 
 /// Releases one member's restart: its `allowedRevision` becomes its desired revision.
-async fn allow_restart(
+pub(crate) async fn allow_restart(
     api: &Api<ValkeyNode>,
     desired: &[DesiredMember],
     existing: &[Arc<ValkeyNode>],
@@ -146,7 +165,7 @@ fn leaving_node_gated(node: &ValkeyNode, revision: String) -> ValkeyNode {
     node
 }
 
-async fn delete_node(api: &Api<ValkeyNode>, member: &str) -> Result<(), Error> {
+pub(crate) async fn delete_node(api: &Api<ValkeyNode>, member: &str) -> Result<(), Error> {
     match api.delete(member, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),

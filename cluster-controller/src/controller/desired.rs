@@ -60,6 +60,8 @@ pub struct DesiredMember {
     pub shard: u32,
     pub index: u32,
     pub name: String,
+    /// Where it stands, in words for Events: `shard 1, member 0`.
+    pub place: String,
     pub node: ValkeyNode,
 }
 
@@ -82,6 +84,7 @@ pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
                 shard,
                 index,
                 name: node.metadata.name.clone()?,
+                place: format!("shard {shard}, member {index}"),
                 node,
             })
         })

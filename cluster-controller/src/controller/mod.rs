@@ -48,8 +48,12 @@ pub const CONTROLLER: &str = "valkey-cluster-controller";
 
 pub use context::Settings;
 
-/// Runs the ValkeyCluster controller until shutdown or lost leadership.
-pub async fn run(handles: plumbing::Handles, settings: Settings) {
+/// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
+/// readiness waits for them) and returns it, to run until shutdown or lost leadership.
+pub fn start(
+    handles: &plumbing::Handles,
+    settings: Settings,
+) -> impl std::future::Future<Output = ()> + '_ {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
     let claims = plumbing::leader::Claims::new(
@@ -63,7 +67,10 @@ pub async fn run(handles: plumbing::Handles, settings: Settings) {
         settings,
         claims,
     );
-    handles
-        .run(clusters, |c| c.owns_stream(nodes.touched()), ctx)
-        .await;
+    handles.run_as(
+        CONTROLLER,
+        clusters,
+        |c| c.owns_stream(nodes.touched()),
+        ctx,
+    )
 }

@@ -4,6 +4,7 @@
 //! step) → apply (the engine's Kubernetes step) → report (Events and status). Each stage is a
 //! module of its own.
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use kube::runtime::controller::Action as Requeue;
@@ -16,7 +17,7 @@ use super::context::{ClusterMemory, Context};
 use super::error::{Error, api_error};
 use super::status::Problem;
 use super::{access, apply, desired, network, observe, report, secrets};
-use crate::engine::{Action, Decision, EngineError, Pass};
+use crate::engine::{Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
 const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
@@ -157,15 +158,34 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
         Decision::Steady(_) => Duration::from_secs(15),
         Decision::Blocked { .. } => Duration::from_secs(10),
     };
-    match (&pass.outcome, &pass.decision) {
+    let failed = match (&pass.outcome, &pass.decision) {
         (Some(Err(error)), Decision::Act { action, .. }) => {
-            let retry = ctx.action_failures.failed(key).min(MAX_ACTION_RETRY);
-            let times = ctx.action_failures.failures(key);
+            Some((action as &(dyn Display + Sync), error))
+        }
+        _ => None,
+    };
+    after_step(&ctx.action_failures, key, failed, requeue)
+}
+
+/// When to look again after a pass of any parent, and what a failing step means for its status:
+/// `requeue` when the pass's step (if any) worked, which clears the count of failures; after a
+/// failed Valkey action, the object's back-off (never more than [`MAX_ACTION_RETRY`]), and from
+/// the third failure in a row the problem to report.
+pub fn after_step(
+    failures: &plumbing::backoff::Backoff,
+    key: &ObjectKey,
+    failed: Option<(&(dyn Display + Sync), &EngineError)>,
+    requeue: Duration,
+) -> (Duration, Option<Problem>) {
+    match failed {
+        Some((action, error)) => {
+            let retry = failures.failed(key).min(MAX_ACTION_RETRY);
+            let times = failures.failures(key);
             tracing::info!(%error, times, retry_in = ?retry, "the step failed; the next pass looks again");
             (retry, failing_problem(action, error, times))
         }
-        _ => {
-            ctx.action_failures.succeeded(key);
+        None => {
+            failures.succeeded(key);
             (requeue, None)
         }
     }
@@ -175,7 +195,7 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
 /// failures (the normal noise of pods restarting), then Valkey's words. No count in the words: a
 /// status that changed on every failure would be written, and its own watch event would start the
 /// next pass at once, a hot loop the back-off could not stop.
-fn failing_problem(action: &Action, error: &EngineError, times: u32) -> Option<Problem> {
+fn failing_problem(action: &dyn Display, error: &EngineError, times: u32) -> Option<Problem> {
     (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
         reason: "ActionFailing".into(),
         message: format!(
@@ -189,6 +209,7 @@ fn failing_problem(action: &Action, error: &EngineError, times: u32) -> Option<P
 mod tests {
     use super::*;
     use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::engine::Action;
     use http::Method;
     use plumbing::Reconciler;
 

@@ -196,6 +196,8 @@ impl Server {
             &[
                 "--replicaof",
                 "127.0.0.1 0",
+                "--repl-ping-replica-period",
+                "1",
                 "--repl-diskless-sync-delay",
                 "0",
             ],

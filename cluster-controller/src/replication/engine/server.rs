@@ -24,6 +24,9 @@ pub struct Upstream {
     pub port: u16,
     pub link: LinkStatus,
     pub age: LinkAge,
+    /// `master_last_io_seconds_ago`: how long since the replica last heard from the server it
+    /// follows, while the link counts as up (Valkey marks it down only after `repl-timeout`).
+    pub last_io_seconds: Option<u64>,
     /// A full sync is in progress.
     pub syncing: bool,
 }
@@ -46,6 +49,17 @@ impl Upstream {
     /// The link is up and no full sync runs: the replica has its primary's writes as they come.
     pub fn in_step(&self) -> bool {
         self.link == LinkStatus::Up && !self.syncing
+    }
+
+    /// How long this replica has not heard from the server it follows: since its link went
+    /// down, or, while the link still counts as up, since the last byte came. `None` when it
+    /// never had a link (a restarted member).
+    pub fn silent_for(&self) -> Option<u64> {
+        match (self.link, self.age) {
+            (_, LinkAge::Never) => None,
+            (LinkStatus::Down, LinkAge::DownFor(seconds)) => Some(seconds),
+            _ => Some(self.last_io_seconds.unwrap_or(0)),
+        }
     }
 }
 
@@ -94,6 +108,9 @@ impl ServerState {
                     .ok_or_else(|| missing("master_link_status"))?,
                 age: LinkAge::from_info(info)
                     .ok_or_else(|| missing("master_link_down_since_seconds"))?,
+                last_io_seconds: info
+                    .get("master_last_io_seconds_ago")
+                    .and_then(|s| s.parse::<u64>().ok()),
                 syncing: info.master_sync_in_progress()?.unwrap_or(false),
             }),
         };

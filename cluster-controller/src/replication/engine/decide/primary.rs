@@ -2,7 +2,7 @@
 //! is lost. Every choice is a `Promote`; the Kubernetes side records the chosen member as the
 //! primary before the command runs, so a controller that dies between the two finds it.
 
-use crate::engine::safety::{LinkAge, sync_would_lose};
+use crate::engine::safety::sync_would_lose;
 
 use super::super::decision::{Action, Decision, Reason};
 use super::{Live, View};
@@ -103,10 +103,11 @@ fn restarted(view: &View, recorded: Live<'_>) -> Decision {
 }
 
 /// The recorded primary does not answer. A replica is promoted only when the primary is
-/// silent for everyone: no replica's link to it is up, the node-controller does not reach it
-/// either, every replica's link has been down for `failover_after`, and every other member
-/// answers (so the replica with the most of the primary's writes is known, and every write a
-/// replica acknowledged, with WAIT, is on it).
+/// silent for everyone: no replica has heard from it for `failover_after` (the members ping
+/// their replicas every second, `repl-ping-replica-period 1`, so a live primary is heard), the
+/// node-controller does not reach it either, and every other member answers (so the replica
+/// with the most of the primary's writes is known, and every write a replica acknowledged, with
+/// WAIT, is on it).
 fn lost(view: &View, recorded: &str) -> Decision {
     let others: Vec<Live<'_>> = view.live().filter(|l| l.name() != recorded).collect();
     if others.is_empty() && view.members.iter().all(|m| m.name == recorded) {
@@ -117,16 +118,28 @@ fn lost(view: &View, recorded: &str) -> Decision {
             ),
         );
     }
-    if let Some(witness) = others.iter().find(|l| {
-        l.state
-            .upstream
-            .as_ref()
-            .is_some_and(|u| !u.parked() && u.link == crate::valkey::info::LinkStatus::Up)
+    let after = view.spec.failover_after.as_secs();
+    // Valkey counts whole seconds of its clock, so a reported N may be as little as N - 1 in
+    // fact: only more than `after` proves `after`. A replica whose link still counts as up
+    // heard from the primary within `repl-timeout`; its last byte says more precisely when.
+    let silences: Vec<(Live<'_>, u64)> = others
+        .iter()
+        .filter_map(|l| {
+            let upstream = l.state.upstream.as_ref().filter(|u| !u.parked())?;
+            Some((*l, upstream.silent_for()?))
+        })
+        .collect();
+    if let Some((witness, seconds)) = silences.iter().find(|(l, seconds)| {
+        *seconds <= after
+            && l.state
+                .upstream
+                .as_ref()
+                .is_some_and(|u| u.link == crate::valkey::info::LinkStatus::Up)
     }) {
         return Decision::wait(
             Reason::PrimaryUnreachable,
             format!(
-                "{recorded} does not answer the operator, but {}'s replication link to it is up: it is alive, and no replica is promoted",
+                "{recorded} does not answer the operator, but {} heard from it {seconds}s ago over its replication link: it is alive, and no replica is promoted",
                 witness.name()
             ),
         );
@@ -153,16 +166,7 @@ fn lost(view: &View, recorded: &str) -> Decision {
             ),
         );
     }
-    let after = view.spec.failover_after.as_secs();
-    let shortest = others
-        .iter()
-        .filter_map(|l| match l.state.upstream.as_ref()?.age {
-            LinkAge::DownFor(seconds) => Some(seconds),
-            LinkAge::Up | LinkAge::Never => None,
-        })
-        .min();
-    // Valkey counts whole seconds of its clock from a whole second, so a reported N may be as
-    // little as N - 1 in fact: only more than `after` proves `after`.
+    let shortest = silences.iter().map(|(_, seconds)| *seconds).min();
     if let Some(seconds) = shortest
         && seconds <= after
     {

@@ -74,6 +74,11 @@ fn replica(i: u32, of: u32, link: LinkAge, replid: &str, offset: i64, keys: u64)
             LinkStatus::Down
         },
         age: link,
+        last_io_seconds: match link {
+            LinkAge::Up => Some(0),
+            LinkAge::DownFor(seconds) => Some(seconds),
+            LinkAge::Never => None,
+        },
         syncing: false,
     };
     state(i, Some(upstream), history(replid, ZERO, offset, keys))
@@ -86,6 +91,7 @@ fn parked(i: u32, keys: u64) -> ServerState {
         port: PARKED_PORT,
         link: LinkStatus::Down,
         age: LinkAge::Never,
+        last_io_seconds: None,
         syncing: false,
     };
     state(
@@ -328,6 +334,17 @@ fn a_primary_is_replaced_only_when_it_is_silent_for_everyone() {
         ),
         "{d:?}"
     );
+
+    // A link Valkey still counts as up (for repl-timeout) but silent for longer than
+    // failoverAfterSeconds proves nothing: it is a cut, not a live primary.
+    let mut stale_link = lost(LinkAge::Up);
+    stale_link.member(0).ready = false;
+    if let Some(Reach::Up(s)) = stale_link.observed.members.get_mut("r-1")
+        && let Some(u) = s.upstream.as_mut()
+    {
+        u.last_io_seconds = Some(40);
+    }
+    assert_eq!(promoted(&stale_link.decide()), "r-1");
 
     // The node-controller still reaches it.
     let seen = lost(LinkAge::DownFor(30));

@@ -1,0 +1,118 @@
+//! What every pass of the ValkeyReplication controller shares, and what it keeps per replication
+//! between passes (forgotten when the replication goes).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::Store;
+use plumbing::backoff::Backoff;
+use plumbing::events::EventPublisher;
+use plumbing::leader::Claims;
+use plumbing::{ObjectKey, Reconciler};
+use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
+
+use super::reconcile;
+use crate::client::{Credentials, RedisClient, RedisClientConfig};
+use crate::controller::auth;
+use crate::controller::context::{ClusterMemory, Settings};
+use crate::controller::error::Error;
+use crate::replication::engine::Engine;
+
+pub struct Context {
+    pub client: Client,
+    pub events: EventPublisher,
+    /// The ValkeyNodes of every replication (those with the replication label).
+    pub nodes: Store<ValkeyNode>,
+    /// The Services of every replication.
+    pub services: Store<Service>,
+    pub settings: Settings,
+    /// One Lease per replication: one another controller holds is left alone.
+    pub claims: Claims,
+    /// Valkey actions that failed in a row, per replication.
+    pub action_failures: Backoff,
+    /// One engine per replication and operator password: it keeps connections between passes.
+    engines: Mutex<HashMap<ObjectKey, (String, Engine<RedisClient>)>>,
+    /// Per replication: its servers' users, the operator's passwords, the other holder.
+    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        events: EventPublisher,
+        nodes: Store<ValkeyNode>,
+        services: Store<Service>,
+        settings: Settings,
+        claims: Claims,
+    ) -> Self {
+        Self {
+            client,
+            events,
+            nodes,
+            services,
+            settings,
+            claims,
+            action_failures: Backoff::default(),
+            engines: Mutex::new(HashMap::new()),
+            memory: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// The replication's engine, made anew when the operator's password changed.
+    pub fn engine(&self, key: &ObjectKey, credentials: &Credentials) -> Engine<RedisClient> {
+        let fingerprint = credentials
+            .password
+            .as_ref()
+            .map(|p| auth::fingerprint(p.expose()))
+            .unwrap_or_default();
+        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        match engines.get(key) {
+            Some((known, engine)) if *known == fingerprint => engine.clone(),
+            _ => {
+                let engine = Engine::new(RedisClient::new(RedisClientConfig {
+                    credentials: credentials.clone(),
+                    ..RedisClientConfig::default()
+                }));
+                engines.insert(key.clone(), (fingerprint, engine.clone()));
+                engine
+            }
+        }
+    }
+}
+
+impl Reconciler for Context {
+    type Object = ValkeyReplication;
+    type Error = Error;
+
+    async fn reconcile(
+        &self,
+        replication: &ValkeyReplication,
+        key: &ObjectKey,
+    ) -> Result<Requeue, Error> {
+        reconcile::pass(self, replication, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.engines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.action_failures.succeeded(key);
+    }
+}

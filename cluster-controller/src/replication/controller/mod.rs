@@ -1,0 +1,76 @@
+//! The Kubernetes side of the replication mode: the ValkeyReplication controller, a second parent
+//! of ValkeyNodes in the cluster-controller binary. Each pass ([`reconcile`]) claims the
+//! replication's Lease, makes sure its Secrets (the cluster's own stage) and member nodes exist
+//! as the spec says, lets the engine observe Valkey and decide one step, records a newly chosen
+//! primary before acting, carries out the step, points the Services at the primary, and reports
+//! status and Events.
+//!
+//! It touches ValkeyReplications, ValkeyNodes, Services, the Secrets it manages, Events and
+//! Leases, and nothing else.
+//!
+//! | stage | module | Kubernetes? |
+//! | --- | --- | --- |
+//! | what a pass shares and keeps per replication | [`context`] | holds the client |
+//! | Secrets, the operator's users | [`crate::controller::secrets`] (shared) | yes |
+//! | the replication's nodes and Services, from the caches | [`observe`] | no (cache) |
+//! | every member's ValkeyNode, the engine's spec | [`desired`] | no |
+//! | member nodes, Kubernetes actions | [`crate::controller::apply`] (shared) | yes |
+//! | every member's users, applied live | [`crate::controller::access`] (shared) | no (Valkey) |
+//! | the read/write and read-only Services | [`services`] | yes |
+//! | status and Events | [`report`] ([`status`] computes) | yes |
+
+pub mod context;
+pub mod desired;
+#[cfg(test)]
+pub mod fixtures;
+pub mod observe;
+pub mod reconcile;
+pub mod report;
+pub mod services;
+pub mod status;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::core::DeserializeGuard;
+use kube::runtime::watcher;
+use valkey_api::contract::replication::REPLICATION_LABEL;
+use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
+
+use crate::controller::Settings;
+use context::Context;
+
+/// The controller's name in metrics and logs.
+pub const CONTROLLER: &str = "valkey-replication-controller";
+
+/// Sets up the ValkeyReplication controller (its watch caches exist when this returns) and
+/// returns it, to run until shutdown or lost leadership.
+pub fn start(
+    handles: &plumbing::Handles,
+    settings: Settings,
+) -> impl std::future::Future<Output = ()> + '_ {
+    let replications =
+        handles.cache::<DeserializeGuard<ValkeyReplication>>(watcher::Config::default());
+    let of_replications = watcher::Config::default().labels(REPLICATION_LABEL);
+    let nodes = handles.cache::<ValkeyNode>(of_replications.clone());
+    let services = handles.cache::<Service>(of_replications);
+    let claims = plumbing::leader::Claims::new(
+        handles.client.clone(),
+        plumbing::leader::claim_identity(handles.namespace.as_deref()),
+    );
+    let ctx = Context::new(
+        handles.client.clone(),
+        handles.events.clone(),
+        nodes.store(),
+        services.store(),
+        settings,
+        claims,
+    );
+    handles.run_as(
+        CONTROLLER,
+        replications,
+        |c| {
+            c.owns_stream(nodes.touched())
+                .owns_stream(services.touched())
+        },
+        ctx,
+    )
+}

@@ -1,0 +1,56 @@
+//! The observe stage's Kubernetes side: the replication's ValkeyNodes and Services, read from
+//! the watch caches (never listed per pass), and the engine's members.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use valkey_api::contract::cluster::INDEX_LABEL;
+use valkey_api::contract::replication::REPLICATION_LABEL;
+use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
+
+use crate::controller::members;
+use crate::engine::Member;
+
+/// The replication's ValkeyNodes, by name: those in its namespace with its label and owned by it
+/// (by uid, so what a deleted namesake left behind is not taken for a member).
+pub fn member_nodes(
+    nodes: &Store<ValkeyNode>,
+    replication: &ValkeyReplication,
+) -> Vec<Arc<ValkeyNode>> {
+    let namespace = replication.namespace();
+    let name = replication.name_any();
+    let uid = replication.meta().uid.clone().unwrap_or_default();
+    let mut found: Vec<Arc<ValkeyNode>> = nodes
+        .state()
+        .into_iter()
+        .filter(|n| {
+            n.namespace() == namespace
+                && n.labels().get(REPLICATION_LABEL) == Some(&name)
+                && n.owner_references().iter().any(|o| o.uid == uid)
+        })
+        .collect();
+    found.sort_by_key(|n| n.name_any());
+    found
+}
+
+/// The engine's view of the nodes (shard 0, index from the label).
+pub fn engine_members(nodes: &[Arc<ValkeyNode>]) -> Vec<Member> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let index = n.labels().get(INDEX_LABEL)?.parse().ok()?;
+            Some(members::member_at(n, 0, index))
+        })
+        .collect()
+}
+
+/// A Service of the replication's namespace, as the cache holds it.
+pub fn service(
+    services: &Store<Service>,
+    replication: &ValkeyReplication,
+    name: &str,
+) -> Option<Arc<Service>> {
+    services.get(&ObjectRef::new(name).within(&replication.namespace().unwrap_or_default()))
+}

@@ -1,0 +1,114 @@
+//! The report stage: the pass as the ValkeyReplication's status (computed by [`super::status`])
+//! and as Events: the step taken and its member (a failover as a Warning: the operator acted in
+//! Valkey's stead), what blocks the replication (once), a replication that became Ready.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicationStatus};
+
+use super::context::Context;
+use super::status::{self, Outcome};
+use crate::controller::error::Error;
+use crate::controller::labels::FIELD_MANAGER;
+use crate::controller::report::node_reference;
+use crate::replication::engine::Decision;
+
+/// Events for the decision: the step (failed or not), or a block when its reason first shows.
+pub async fn decision_events(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    decision: &Decision,
+    failed: bool,
+) {
+    match decision {
+        Decision::Act {
+            action,
+            reason,
+            message,
+            forced,
+        } => {
+            let note = format!(
+                "{action}: {message}{}",
+                if failed { " (failed; retrying)" } else { "" }
+            );
+            let related = node_reference(
+                &replication.namespace().unwrap_or_default(),
+                action.member(),
+            );
+            if *forced {
+                ctx.events
+                    .warning(replication, reason.as_str(), action.verb(), &note)
+                    .await;
+            } else {
+                ctx.events
+                    .normal_related(replication, related, reason.as_str(), action.verb(), &note)
+                    .await;
+            }
+        }
+        Decision::Blocked { reason, message }
+            if replication
+                .status
+                .as_ref()
+                .and_then(|s| s.reason.as_deref())
+                != Some(reason.as_str()) =>
+        {
+            ctx.events
+                .warning(replication, reason.as_str(), "Reconcile", message)
+                .await;
+        }
+        _ => {}
+    }
+}
+
+/// The status this pass concludes, from the replication's current one.
+pub fn status_of(
+    replication: &ValkeyReplication,
+    outcome: &Outcome<'_>,
+    primary: Option<&str>,
+    password_secret: Option<&str>,
+) -> ValkeyReplicationStatus {
+    status::compute(
+        replication.status.as_ref(),
+        replication.meta().generation,
+        outcome,
+        primary,
+        password_secret,
+        &Time(k8s_openapi::jiff::Timestamp::now()),
+    )
+}
+
+/// Writes `new` when it differs from the replication's status (the returned copy of the
+/// replication carries it), and announces a replication that became Ready.
+pub async fn write_status(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    new: ValkeyReplicationStatus,
+) -> Result<ValkeyReplication, Error> {
+    let previous = replication.status.as_ref();
+    if previous == Some(&new) {
+        return Ok(replication.clone());
+    }
+    let api: Api<ValkeyReplication> = Api::namespaced(
+        ctx.client.clone(),
+        &replication.namespace().unwrap_or_default(),
+    );
+    plumbing::apply::apply_status(&api, FIELD_MANAGER, &replication.name_any(), &new)
+        .await
+        .map_err(Error::Status)?;
+    let became_ready = new.state == Some(ReplicationState::Ready)
+        && previous.and_then(|p| p.state) != Some(ReplicationState::Ready);
+    if became_ready {
+        ctx.events
+            .normal(
+                replication,
+                "ReplicationReady",
+                "Reconcile",
+                new.message.as_deref().unwrap_or_default(),
+            )
+            .await;
+    }
+    let mut updated = replication.clone();
+    updated.status = Some(new);
+    Ok(updated)
+}

@@ -1,0 +1,145 @@
+//! The replication's two Services, for clients: `<name>` (read/write) selects the pod of the
+//! primary the operator recorded, and only while Valkey there says primary (the node-controller's
+//! `valkey.io/role` label); `<name>-replicas` (read only) selects every pod that Valkey says is a
+//! replica. An old primary back from a partition, or a member restarted alone, is never in the
+//! read/write Service. Pure builders; the reconcile applies them when they differ.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use valkey_api::contract::replication::REPLICATION_LABEL;
+use valkey_api::contract::{NODE_LABEL, ROLE_LABEL, VALKEY_PORT};
+use valkey_api::v1alpha1::{Role, ValkeyReplication};
+
+use crate::controller::labels::FIELD_MANAGER;
+
+/// `<replication>-replicas`.
+pub fn replicas_service_name(replication: &str) -> String {
+    format!("{replication}-replicas")
+}
+
+/// Both Services, for the primary recorded now (none before the first is chosen: the read/write
+/// Service then selects no pod).
+pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Option<[Service; 2]> {
+    let name = replication.meta().name.clone()?;
+    let owner = replication.controller_owner_ref(&())?;
+    let namespace = replication.namespace()?;
+    let service = |service_name: String, selector: BTreeMap<String, String>| Service {
+        metadata: ObjectMeta {
+            name: Some(service_name),
+            namespace: Some(namespace.clone()),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/name".to_owned(), "valkey".to_owned()),
+                ("app.kubernetes.io/instance".to_owned(), name.clone()),
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    FIELD_MANAGER.to_owned(),
+                ),
+                (REPLICATION_LABEL.to_owned(), name.clone()),
+            ])),
+            owner_references: Some(vec![owner.clone()]),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some("valkey".into()),
+                port: i32::from(VALKEY_PORT),
+                target_port: Some(IntOrString::String("valkey".into())),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let read_write = BTreeMap::from([
+        (REPLICATION_LABEL.to_owned(), name.clone()),
+        (
+            NODE_LABEL.to_owned(),
+            primary.unwrap_or_default().to_owned(),
+        ),
+        (ROLE_LABEL.to_owned(), Role::Primary.as_str().to_owned()),
+    ]);
+    let read_only = BTreeMap::from([
+        (REPLICATION_LABEL.to_owned(), name.clone()),
+        (ROLE_LABEL.to_owned(), Role::Replica.as_str().to_owned()),
+    ]);
+    Some([
+        service(name.clone(), read_write),
+        service(replicas_service_name(&name), read_only),
+    ])
+}
+
+/// Whether the Service as it is already says what `want` says (what this controller sets).
+pub fn as_wanted(current: &Service, want: &Service) -> bool {
+    let spec = |s: &Service| {
+        s.spec.as_ref().map(|spec| {
+            (
+                spec.selector.clone(),
+                spec.ports.clone(),
+                spec.type_.clone(),
+            )
+        })
+    };
+    let ports_match = match (spec(current), spec(want)) {
+        (Some((selector, ports, kind)), Some((want_selector, want_ports, want_kind))) => {
+            selector == want_selector
+                && kind == want_kind
+                && ports
+                    .unwrap_or_default()
+                    .iter()
+                    .zip(want_ports.unwrap_or_default().iter())
+                    .all(|(p, w)| {
+                        p.port == w.port && p.target_port == w.target_port && p.name == w.name
+                    })
+        }
+        _ => false,
+    };
+    ports_match
+        && current.metadata.owner_references == want.metadata.owner_references
+        && want
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .all(|(k, v)| current.labels().get(k) == Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::controller::fixtures::{REPLICATION, replication};
+
+    #[test]
+    fn the_read_write_service_selects_the_recorded_primary_only_while_it_is_one() {
+        let r = replication(REPLICATION);
+        let Some([rw, ro]) = services(&r, Some("orders-2")) else {
+            panic!("no services");
+        };
+        assert_eq!(rw.metadata.name.as_deref(), Some("orders"));
+        assert_eq!(ro.metadata.name.as_deref(), Some("orders-replicas"));
+        let selector = |s: &Service| s.spec.clone().and_then(|s| s.selector).unwrap_or_default();
+        assert_eq!(
+            selector(&rw),
+            BTreeMap::from([
+                ("valkey.io/node".to_owned(), "orders-2".to_owned()),
+                ("valkey.io/replication".to_owned(), "orders".to_owned()),
+                ("valkey.io/role".to_owned(), "primary".to_owned()),
+            ])
+        );
+        assert_eq!(
+            selector(&ro).get("valkey.io/role").map(String::as_str),
+            Some("replica")
+        );
+        assert!(as_wanted(&rw, &rw));
+        let Some([moved, _]) = services(&r, Some("orders-0")) else {
+            panic!("no services");
+        };
+        assert!(!as_wanted(&rw, &moved), "a failover moves the selector");
+    }
+}
