@@ -12,6 +12,7 @@ pub mod helm;
 pub mod operator;
 pub mod pool;
 pub mod record;
+pub mod replication;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -47,6 +47,7 @@ pub async fn install_crds() -> Result<()> {
             "--timeout=60s",
             "crd/valkeynodes.valkey.io",
             "crd/valkeyclusters.valkey.io",
+            "crd/valkeyreplications.valkey.io",
         ])
         .await?;
         Ok(())

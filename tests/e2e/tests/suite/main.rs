@@ -7,4 +7,5 @@ mod chart;
 mod cluster;
 mod daytwo;
 mod node_controller;
+mod replication;
 mod security;

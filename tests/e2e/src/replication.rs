@@ -1,0 +1,458 @@
+//! A ValkeyReplication under test: its namespace, both controllers, and clients that reach it the
+//! way an application does, through its Services: the read/write Service's EndpointSlice names
+//! the primary (localkube has no kube-proxy, so the client reads the slice as kube-proxy would),
+//! and a writer that follows it records every write acknowledged (`OK`) and confirmed by a
+//! replica (`WAIT 1`), so a test can prove none was lost.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use valkey_api::v1alpha1::{
+    ReplicationState, ValkeyNode, ValkeyReplication, ValkeyReplicationStatus,
+};
+
+use crate::chaos::writer::Acks;
+use crate::operator::{ControllerProcess, install_crds};
+use crate::{E2eError, Poll, Result, TestNamespace, check, wait_until};
+
+/// The replication, its namespace and its two controllers (killed when dropped).
+pub struct ReplicationFixture {
+    pub ns: TestNamespace,
+    pub name: String,
+    pub node_controller: ControllerProcess,
+    pub cluster_controller: ControllerProcess,
+    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
+}
+
+impl ReplicationFixture {
+    /// Creates a namespace, starts both controllers in it and applies the ValkeyReplication
+    /// `name` with `spec` (YAML of the spec mapping).
+    pub async fn start(prefix: &str, name: &str, spec: &str) -> Result<Self> {
+        let turn = crate::pool::heavy().await;
+        install_crds().await?;
+        let ns = TestNamespace::create(prefix).await?;
+        let node_controller = ControllerProcess::start("node-controller", &ns, &[]).await?;
+        let cluster_controller =
+            ControllerProcess::start("cluster-controller", &ns, &["--kinds=valkey-replication"])
+                .await?;
+        let manifest = format!(
+            "apiVersion: valkey.io/v1alpha1\nkind: ValkeyReplication\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+        );
+        ns.apply(&manifest).await?;
+        Ok(Self {
+            ns,
+            name: name.to_owned(),
+            node_controller,
+            cluster_controller,
+            _turn: turn,
+        })
+    }
+
+    pub fn api(&self) -> Api<ValkeyReplication> {
+        self.ns.api::<ValkeyReplication>()
+    }
+
+    pub async fn get(&self) -> Result<ValkeyReplication> {
+        Ok(self.api().get(&self.name).await?)
+    }
+
+    /// Waits until the replication is Ready for its current generation with every replica in
+    /// step.
+    pub async fn wait_ready(&self, within: Duration) -> Result<ValkeyReplication> {
+        self.wait(within, "Ready", |r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.state == Some(ReplicationState::Ready)
+                    && s.observed_generation == r.metadata.generation
+                    && s.ready_replicas == r.spec.replicas
+            })
+        })
+        .await
+    }
+
+    /// Waits until the replication satisfies `check`.
+    pub async fn wait<F>(&self, within: Duration, what: &str, check: F) -> Result<ValkeyReplication>
+    where
+        F: Fn(&ValkeyReplication) -> bool,
+    {
+        let api = self.api();
+        let name = self.name.clone();
+        wait_until(within, &format!("{name}: {what}"), || {
+            let (api, name, check) = (api.clone(), name.clone(), &check);
+            async move {
+                Ok(match api.get_opt(&name).await? {
+                    None => Poll::NotYet("not found".into()),
+                    Some(r) if check(&r) => Poll::Ready(r),
+                    Some(r) => Poll::NotYet(describe(r.status.as_ref())),
+                })
+            }
+        })
+        .await
+    }
+
+    /// A merge patch of the spec.
+    pub async fn patch_spec(&self, spec: serde_json::Value) -> Result<ValkeyReplication> {
+        let patch = serde_json::json!({ "spec": spec });
+        Ok(self
+            .api()
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?)
+    }
+
+    /// The replication's ValkeyNodes.
+    pub async fn nodes(&self) -> Result<Vec<ValkeyNode>> {
+        let list = self
+            .ns
+            .api::<ValkeyNode>()
+            .list(&ListParams::default().labels(&format!("valkey.io/replication={}", self.name)))
+            .await?;
+        Ok(list.items)
+    }
+
+    pub async fn node(&self, name: &str) -> Result<ValkeyNode> {
+        Ok(self.ns.api::<ValkeyNode>().get(name).await?)
+    }
+
+    /// The clients' password (from the Secret the status names), if authentication is on.
+    pub async fn password(&self) -> Result<Option<String>> {
+        let replication = self.get().await?;
+        if !replication.spec.auth.enabled {
+            return Ok(None);
+        }
+        let name = replication
+            .status
+            .and_then(|s| s.password_secret_name)
+            .ok_or_else(|| E2eError::Check("status names no password Secret".into()))?;
+        let secret = self.ns.api::<Secret>().get(&name).await?;
+        let bytes = secret
+            .data
+            .and_then(|d| d.get("password").cloned())
+            .ok_or_else(|| E2eError::Check(format!("Secret {name} has no password")))?;
+        Ok(Some(String::from_utf8_lossy(&bytes.0).into_owned()))
+    }
+
+    /// The ready addresses of a Service's EndpointSlices: what kube-proxy would route to.
+    pub async fn endpoints(&self, service: &str) -> Result<Vec<String>> {
+        ready_endpoints(&self.ns.api::<EndpointSlice>(), service).await
+    }
+
+    /// A connection to the member at `ip` as the clients' user.
+    pub async fn connect(&self, ip: &str) -> Result<MultiplexedConnection> {
+        connect(ip, self.password().await?.as_deref()).await
+    }
+
+    /// One command on the member at `ip`, its reply as text.
+    pub async fn command_on(&self, ip: &str, args: &[&str]) -> Result<String> {
+        let mut conn = self.connect(ip).await?;
+        crate::valkey_cmd(&mut conn, args).await
+    }
+
+    /// `role` of INFO replication at `ip` (`master`, `slave`).
+    pub async fn role_at(&self, ip: &str) -> Result<String> {
+        let info = self.command_on(ip, &["INFO", "replication"]).await?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("role:").map(str::to_owned))
+            .unwrap_or_default())
+    }
+
+    /// The pod IP of a member, from its ValkeyNode's status.
+    pub async fn ip_of(&self, member: &str) -> Result<String> {
+        self.node(member)
+            .await?
+            .status
+            .and_then(|s| s.pod_ip)
+            .ok_or_else(|| E2eError::Check(format!("{member} has no pod IP")))
+    }
+
+    /// The pod of a member.
+    pub async fn pod_of(&self, member: &str) -> Result<String> {
+        self.node(member)
+            .await?
+            .status
+            .and_then(|s| s.pod_name)
+            .ok_or_else(|| E2eError::Check(format!("{member} has no pod")))
+    }
+
+    /// Writes `count` keys `<prefix>:<n>` through the read/write Service, each confirmed by
+    /// `WAIT 1`; fails unless every one is.
+    pub async fn write_confirmed(
+        &self,
+        prefix: &str,
+        count: usize,
+    ) -> Result<BTreeMap<String, String>> {
+        let ip = self
+            .endpoints(&self.name)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| E2eError::Check("the read/write Service has no endpoint".into()))?;
+        let mut conn = self.connect(&ip).await?;
+        let mut written = BTreeMap::new();
+        for n in 0..count {
+            let (key, value) = (format!("{prefix}:{n}"), format!("v{n}"));
+            match write(&mut conn, &key, &value).await {
+                Some(true) => {
+                    written.insert(key, value);
+                }
+                other => {
+                    return Err(E2eError::Check(format!(
+                        "{key} was not confirmed by a replica: {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// The keys of `expected` that the primary (through the read/write Service) does not hold
+    /// with their value.
+    pub async fn missing<'a>(
+        &self,
+        expected: impl Iterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Vec<String>> {
+        let ip = self
+            .endpoints(&self.name)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| E2eError::Check("the read/write Service has no endpoint".into()))?;
+        let mut conn = self.connect(&ip).await?;
+        let mut missing = Vec::new();
+        for (key, value) in expected {
+            let got: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| E2eError::Valkey {
+                    addr: ip.clone(),
+                    source,
+                })?;
+            if got.as_deref() != Some(value.as_str()) {
+                missing.push(key.clone());
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Starts a writer that follows the read/write Service.
+    pub async fn start_writer(&self, prefix: &str) -> Result<ServiceWriter> {
+        Ok(ServiceWriter::start(
+            prefix,
+            self.ns.api::<EndpointSlice>(),
+            self.name.clone(),
+            self.password().await?,
+        ))
+    }
+}
+
+fn describe(status: Option<&ValkeyReplicationStatus>) -> String {
+    match status {
+        None => "no status".into(),
+        Some(s) => format!(
+            "{:?} {} primary={} readyReplicas={}: {}",
+            s.state,
+            s.reason.as_deref().unwrap_or_default(),
+            s.primary.as_deref().unwrap_or_default(),
+            s.ready_replicas,
+            s.message.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+/// The ready addresses the EndpointSlices of `service` name.
+pub async fn ready_endpoints(api: &Api<EndpointSlice>, service: &str) -> Result<Vec<String>> {
+    let slices = api
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await?;
+    let mut ips: Vec<String> = slices
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect();
+    ips.sort();
+    Ok(ips)
+}
+
+/// A connection to `ip:6379`, as the default user with `password` when there is one.
+pub async fn connect(ip: &str, password: Option<&str>) -> Result<MultiplexedConnection> {
+    let url = match password {
+        Some(p) => format!("redis://:{p}@{ip}:6379/"),
+        None => format!("redis://{ip}:6379/"),
+    };
+    let err = |source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    };
+    let client = redis::Client::open(url).map_err(err)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(3)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(err)
+}
+
+/// How long `WAIT` may block for a replica's confirmation.
+const WAIT_MS: u64 = 500;
+
+/// One write: `Some(confirmed by a replica)` when the server answered `OK`, `None` otherwise.
+async fn write(conn: &mut MultiplexedConnection, key: &str, value: &str) -> Option<bool> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(key)
+        .arg(value)
+        .cmd("WAIT")
+        .arg(1)
+        .arg(WAIT_MS);
+    let replies: Vec<Value> = tokio::time::timeout(
+        Duration::from_millis(WAIT_MS + 3_000),
+        pipe.query_async(conn),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    match replies.as_slice() {
+        [Value::Okay, Value::Int(replicas)] => Some(*replicas >= 1),
+        [Value::Okay, ..] => Some(false),
+        _ => None,
+    }
+}
+
+/// A writer that reaches the primary as an application does, through the read/write Service:
+/// it writes to the address the Service's EndpointSlice names, and after a refused write asks
+/// the slice again.
+pub struct ServiceWriter {
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<Acks>>,
+    task: JoinHandle<()>,
+}
+
+impl ServiceWriter {
+    fn start(
+        prefix: &str,
+        slices: Api<EndpointSlice>,
+        service: String,
+        password: Option<String>,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(Mutex::new(Acks::default()));
+        let (s, a, prefix) = (stop.clone(), acks.clone(), prefix.to_owned());
+        let task = tokio::spawn(async move {
+            let mut conn: Option<MultiplexedConnection> = None;
+            let mut n: u64 = 0;
+            let mut last_ack = Instant::now();
+            while !s.load(Ordering::Relaxed) {
+                if conn.is_none() {
+                    let ip = ready_endpoints(&slices, &service)
+                        .await
+                        .ok()
+                        .and_then(|ips| ips.into_iter().next());
+                    conn = match ip {
+                        Some(ip) => connect(&ip, password.as_deref()).await.ok(),
+                        None => None,
+                    };
+                    if conn.is_none() {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+                let Some(c) = conn.as_mut() else { continue };
+                let (key, value) = (format!("{prefix}:{n}"), format!("v{n}"));
+                n += 1;
+                match write(c, &key, &value).await {
+                    Some(replicated) => {
+                        let now = Instant::now();
+                        let mut acks = a.lock().await;
+                        acks.longest_gap = acks.longest_gap.max(now - last_ack);
+                        last_ack = now;
+                        if replicated {
+                            acks.replicated.insert(key.clone(), value.clone());
+                        }
+                        acks.plain.insert(key, value);
+                    }
+                    None => {
+                        a.lock().await.refused += 1;
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let mut acks = a.lock().await;
+            acks.longest_gap = acks.longest_gap.max(last_ack.elapsed());
+        });
+        Self { stop, acks, task }
+    }
+
+    /// Writes acknowledged so far.
+    pub async fn acked(&self) -> usize {
+        self.acks.lock().await.plain.len()
+    }
+
+    /// Writes confirmed by a replica so far.
+    pub async fn confirmed(&self) -> usize {
+        self.acks.lock().await.replicated.len()
+    }
+
+    /// Waits until `n` more writes have been confirmed by a replica (proof the replication
+    /// serves, through its Service).
+    pub async fn wait_confirmed(&self, n: usize, within: Duration) -> Result<()> {
+        let from = self.confirmed().await;
+        wait_until(
+            within,
+            &format!("{n} more confirmed writes"),
+            || async move {
+                let now = self.confirmed().await;
+                Ok(if now >= from + n {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{} so far", now - from))
+                })
+            },
+        )
+        .await
+    }
+
+    /// Stops the writer and returns what it saw.
+    pub async fn stop(self) -> Acks {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.acks.lock().await.clone()
+    }
+}
+
+/// Fails naming the confirmed writes lost, if any; returns how many plain ones were lost.
+pub async fn check_losses(
+    r: &ReplicationFixture,
+    acks: &Acks,
+    before: &BTreeMap<String, String>,
+) -> Result<usize> {
+    let missing = r.missing(before.iter().chain(acks.plain.iter())).await?;
+    let confirmed_lost: Vec<&String> = missing
+        .iter()
+        .filter(|k| acks.replicated.contains_key(*k) || before.contains_key(*k))
+        .collect();
+    check(
+        confirmed_lost.is_empty(),
+        format!(
+            "{} of {} WAIT-confirmed writes lost: {:?}",
+            confirmed_lost.len(),
+            acks.replicated.len() + before.len(),
+            &confirmed_lost[..confirmed_lost.len().min(10)]
+        ),
+    )?;
+    Ok(missing.len())
+}

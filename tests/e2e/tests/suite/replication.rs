@@ -1,0 +1,451 @@
+//! ValkeyReplication end to end (issue 14): one primary and its replicas, formed, seen through
+//! `kubectl get` and its Services, and kept whole through the faults and changes the issue names,
+//! with a writer that reaches the primary through the read/write Service and counts what a
+//! replica confirmed (`WAIT 1`). Each runs on Valkey 9.1 and 8.0 where the version matters.
+
+use std::time::{Duration, Instant};
+
+use e2e::faults::{self, Endpoint};
+use e2e::record::Record;
+use e2e::replication::{ReplicationFixture, check_losses};
+use e2e::{Poll, Result, check, wait_until};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::DeleteParams;
+use valkey_api::contract::ROLE_LABEL;
+
+/// Pods scheduled and started, the first primary chosen, two replicas synced.
+const FORM: Duration = Duration::from_secs(240);
+/// A fault healed and the replication whole again (a failover waits failoverAfterSeconds).
+const HEAL: Duration = Duration::from_secs(240);
+
+fn spec(image: &str, replicas: u32, extra: &str) -> String {
+    format!("{{image: \"{image}\", replicas: {replicas}{extra}}}")
+}
+
+/// `kubectl get valkeyreplication` (and `-o wide`) as rows of columns.
+async fn rows(r: &ReplicationFixture, wide: bool) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+    let mut args = vec!["get", "valkeyreplication"];
+    if wide {
+        args.extend(["-o", "wide"]);
+    }
+    let text = r.ns.kubectl(&args).await?;
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let rows = lines
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    Ok((header, rows))
+}
+
+/// The member whose pod a role label says is primary, and that Valkey confirms.
+async fn primary(r: &ReplicationFixture) -> Result<(String, String)> {
+    let replication = r.get().await?;
+    let name = replication
+        .status
+        .and_then(|s| s.primary)
+        .ok_or_else(|| e2e::E2eError::Check("no primary in the status".into()))?;
+    let ip = r.ip_of(&name).await?;
+    Ok((name, ip))
+}
+
+/// Waits until the read/write Service's EndpointSlice names exactly `ip`.
+async fn wait_service_names(r: &ReplicationFixture, ip: &str, within: Duration) -> Result<()> {
+    wait_until(
+        within,
+        &format!("Service {} names {ip}", r.name),
+        || async move {
+            let ips = r.endpoints(&r.name).await?;
+            Ok(if ips == [ip.to_owned()] {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("names {ips:?}"))
+            })
+        },
+    )
+    .await
+}
+
+/// Every member ready, on Valkey's word: one primary (the status's), the others its replicas.
+async fn check_roles(r: &ReplicationFixture) -> Result<()> {
+    let (primary, primary_ip) = primary(r).await?;
+    for node in r.nodes().await? {
+        let name = node.name_any();
+        let ip = r.ip_of(&name).await?;
+        let role = r.role_at(&ip).await?;
+        let want = if name == primary { "master" } else { "slave" };
+        check(role == want, format!("{name} is {role}, expected {want}"))?;
+        if name != primary {
+            let info = r.command_on(&ip, &["INFO", "replication"]).await?;
+            check(
+                info.contains(&format!("master_host:{primary_ip}")),
+                format!("{name} does not replicate {primary} at {primary_ip}: {info}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<()> {
+    let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, "")).await?;
+    let ready = r.wait_ready(FORM).await?;
+    let status = ready.status.clone().unwrap_or_default();
+    check(
+        status.primary.as_deref() == Some("orders-0") && status.ready_replicas == 2,
+        format!("status: {status:?}"),
+    )?;
+    check_roles(&r).await?;
+
+    // The views: NAME STATE PRIMARY READYREPLICAS AGE, and REASON with -o wide.
+    let (header, table) = rows(&r, false).await?;
+    check(
+        header == ["NAME", "STATE", "PRIMARY", "READYREPLICAS", "AGE"],
+        format!("columns: {header:?}"),
+    )?;
+    check(
+        table.first().and_then(|row| row.get(..4))
+            == Some(
+                &[
+                    "orders".into(),
+                    "Ready".into(),
+                    "orders-0".into(),
+                    "2".into(),
+                ][..],
+            ),
+        format!("rows: {table:?}"),
+    )?;
+    let (header, table) = rows(&r, true).await?;
+    check(
+        header == ["NAME", "STATE", "REASON", "PRIMARY", "READYREPLICAS", "AGE"],
+        format!("wide columns: {header:?}"),
+    )?;
+    check(
+        table.first().and_then(|row| row.get(2)).map(String::as_str) == Some("Healthy"),
+        format!("wide rows: {table:?}"),
+    )?;
+
+    // The pods carry the role Valkey reports; the Services select on it.
+    let (_, primary_ip) = primary(&r).await?;
+    wait_service_names(&r, &primary_ip, Duration::from_secs(30)).await?;
+    let replica_ips = {
+        let mut ips = Vec::new();
+        for member in ["orders-1", "orders-2"] {
+            ips.push(r.ip_of(member).await?);
+        }
+        ips.sort();
+        ips
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the replicas Service names both replicas",
+        || {
+            let want = replica_ips.clone();
+            let r = &r;
+            async move {
+                let ips = r.endpoints("orders-replicas").await?;
+                Ok(if ips == want {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{ips:?}"))
+                })
+            }
+        },
+    )
+    .await?;
+    for node in r.nodes().await? {
+        let pod = r.ns.pod(&r.pod_of(&node.name_any()).await?).await?;
+        let want = if node.name_any() == "orders-0" {
+            "primary"
+        } else {
+            "replica"
+        };
+        check(
+            pod.labels().get(ROLE_LABEL).map(String::as_str) == Some(want),
+            format!(
+                "{} is labelled {:?}",
+                node.name_any(),
+                pod.labels().get(ROLE_LABEL)
+            ),
+        )?;
+    }
+
+    // Data written through the Service reaches every replica.
+    let written = r.write_confirmed("k", 200).await?;
+    check(
+        r.missing(written.iter()).await?.is_empty(),
+        "written keys read back",
+    )?;
+    for ip in &replica_ips {
+        let keys = r.command_on(ip, &["DBSIZE"]).await?;
+        check(keys == "200", format!("replica at {ip} holds {keys} keys"))?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replication_forms_with_its_views_and_services_on_valkey_9() -> Result<()> {
+    forms_with_its_views_and_services("repl-form9", "valkey/valkey:9.1").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replication_forms_with_its_views_and_services_on_valkey_8() -> Result<()> {
+    forms_with_its_views_and_services("repl-form8", "valkey/valkey:8.0").await
+}
+
+/// The first version of the read/write Service's EndpointSlice, from a record of every slice
+/// version, that names `ip` (ready) and no other address, at or after `since`; when it came.
+fn slice_names_only(
+    r: &ReplicationFixture,
+    slices: &Record<EndpointSlice>,
+    ip: &str,
+    since: Instant,
+) -> Result<Instant> {
+    let named = slices
+        .versions()
+        .into_iter()
+        .filter(|v| !v.deleted && v.at >= since)
+        .find(|v| {
+            let ready: Vec<&String> = v
+                .object
+                .endpoints
+                .iter()
+                .flatten()
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+                .flat_map(|e| e.addresses.iter())
+                .collect();
+            v.object.labels().get("kubernetes.io/service-name") == Some(&r.name) && ready == [ip]
+        })
+        .ok_or_else(|| e2e::E2eError::Check(format!("no slice version names only {ip}")))?;
+    Ok(named.at)
+}
+
+/// Polls (every 100 ms) until a member other than `old` says `role:master`; returns it, its
+/// IP and when it was first seen so.
+async fn wait_promotion(
+    r: &ReplicationFixture,
+    old: &str,
+    within: Duration,
+) -> Result<(String, String, Instant)> {
+    let deadline = Instant::now() + within;
+    loop {
+        for node in r.nodes().await? {
+            let name = node.name_any();
+            if name == old {
+                continue;
+            }
+            let Some(ip) = node.status.and_then(|s| s.pod_ip) else {
+                continue;
+            };
+            if r.role_at(&ip).await.is_ok_and(|role| role == "master") {
+                return Ok((name, ip, Instant::now()));
+            }
+        }
+        check(
+            Instant::now() < deadline,
+            format!("no member but {old} became primary within {within:?}"),
+        )?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The fault the primary suffers in each round of [`primary_faults`].
+#[derive(Debug, Clone, Copy)]
+enum PrimaryFault {
+    /// Its pod is deleted (a new pod comes, with the same volume).
+    DeletePod,
+    /// Its valkey-server is killed; the kubelet restarts it in place.
+    KillProcess,
+    /// It is cut from its replicas and from the host (the operator, the node-controller and
+    /// the writer all run there) for `failoverAfterSeconds` and more.
+    Partition,
+}
+
+/// One round: the writer runs, the primary suffers `fault`, the replication heals; no
+/// WAIT-confirmed write is lost, the Service names the primary, the old one is its replica.
+/// With `must_move`, the fault must end with another member as the primary (the old one came
+/// back without its data, so keeping it would lose writes).
+async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -> Result<()> {
+    let (old, old_ip) = primary(r).await?;
+    let before = r.write_confirmed(&format!("before-{fault:?}"), 100).await?;
+    let slices = Record::start(r.ns.api::<EndpointSlice>(), None).await?;
+    let writer = r.start_writer(&format!("w-{fault:?}")).await?;
+    writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    let struck = Instant::now();
+    match fault {
+        PrimaryFault::DeletePod => {
+            let pod = r.pod_of(&old).await?;
+            r.ns.api::<Pod>()
+                .delete(&pod, &DeleteParams::default())
+                .await?;
+        }
+        PrimaryFault::KillProcess => {
+            let pod = r.pod_of(&old).await?;
+            faults::kill(&r.ns.name, &pod, Some("valkey")).await?;
+        }
+        PrimaryFault::Partition => {
+            let pod = r.pod_of(&old).await?;
+            let mut replicas = Vec::new();
+            for node in r.nodes().await? {
+                if node.name_any() != old {
+                    replicas.push(Endpoint::pod(
+                        &r.ns.name,
+                        &r.pod_of(&node.name_any()).await?,
+                    ));
+                }
+            }
+            replicas.push(Endpoint::Host);
+            let cut = faults::partition(&[Endpoint::pod(&r.ns.name, &pod)], &replicas).await?;
+            let (new, new_ip, promoted_at) = wait_promotion(r, &old, HEAL).await?;
+            eprintln!(
+                "partition: {new} promoted {:?} after the cut",
+                promoted_at.duration_since(struck)
+            );
+            wait_service_names(r, &new_ip, Duration::from_secs(60)).await?;
+            // The 100 ms poll may see the promotion after the slice already names it.
+            let named = slice_names_only(r, &slices, &new_ip, struck)?;
+            eprintln!(
+                "MEASURE partition: cut → {new} seen as role:master {:?}; cut → the EndpointSlice names only it {:?}",
+                promoted_at.duration_since(struck),
+                named.duration_since(struck)
+            );
+            writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+            cut.undo().await?;
+        }
+    }
+    let healed = r.wait_ready(HEAL).await?;
+    writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    let acks = writer.stop().await;
+    let (primary_now, primary_ip) = primary(r).await?;
+    eprintln!(
+        "{fault:?}: primary {old} → {primary_now} ({}), ready {:?} after the fault; {} writes acknowledged, {} confirmed, {} refused, longest gap {:?}",
+        healed.status.and_then(|s| s.reason).unwrap_or_default(),
+        struck.elapsed(),
+        acks.plain.len(),
+        acks.replicated.len(),
+        acks.refused,
+        acks.longest_gap
+    );
+    wait_service_names(r, &primary_ip, Duration::from_secs(30)).await?;
+    let to_slice = slice_names_only(r, &slices, &primary_ip, struck)?.duration_since(struck);
+    eprintln!(
+        "MEASURE {fault:?}: the fault → the EndpointSlice names only the primary {primary_now} ({primary_ip}): {to_slice:?}"
+    );
+    check_roles(r).await?;
+    check(
+        !must_move || primary_now != old,
+        format!("{old} came back empty and is still the primary"),
+    )?;
+    if primary_now != old {
+        let role = r.role_at(&r.ip_of(&old).await?).await?;
+        check(
+            role == "slave",
+            format!("the old primary {old} (at {old_ip}) is {role}"),
+        )?;
+    }
+    let plain_lost = check_losses(r, &acks, &before).await?;
+    eprintln!("{fault:?}: {plain_lost} acknowledged (unconfirmed) writes lost");
+    Ok(())
+}
+
+async fn primary_faults(
+    prefix: &str,
+    image: &str,
+    persistence: bool,
+    faults: &[PrimaryFault],
+) -> Result<()> {
+    let extra = format!(", failoverAfterSeconds: 5, persistence: {{enabled: {persistence}}}");
+    let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, &extra)).await?;
+    r.wait_ready(FORM).await?;
+    for fault in faults {
+        survive(
+            &r,
+            *fault,
+            !persistence && matches!(fault, PrimaryFault::DeletePod),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The primary's pod deleted while a writer uses `WAIT 1`, with persistence: the new pod
+/// reloads the data it acknowledged, so it may stay the primary (a replica takes over only if
+/// it holds more); either way the read/write Service's EndpointSlice names the primary, no
+/// WAIT-confirmed write is lost, and an old primary that lost its place rejoins as a replica.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_pod_deleted_loses_no_confirmed_write_on_valkey_9() -> Result<()> {
+    primary_faults(
+        "repl-delete9",
+        "valkey/valkey:9.1",
+        true,
+        &[PrimaryFault::DeletePod],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_pod_deleted_loses_no_confirmed_write_on_valkey_8() -> Result<()> {
+    primary_faults(
+        "repl-delete8",
+        "valkey/valkey:8.0",
+        true,
+        &[PrimaryFault::DeletePod],
+    )
+    .await
+}
+
+/// The same without persistence: the primary's new pod starts empty, so the replica with the
+/// most of its writes is promoted, the Service follows it, no WAIT-confirmed write is lost and
+/// the emptied old primary rejoins as a replica (never a sync source).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_pod_deleted_without_persistence_promotes_a_replica_on_valkey_9() -> Result<()>
+{
+    primary_faults(
+        "repl-empty9",
+        "valkey/valkey:9.1",
+        false,
+        &[PrimaryFault::DeletePod],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_pod_deleted_without_persistence_promotes_a_replica_on_valkey_8() -> Result<()>
+{
+    primary_faults(
+        "repl-empty8",
+        "valkey/valkey:8.0",
+        false,
+        &[PrimaryFault::DeletePod],
+    )
+    .await
+}
+
+/// The primary's process killed, then the primary cut from its replicas and from the operator:
+/// a replica is promoted only where that is right, and the same guarantees hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_killed_then_cut_off_loses_no_confirmed_write_on_valkey_9() -> Result<()> {
+    primary_faults(
+        "repl-faults9",
+        "valkey/valkey:9.1",
+        true,
+        &[PrimaryFault::KillProcess, PrimaryFault::Partition],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_killed_then_cut_off_loses_no_confirmed_write_on_valkey_8() -> Result<()> {
+    primary_faults(
+        "repl-faults8",
+        "valkey/valkey:8.0",
+        true,
+        &[PrimaryFault::KillProcess, PrimaryFault::Partition],
+    )
+    .await
+}
