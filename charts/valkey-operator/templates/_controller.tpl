@@ -166,6 +166,9 @@ spec:
             {{- if $watch }}
             - --namespace={{ $watch }}
             {{- end }}
+            {{- range .extraArgs }}
+            - {{ . }}
+            {{- end }}
           env:
             # The Lease holder's identity and the Events' reporting instance.
             - name: POD_NAME

@@ -1,7 +1,8 @@
 //! The Helm chart (`charts/valkey-operator`) installed for real (its static checks, lint, golden
 //! files and values schema, are `tests/chart_static.rs`): the kubelet runs both controllers as pods under their
-//! own ServiceAccounts, and a ValkeyCluster applied afterwards becomes Ready (the RBAC is enough),
-//! while `kubectl auth can-i` shows it is no more than that. Upgrades touch only what changed,
+//! own ServiceAccounts, and a ValkeyCluster and a ValkeyReplication applied afterwards become Ready
+//! (the RBAC is enough), while `kubectl auth can-i` shows it is no more than that, and a release
+//! with the replication kind off is not granted it. Upgrades touch only what changed,
 //! leader election keeps one of two replicas reconciling, uninstall keeps the data volumes, and
 //! two releases can split the controllers between them.
 //!
@@ -30,7 +31,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use valkey_api::v1alpha1::{ClusterState, ValkeyCluster};
+use valkey_api::v1alpha1::{ClusterState, ReplicationState, ValkeyCluster, ValkeyReplication};
 
 const NODE: &str = "node-controller";
 const CLUSTER: &str = "cluster-controller";
@@ -180,6 +181,22 @@ impl Release {
             self.namespace,
             self.object(component)
         )
+    }
+
+    /// The args of a controller's container, from its Deployment.
+    async fn controller_args(&self, component: &str) -> Result<Vec<String>> {
+        let deployment = kubectl(&[
+            "get",
+            "deployment",
+            &self.object(component),
+            "-n",
+            &self.namespace,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].args}",
+        ])
+        .await?;
+        serde_json::from_str(&deployment)
+            .map_err(|e| E2eError::Check(format!("args of {component}: {e}: {deployment}")))
     }
 
     fn selector(&self, component: &str) -> String {
@@ -474,6 +491,13 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("patch", "valkeyclusters.valkey.io/status", true),
         e("update", "valkeyclusters.valkey.io", false),
         e("delete", "valkeyclusters.valkey.io", false),
+        e("list", "valkeyreplications.valkey.io", true),
+        e("watch", "valkeyreplications.valkey.io", true),
+        e("patch", "valkeyreplications.valkey.io/status", true),
+        e("patch", "valkeyreplications.valkey.io", false),
+        e("list", "services", true),
+        e("patch", "services", true),
+        e("delete", "services", false),
         e("list", "valkeynodes.valkey.io", true),
         e("create", "valkeynodes.valkey.io", true),
         e("patch", "valkeynodes.valkey.io", true),
@@ -579,6 +603,35 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
             questions.push((user, "create", leases.into(), elsewhere.into(), everywhere));
         }
     }
+    // A release with the replication kind off neither watches it nor touches Services.
+    let mut clusters_only = watching(&ns.name);
+    clusters_only.extend(no_pods.iter().cloned());
+    clusters_only.push("nodeController.enabled=false".into());
+    clusters_only.push("valkeyNodeAdmission.enabled=false".into());
+    clusters_only.push("clusterController.kinds.valkeyReplication=false".into());
+    let without = Release::install("clusters-only", &ns.name, &clusters_only).await?;
+    let user = without.service_account(CLUSTER);
+    for (verb, resource, allowed) in [
+        ("list", "valkeyclusters.valkey.io", true),
+        ("list", "valkeyreplications.valkey.io", false),
+        ("watch", "valkeyreplications.valkey.io", false),
+        ("patch", "valkeyreplications.valkey.io/status", false),
+        ("list", "services", false),
+        ("patch", "services", false),
+    ] {
+        questions.push((
+            user.clone(),
+            verb,
+            resource.into(),
+            ns.name.clone(),
+            allowed,
+        ));
+    }
+    let args = without.controller_args(CLUSTER).await?;
+    check(
+        args.iter().any(|a| a == "--kinds=valkey-cluster"),
+        format!("the clusters-only release runs {args:?}"),
+    )?;
     // kubectl itself for a sample of them, to show the reviews below answer as it does.
     for (user, verb, resource, namespace, expected) in questions.iter().step_by(16) {
         let allowed = can_i(user, verb, resource, namespace).await?;
@@ -636,6 +689,40 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
     ns.apply(&cluster_manifest("life", 2, 1)).await?;
     wait_cluster_ready(&ns, "life").await?;
     steps.done("2x1 cluster Ready");
+    // The kind the release enables by default: a primary and a replica, Ready, and the
+    // read/write Service the controller made (its own RBAC) selecting the primary.
+    ns.apply(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyReplication\nmetadata: {name: life-r}\nspec: {replicas: 1}\n",
+    )
+    .await?;
+    let replications = ns.api::<ValkeyReplication>();
+    let ready = wait_until(CLUSTER_READY, "ValkeyReplication life-r Ready", || {
+        let replications = replications.clone();
+        async move {
+            let r = replications.get("life-r").await?;
+            let status = r.status.clone().unwrap_or_default();
+            Ok(
+                if status.state == Some(ReplicationState::Ready) && status.ready_replicas == 1 {
+                    Poll::Ready(status)
+                } else {
+                    Poll::NotYet(format!("{:?} {:?}", status.state, status.reason))
+                },
+            )
+        }
+    })
+    .await?;
+    let service = ns.api::<Service>().get("life-r").await?;
+    let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();
+    check(
+        ready.primary.is_some()
+            && selector.get("valkey.io/node") == ready.primary.as_ref()
+            && selector.get("valkey.io/role").map(String::as_str) == Some("primary"),
+        format!(
+            "primary {:?}, Service life-r selects {selector:?}",
+            ready.primary
+        ),
+    )?;
+    steps.done("1+1 replication Ready, its Service selects the primary");
     only_the_cluster_controller_writes_valkey_nodes(&ns, "life-0-0").await?;
     steps.done("a plain user may not write a ValkeyNode; break-glass may");
     // Events from both controllers prove their Events RBAC (a refused Event is only logged).
@@ -737,9 +824,10 @@ async fn an_installed_release_runs_a_cluster_through_upgrade_and_uninstall() -> 
         .iter()
         .map(|p| p.name_any())
         .collect();
+    // Four of the cluster's members, two of the replication's.
     check(
-        volumes_before.len() == 4,
-        format!("4 data volumes expected: {volumes_before:?}"),
+        volumes_before.len() == 6,
+        format!("6 data volumes expected: {volumes_before:?}"),
     )?;
     release.uninstall().await?;
     steps.done("uninstall");
