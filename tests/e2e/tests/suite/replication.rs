@@ -449,3 +449,121 @@ async fn the_primary_killed_then_cut_off_loses_no_confirmed_write_on_valkey_8() 
     )
     .await
 }
+
+/// A planned switchover: spec.primary names a replica while a writer uses `WAIT 1`. The named
+/// member becomes the primary, the read/write Service's EndpointSlice names it and never two
+/// servers at once, the old primary replicates it, and no WAIT-confirmed write is lost.
+async fn switchover(prefix: &str, image: &str) -> Result<()> {
+    let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, "")).await?;
+    r.wait_ready(FORM).await?;
+    let (old, _) = primary(&r).await?;
+    let target = "orders-2";
+    check(old != target, format!("{old} is already the primary"))?;
+    let before = r.write_confirmed("before-switchover", 100).await?;
+    let slices = Record::start(r.ns.api::<EndpointSlice>(), None).await?;
+    let writer = r.start_writer("w-switchover").await?;
+    writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    let asked = Instant::now();
+    r.patch_spec(serde_json::json!({"primary": target})).await?;
+    let moved = r
+        .wait(HEAL, &format!("{target} primary and Ready"), |x| {
+            x.status.as_ref().is_some_and(|s| {
+                s.primary.as_deref() == Some(target)
+                    && s.state == Some(valkey_api::v1alpha1::ReplicationState::Ready)
+                    && s.observed_generation == x.metadata.generation
+                    && s.ready_replicas == 2
+            })
+        })
+        .await?;
+    let target_ip = r.ip_of(target).await?;
+    wait_service_names(&r, &target_ip, Duration::from_secs(30)).await?;
+    writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    let acks = writer.stop().await;
+    let named = slice_names_only(&r, &slices, &target_ip, asked)?;
+    eprintln!(
+        "MEASURE switchover: spec.primary set → the EndpointSlice names only {target}: {:?}; {} writes acknowledged, {} confirmed, {} refused, longest gap {:?}; reason {:?}",
+        named.duration_since(asked),
+        acks.plain.len(),
+        acks.replicated.len(),
+        acks.refused,
+        acks.longest_gap,
+        moved.status.and_then(|s| s.reason)
+    );
+    slices.complete()?;
+    for version in slices.versions() {
+        if version.object.labels().get("kubernetes.io/service-name") != Some(&r.name) {
+            continue;
+        }
+        let ready: Vec<&String> = version
+            .object
+            .endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .flat_map(|e| e.addresses.iter())
+            .collect();
+        check(
+            ready.len() <= 1,
+            format!("the read/write slice named {ready:?} at once"),
+        )?;
+    }
+    check_roles(&r).await?;
+    let role = r.role_at(&r.ip_of(&old).await?).await?;
+    check(role == "slave", format!("the old primary {old} is {role}"))?;
+    check_losses(&r, &acks, &before).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_planned_switchover_to_a_named_member_loses_no_confirmed_write_on_valkey_9() -> Result<()>
+{
+    switchover("repl-switch9", "valkey/valkey:9.1").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_planned_switchover_to_a_named_member_loses_no_confirmed_write_on_valkey_8() -> Result<()>
+{
+    switchover("repl-switch8", "valkey/valkey:8.0").await
+}
+
+/// replicas 2 → 0 → 2: the replicas' nodes go and the primary serves alone with every key; two
+/// new replicas come back, sync from it and hold every key.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_scale_2_0_2_and_keep_every_key() -> Result<()> {
+    let r = ReplicationFixture::start("repl-scale", "orders", &spec("valkey/valkey:9.1", 2, ""))
+        .await?;
+    r.wait_ready(FORM).await?;
+    let (first, _) = primary(&r).await?;
+    let written = r.write_confirmed("k", 200).await?;
+
+    r.patch_spec(serde_json::json!({"replicas": 0})).await?;
+    r.wait_ready(HEAL).await?;
+    wait_until(HEAL, "one member left", || async {
+        let names: Vec<String> = r.nodes().await?.iter().map(|n| n.name_any()).collect();
+        Ok(if names == [first.clone()] {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet(format!("{names:?}"))
+        })
+    })
+    .await?;
+    let (alone, alone_ip) = primary(&r).await?;
+    check(alone == first, format!("the primary moved to {alone}"))?;
+    wait_service_names(&r, &alone_ip, Duration::from_secs(30)).await?;
+    let missing = r.missing(written.iter()).await?;
+    check(missing.is_empty(), format!("alone, it lacks {missing:?}"))?;
+
+    r.patch_spec(serde_json::json!({"replicas": 2})).await?;
+    r.wait_ready(HEAL).await?;
+    check(r.nodes().await?.len() == 3, "three members again")?;
+    check_roles(&r).await?;
+    for node in r.nodes().await? {
+        let ip = r.ip_of(&node.name_any()).await?;
+        let keys = r.command_on(&ip, &["DBSIZE"]).await?;
+        check(
+            keys == "200",
+            format!("{} holds {keys} keys", node.name_any()),
+        )?;
+    }
+    Ok(())
+}
