@@ -567,3 +567,172 @@ async fn replicas_scale_2_0_2_and_keep_every_key() -> Result<()> {
     }
     Ok(())
 }
+
+/// `replicas: 0` with persistence: a standalone server whose pod is deleted comes back (a new
+/// pod, the same volume) with every key it acknowledged, and is the primary again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standalone_server_keeps_its_data_across_pod_deletion() -> Result<()> {
+    let r =
+        ReplicationFixture::start("repl-alone", "solo", &spec("valkey/valkey:9.1", 0, "")).await?;
+    r.wait_ready(FORM).await?;
+    let (name, ip) = primary(&r).await?;
+    let mut conn = r.connect(&ip).await?;
+    let mut written = std::collections::BTreeMap::new();
+    for n in 0..300 {
+        let (key, value) = (format!("k:{n}"), format!("v{n}"));
+        e2e::valkey_cmd(&mut conn, &["SET", &key, &value]).await?;
+        written.insert(key, value);
+    }
+    let old_pod = r.ns.pod(&r.pod_of(&name).await?).await?;
+    let old_uid = old_pod.metadata.uid.clone().unwrap_or_default();
+    r.ns.api::<Pod>()
+        .delete(&old_pod.name_any(), &DeleteParams::default())
+        .await?;
+    wait_until(HEAL, "a new pod, Ready, primary again", || {
+        let (r, name, old_uid) = (&r, name.clone(), old_uid.clone());
+        async move {
+            let Ok(pod_name) = r.pod_of(&name).await else {
+                return Ok(Poll::NotYet("no pod".into()));
+            };
+            let Ok(pod) = r.ns.pod(&pod_name).await else {
+                return Ok(Poll::NotYet("no pod".into()));
+            };
+            let replication = r.get().await?;
+            let ready = replication
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state == Some(valkey_api::v1alpha1::ReplicationState::Ready));
+            Ok(
+                if pod.metadata.uid.as_deref() != Some(old_uid.as_str()) && ready {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("pod {:?}", pod.metadata.uid))
+                },
+            )
+        }
+    })
+    .await?;
+    let (now, now_ip) = primary(&r).await?;
+    check(now == name, format!("the primary is {now}"))?;
+    wait_service_names(&r, &now_ip, Duration::from_secs(30)).await?;
+    let missing = r.missing(written.iter()).await?;
+    check(
+        missing.is_empty(),
+        format!(
+            "{} of 300 keys lost across the pod's deletion: {:?}",
+            missing.len(),
+            &missing[..missing.len().min(10)]
+        ),
+    )?;
+    Ok(())
+}
+
+/// A rolling image change of a 1 + 2 replication while a writer uses `WAIT 1`: at most one member
+/// is down at any moment (a record of every ValkeyNode version), the replicas restart first and
+/// the old primary last, after another member became the primary; no WAIT-confirmed write is
+/// lost and every pod runs the new image.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_image_change_restarts_the_primary_last_after_a_switchover() -> Result<()> {
+    use valkey_api::v1alpha1::{Role, ValkeyNode};
+    let r =
+        ReplicationFixture::start("repl-roll", "orders", &spec("valkey/valkey:9.1", 2, "")).await?;
+    r.wait_ready(FORM).await?;
+    let (old, _) = primary(&r).await?;
+    let before = r.write_confirmed("before-roll", 100).await?;
+    let record = Record::start(
+        r.ns.api::<ValkeyNode>(),
+        Some(&format!("valkey.io/replication={}", r.name)),
+    )
+    .await?;
+    let writer = r.start_writer("w-roll").await?;
+    writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    let started = Instant::now();
+    r.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1.2"}))
+        .await?;
+    wait_until(Duration::from_secs(480), "the roll finished", || async {
+        let replication = r.get().await?;
+        let ready = replication.status.as_ref().is_some_and(|s| {
+            s.state == Some(valkey_api::v1alpha1::ReplicationState::Ready)
+                && s.observed_generation == replication.metadata.generation
+                && s.ready_replicas == 2
+        });
+        let rolled = r.nodes().await?.iter().all(|m| {
+            m.status.as_ref().is_some_and(|s| {
+                s.current_revision.is_some() && s.current_revision == s.desired_revision
+            })
+        });
+        Ok(if ready && rolled {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet(describe_status(&replication))
+        })
+    })
+    .await?;
+    writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    let acks = writer.stop().await;
+
+    // Replay every version in the API server's order: how many members were down at once, when
+    // each first went down, and who was primary (by its node's status) at that moment.
+    record.complete()?;
+    let mut ready: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut role: std::collections::BTreeMap<String, Option<Role>> = Default::default();
+    let mut worst = 0;
+    let mut went_down: Vec<(String, Option<String>)> = Vec::new();
+    for version in record.versions() {
+        let name = version.name();
+        if version.deleted {
+            continue;
+        }
+        let status = version.object.status.clone().unwrap_or_default();
+        let was_ready = ready.get(&name).copied().unwrap_or(true);
+        if was_ready && !status.ready && !went_down.iter().any(|(n, _)| *n == name) {
+            let primary_then = role
+                .iter()
+                .find(|(n, r)| **n != name && **r == Some(Role::Primary))
+                .map(|(n, _)| n.clone());
+            went_down.push((name.clone(), primary_then));
+        }
+        ready.insert(name.clone(), status.ready);
+        role.insert(name, status.role);
+        worst = worst.max(ready.values().filter(|r| !**r).count());
+    }
+    eprintln!(
+        "MEASURE roll: {:?}; at most {worst} member(s) down at once; order {went_down:?}; {} writes acknowledged, {} confirmed, {} refused, longest gap {:?}",
+        started.elapsed(),
+        acks.plain.len(),
+        acks.replicated.len(),
+        acks.refused,
+        acks.longest_gap
+    );
+    check(worst <= 1, format!("{worst} members were down at once"))?;
+    check(
+        went_down.len() == 3,
+        format!("every member restarts once: {went_down:?}"),
+    )?;
+    let (last, primary_then) = &went_down[2];
+    check(
+        *last == old && primary_then.as_ref().is_some_and(|p| *p != old),
+        format!("the old primary {old} restarts last, after a switchover: {went_down:?}"),
+    )?;
+    for node in r.nodes().await? {
+        let pod = r.ns.pod(&r.pod_of(&node.name_any()).await?).await?;
+        let image = pod
+            .spec
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        check(
+            image == "valkey/valkey:9.1.2",
+            format!("{} runs {image}", node.name_any()),
+        )?;
+    }
+    check_roles(&r).await?;
+    check_losses(&r, &acks, &before).await?;
+    Ok(())
+}
+
+fn describe_status(r: &valkey_api::v1alpha1::ValkeyReplication) -> String {
+    match &r.status {
+        None => "no status".into(),
+        Some(s) => format!("{:?} {:?}: {:?}", s.state, s.reason, s.message),
+    }
+}
