@@ -198,6 +198,17 @@ async fn a_replication_forms_with_its_views_and_services_on_valkey_8() -> Result
     forms_with_its_views_and_services("repl-form8", "valkey/valkey:8.0").await
 }
 
+/// The addresses a slice names ready (what kube-proxy would route to).
+fn ready_addresses(slice: &EndpointSlice) -> Vec<&String> {
+    slice
+        .endpoints
+        .iter()
+        .flatten()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter())
+        .collect()
+}
+
 /// The first version of the read/write Service's EndpointSlice, from a record of every slice
 /// version, that names `ip` (ready) and no other address, at or after `since`; when it came.
 fn slice_names_only(
@@ -211,15 +222,8 @@ fn slice_names_only(
         .into_iter()
         .filter(|v| !v.deleted && v.at >= since)
         .find(|v| {
-            let ready: Vec<&String> = v
-                .object
-                .endpoints
-                .iter()
-                .flatten()
-                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-                .flat_map(|e| e.addresses.iter())
-                .collect();
-            v.object.labels().get("kubernetes.io/service-name") == Some(&r.name) && ready == [ip]
+            v.object.labels().get("kubernetes.io/service-name") == Some(&r.name)
+                && ready_addresses(&v.object) == [ip]
         })
         .ok_or_else(|| e2e::E2eError::Check(format!("no slice version names only {ip}")))?;
     Ok(named.at)
@@ -494,14 +498,7 @@ async fn switchover(prefix: &str, image: &str) -> Result<()> {
         if version.object.labels().get("kubernetes.io/service-name") != Some(&r.name) {
             continue;
         }
-        let ready: Vec<&String> = version
-            .object
-            .endpoints
-            .iter()
-            .flatten()
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-            .flat_map(|e| e.addresses.iter())
-            .collect();
+        let ready = ready_addresses(&version.object);
         check(
             ready.len() <= 1,
             format!("the read/write slice named {ready:?} at once"),
