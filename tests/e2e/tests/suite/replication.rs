@@ -733,3 +733,66 @@ fn describe_status(r: &valkey_api::v1alpha1::ValkeyReplication) -> String {
         Some(s) => format!("{:?} {:?}: {:?}", s.state, s.reason, s.message),
     }
 }
+
+/// The primary cut from the operator and the node-controller (the host) only: its replicas
+/// still hear from it, so it is alive and no replica is ever promoted, however long the cut
+/// lasts (here three times failoverAfterSeconds); the status says why. Healed, it is still the
+/// primary, with every WAIT-confirmed write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_primary_its_replicas_still_hear_is_never_replaced() -> Result<()> {
+    use valkey_api::v1alpha1::ValkeyReplication;
+    let r = ReplicationFixture::start(
+        "repl-unseen",
+        "orders",
+        &spec("valkey/valkey:9.1", 2, ", failoverAfterSeconds: 5"),
+    )
+    .await?;
+    r.wait_ready(FORM).await?;
+    let (old, _) = primary(&r).await?;
+    let before = r.write_confirmed("before-cut", 100).await?;
+    let record = Record::start(r.api(), None).await?;
+    let pod = r.pod_of(&old).await?;
+    let cut = faults::partition(&[Endpoint::pod(&r.ns.name, &pod)], &[Endpoint::Host]).await?;
+    let struck = Instant::now();
+    let hold = Duration::from_secs(15);
+    wait_until(
+        hold + Duration::from_secs(60),
+        "the status says the primary is unreachable, 15 s into the cut",
+        || async {
+            let status = r.get().await?.status.unwrap_or_default();
+            let unreachable = status.reason.as_deref() == Some("PrimaryUnreachable");
+            Ok(if unreachable && struck.elapsed() >= hold {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{:?}: {:?}", status.reason, status.message))
+            })
+        },
+    )
+    .await?;
+    cut.undo().await?;
+    r.wait_ready(HEAL).await?;
+    record.complete()?;
+    let versions = record.versions();
+    let primaries: Vec<Option<String>> = versions
+        .iter()
+        .map(|v: &e2e::record::Version<ValkeyReplication>| {
+            v.object.status.as_ref().and_then(|s| s.primary.clone())
+        })
+        .collect();
+    check(
+        primaries.iter().all(|p| p.as_deref() == Some(old.as_str())),
+        format!("the recorded primary moved during the cut: {primaries:?}"),
+    )?;
+    let messages: Vec<String> = versions
+        .iter()
+        .filter_map(|v| v.object.status.as_ref().and_then(|s| s.message.clone()))
+        .collect();
+    eprintln!("status messages during the cut: {messages:?}");
+    let (now, now_ip) = primary(&r).await?;
+    check(now == old, format!("the primary is {now}"))?;
+    wait_service_names(&r, &now_ip, Duration::from_secs(30)).await?;
+    check_roles(&r).await?;
+    let missing = r.missing(before.iter()).await?;
+    check(missing.is_empty(), format!("lost {missing:?}"))?;
+    Ok(())
+}
