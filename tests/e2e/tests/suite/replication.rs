@@ -211,22 +211,34 @@ fn ready_addresses(slice: &EndpointSlice) -> Vec<&String> {
 
 /// The first version of the read/write Service's EndpointSlice, from a record of every slice
 /// version, that names `ip` (ready) and no other address, at or after `since`; when it came.
-fn slice_names_only(
+/// The record follows a watch, which may trail a list that already shows the change: it is
+/// given a few seconds to catch up.
+async fn slice_names_only(
     r: &ReplicationFixture,
     slices: &Record<EndpointSlice>,
     ip: &str,
     since: Instant,
 ) -> Result<Instant> {
-    let named = slices
-        .versions()
-        .into_iter()
-        .filter(|v| !v.deleted && v.at >= since)
-        .find(|v| {
-            v.object.labels().get("kubernetes.io/service-name") == Some(&r.name)
-                && ready_addresses(&v.object) == [ip]
-        })
-        .ok_or_else(|| e2e::E2eError::Check(format!("no slice version names only {ip}")))?;
-    Ok(named.at)
+    wait_until(
+        Duration::from_secs(15),
+        &format!("a recorded slice version names only {ip}"),
+        || async move {
+            let named = slices
+                .versions()
+                .into_iter()
+                .filter(|v| !v.deleted && v.at >= since)
+                .find(|v| {
+                    v.object.labels().get("kubernetes.io/service-name") == Some(&r.name)
+                        && ready_addresses(&v.object) == [ip]
+                })
+                .map(|v| v.at);
+            Ok(match named {
+                Some(at) => Poll::Ready(at),
+                None => Poll::NotYet(format!("{} versions so far", slices.versions().len())),
+            })
+        },
+    )
+    .await
 }
 
 /// Polls (every 100 ms) until a member other than `old` says `role:master`; returns it, its
@@ -259,7 +271,7 @@ async fn wait_promotion(
 }
 
 /// The fault the primary suffers in each round of [`primary_faults`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PrimaryFault {
     /// Its pod is deleted (a new pod comes, with the same volume).
     DeletePod,
@@ -268,6 +280,9 @@ enum PrimaryFault {
     /// It is cut from its replicas and from the host (the operator, the node-controller and
     /// the writer all run there) for `failoverAfterSeconds` and more.
     Partition,
+    /// Its processes are stopped (SIGSTOP) until a replica is promoted, then continued: it
+    /// comes back believing it is the primary.
+    Pause,
 }
 
 /// One round: the writer runs, the primary suffers `fault`, the replication heals; no
@@ -292,34 +307,34 @@ async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -
             let pod = r.pod_of(&old).await?;
             faults::kill(&r.ns.name, &pod, Some("valkey")).await?;
         }
-        PrimaryFault::Partition => {
+        PrimaryFault::Partition | PrimaryFault::Pause => {
             let pod = r.pod_of(&old).await?;
-            let mut replicas = Vec::new();
-            for node in r.nodes().await? {
-                if node.name_any() != old {
-                    replicas.push(Endpoint::pod(
-                        &r.ns.name,
-                        &r.pod_of(&node.name_any()).await?,
-                    ));
+            let fault_guard = if fault == PrimaryFault::Pause {
+                faults::pause(&r.ns.name, &pod).await?
+            } else {
+                let mut replicas = Vec::new();
+                for node in r.nodes().await? {
+                    if node.name_any() != old {
+                        replicas.push(Endpoint::pod(
+                            &r.ns.name,
+                            &r.pod_of(&node.name_any()).await?,
+                        ));
+                    }
                 }
-            }
-            replicas.push(Endpoint::Host);
-            let cut = faults::partition(&[Endpoint::pod(&r.ns.name, &pod)], &replicas).await?;
+                replicas.push(Endpoint::Host);
+                faults::partition(&[Endpoint::pod(&r.ns.name, &pod)], &replicas).await?
+            };
             let (new, new_ip, promoted_at) = wait_promotion(r, &old, HEAL).await?;
-            eprintln!(
-                "partition: {new} promoted {:?} after the cut",
-                promoted_at.duration_since(struck)
-            );
             wait_service_names(r, &new_ip, Duration::from_secs(60)).await?;
             // The 100 ms poll may see the promotion after the slice already names it.
-            let named = slice_names_only(r, &slices, &new_ip, struck)?;
+            let named = slice_names_only(r, &slices, &new_ip, struck).await?;
             eprintln!(
-                "MEASURE partition: cut → {new} seen as role:master {:?}; cut → the EndpointSlice names only it {:?}",
+                "MEASURE {fault:?}: fault → {new} seen as role:master {:?}; fault → the EndpointSlice names only it {:?}",
                 promoted_at.duration_since(struck),
                 named.duration_since(struck)
             );
             writer.wait_confirmed(50, Duration::from_secs(60)).await?;
-            cut.undo().await?;
+            fault_guard.undo().await?;
         }
     }
     let healed = r.wait_ready(HEAL).await?;
@@ -336,7 +351,9 @@ async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -
         acks.longest_gap
     );
     wait_service_names(r, &primary_ip, Duration::from_secs(30)).await?;
-    let to_slice = slice_names_only(r, &slices, &primary_ip, struck)?.duration_since(struck);
+    let to_slice = slice_names_only(r, &slices, &primary_ip, struck)
+        .await?
+        .duration_since(struck);
     eprintln!(
         "MEASURE {fault:?}: the fault → the EndpointSlice names only the primary {primary_now} ({primary_ip}): {to_slice:?}"
     );
@@ -483,7 +500,7 @@ async fn switchover(prefix: &str, image: &str) -> Result<()> {
     wait_service_names(&r, &target_ip, Duration::from_secs(30)).await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let acks = writer.stop().await;
-    let named = slice_names_only(&r, &slices, &target_ip, asked)?;
+    let named = slice_names_only(&r, &slices, &target_ip, asked).await?;
     eprintln!(
         "MEASURE switchover: spec.primary set → the EndpointSlice names only {target}: {:?}; {} writes acknowledged, {} confirmed, {} refused, longest gap {:?}; reason {:?}",
         named.duration_since(asked),
@@ -795,4 +812,29 @@ async fn a_primary_its_replicas_still_hear_is_never_replaced() -> Result<()> {
     let missing = r.missing(before.iter()).await?;
     check(missing.is_empty(), format!("lost {missing:?}"))?;
     Ok(())
+}
+
+/// The primary's processes stopped past failoverAfterSeconds: a replica is promoted, the Service
+/// follows it, and the old primary, continued, believes it is the primary until the operator
+/// makes it a replica of the new one; no WAIT-confirmed write is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_primary_is_replaced_and_rejoins_as_a_replica_on_valkey_9() -> Result<()> {
+    primary_faults(
+        "repl-pause9",
+        "valkey/valkey:9.1",
+        true,
+        &[PrimaryFault::Pause],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_primary_is_replaced_and_rejoins_as_a_replica_on_valkey_8() -> Result<()> {
+    primary_faults(
+        "repl-pause8",
+        "valkey/valkey:8.0",
+        true,
+        &[PrimaryFault::Pause],
+    )
+    .await
 }
