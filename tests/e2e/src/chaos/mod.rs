@@ -183,7 +183,7 @@ impl fmt::Display for Fault {
 pub struct Scenario {
     pub name: String,
     /// The ValkeyCluster's spec (YAML flow mapping).
-    pub spec: &'static str,
+    pub spec: String,
     pub operation: Operation,
     pub fault: Fault,
     /// The fault strikes at a random moment in `0..=window` after the operation starts.
@@ -191,6 +191,22 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// The same scenario on Valkey 8.0: its name ends in `.on-8.0`, its spec names the 8.0 image,
+    /// and an image change rolls to another 8.0 tag.
+    pub fn on_valkey_8(&self) -> Scenario {
+        let operation = match &self.operation {
+            Operation::Image(_) => Operation::Image("valkey/valkey:8.0.1"),
+            other => other.clone(),
+        };
+        Scenario {
+            name: format!("{}.on-8.0", self.name),
+            spec: self.spec.replacen('{', "{image: 'valkey/valkey:8.0', ", 1),
+            operation,
+            fault: self.fault.clone(),
+            window: self.window,
+        }
+    }
+
     fn persistence(&self) -> bool {
         !self
             .spec
@@ -277,7 +293,7 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let window_ms = u64::try_from(scenario.window.as_millis()).unwrap_or(u64::MAX);
     let struck_after = Duration::from_millis(rng.random_range(0..=window_ms));
     let prefix = format!("chaos-{}", scenario.name.replace('.', "-"));
-    let mut c = ClusterFixture::start(&prefix, "chaos", scenario.spec).await?;
+    let mut c = ClusterFixture::start(&prefix, "chaos", &scenario.spec).await?;
     c.wait_ready(Duration::from_secs(240)).await?;
     let before = c.write_keys("pre", 1000).await?;
     let writer = start_writer(&c).await?;
