@@ -13,6 +13,7 @@
 pub mod access;
 pub mod client;
 pub mod controller;
+pub mod crds;
 pub mod engine;
 pub mod plan;
 pub mod replication;

@@ -4,7 +4,7 @@
 //! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`.
 
 use clap::{Parser, ValueEnum};
-use cluster_controller::{controller, replication};
+use cluster_controller::{controller, crds, replication};
 use plumbing::{CommonArgs, Names};
 
 /// A kind this binary can reconcile.
@@ -41,6 +41,11 @@ struct Cli {
         default_values_t = [Kind::ValkeyCluster]
     )]
     kinds: Vec<Kind>,
+
+    /// Apply the CRDs this binary was built with when it starts leading (Helm never upgrades a
+    /// chart's CRDs; an upgraded operator brings its own).
+    #[arg(long)]
+    apply_crds: bool,
 }
 
 #[tokio::main]
@@ -60,7 +65,12 @@ async fn main() -> std::process::ExitCode {
             .filter(|ns| !ns.is_empty()),
     };
     let kinds = cli.kinds.clone();
+    let apply_crds = cli.apply_crds;
     plumbing::runtime::main(&cli.common, names, move |handles| async move {
+        if apply_crds && let Err(e) = crds::apply(&handles.client).await {
+            // The CRDs in place still serve; the controllers go on, and say why they are old.
+            tracing::error!(error = %e, "could not apply the CRDs");
+        }
         // Every controller's caches are made before any of them runs (readiness waits for all).
         let clusters = kinds
             .contains(&Kind::ValkeyCluster)

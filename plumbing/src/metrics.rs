@@ -6,6 +6,8 @@
 //! | `reconcile_errors_total` | counter | `controller`, `kind` |
 //! | `reconcile_duration_seconds` | histogram | `controller` |
 //! | `leader` | gauge (1 while this replica leads, else 0) | none |
+//! | `actions_total` | counter: steps a controller took on an object | `controller`, `namespace`, `name`, `action` |
+//! | `work_left` | gauge: what a long operation on an object has left (slots to move) | `controller`, `namespace`, `name`, `work` |
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,6 +33,22 @@ struct ErrorLabels {
     kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    controller: String,
+    namespace: String,
+    name: String,
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkLabels {
+    controller: String,
+    namespace: String,
+    name: String,
+    work: String,
+}
+
 /// The shared metrics. Cloning is cheap; all clones update the same series.
 #[derive(Clone)]
 pub struct Metrics {
@@ -39,6 +57,8 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: HistogramFamily,
     leader: Gauge,
+    actions: Family<ActionLabels, Counter>,
+    work_left: Family<WorkLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -55,6 +75,18 @@ impl Metrics {
         let errors = Family::<ErrorLabels, Counter>::default();
         let durations: HistogramFamily = Family::new_with_constructor(reconcile_histogram);
         let leader = Gauge::default();
+        let actions = Family::<ActionLabels, Counter>::default();
+        let work_left = Family::<WorkLabels, Gauge>::default();
+        registry.register(
+            "actions",
+            "Steps a controller took on an object, by kind of step (a failover is one)",
+            actions.clone(),
+        );
+        registry.register(
+            "work_left",
+            "What a long operation on an object has left to do (for example slots to move)",
+            work_left.clone(),
+        );
         registry.register("reconciles", "Reconcile passes started", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -77,6 +109,8 @@ impl Metrics {
             errors,
             durations,
             leader,
+            actions,
+            work_left,
         }
     }
 
@@ -102,6 +136,37 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one `action` that `controller` took on the object `namespace/name`.
+    pub fn action_taken(&self, controller: &str, namespace: &str, name: &str, action: &str) {
+        self.actions
+            .get_or_create(&ActionLabels {
+                controller: controller.to_owned(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                action: action.to_owned(),
+            })
+            .inc();
+    }
+
+    /// What the `work` of the object `namespace/name` has left (0 once done).
+    pub fn set_work_left(
+        &self,
+        controller: &str,
+        namespace: &str,
+        name: &str,
+        work: &str,
+        left: i64,
+    ) {
+        self.work_left
+            .get_or_create(&WorkLabels {
+                controller: controller.to_owned(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                work: work.to_owned(),
+            })
+            .set(left);
     }
 
     pub fn set_leader(&self, leading: bool) {
@@ -195,6 +260,30 @@ mod tests {
         assert_eq!(line_value(&metrics.encode()?, "leader "), Some(1.0));
         metrics.clone().set_leader(false);
         assert_eq!(line_value(&metrics.encode()?, "leader "), Some(0.0));
+        Ok(())
+    }
+
+    #[test]
+    fn actions_and_work_left_per_object() -> Result<(), std::fmt::Error> {
+        let metrics = Metrics::default();
+        metrics.action_taken("c", "prod", "cache", "Failover");
+        metrics.action_taken("c", "prod", "cache", "Failover");
+        metrics.set_work_left("c", "prod", "cache", "slots_to_move", 4096);
+        let text = metrics.encode()?;
+        assert_eq!(
+            line_value(
+                &text,
+                "actions_total{controller=\"c\",namespace=\"prod\",name=\"cache\",action=\"Failover\"} "
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            line_value(
+                &text,
+                "work_left{controller=\"c\",namespace=\"prod\",name=\"cache\",work=\"slots_to_move\"} "
+            ),
+            Some(4096.0)
+        );
         Ok(())
     }
 

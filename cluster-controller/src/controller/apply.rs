@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use plumbing::events::EventPublisher;
+use sha2::Digest;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
@@ -17,14 +20,15 @@ use super::members;
 use super::report::node_reference;
 use crate::engine::{Action, Member};
 
-/// Every member the spec wants exists with the spec it should have. Members the spec no longer
-/// wants stay as they are until the engine has drained and forgotten them.
+/// Every member the spec wants exists with the spec it should have; true when a node was
+/// created or changed (its status then still speaks for its previous spec). Members the spec no
+/// longer wants stay as they are until the engine has drained and forgotten them.
 pub async fn member_nodes(
     ctx: &Context,
     cluster: &ValkeyCluster,
     desired: &[DesiredMember],
     existing: &[Arc<ValkeyNode>],
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     // Before the cluster first forms it holds no data, so nothing needs a restart gate: a
     // corrected spec (a placement that could not be met) reaches every member at once.
     // (`status.shards` counts the shards that served slots when a member last answered.)
@@ -42,7 +46,8 @@ pub async fn member_nodes(
 
 /// Applies every member node `desired` names for `parent` (any parent kind): a node already as
 /// wanted is not written; an existing one keeps its restart gate unless its pod cannot run, and
-/// while `forming` (no data yet) no node is gated. A new node is announced with an Event.
+/// while `forming` (no data yet) no node is gated. A new node is announced with an Event. True
+/// when a node was created or changed.
 pub async fn apply_members<K: Resource<DynamicType = ()>>(
     api: &Api<ValkeyNode>,
     events: &EventPublisher,
@@ -50,7 +55,8 @@ pub async fn apply_members<K: Resource<DynamicType = ()>>(
     desired: &[DesiredMember],
     existing: &[Arc<ValkeyNode>],
     forming: bool,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
+    let mut applied = false;
     for member in desired {
         let current = existing
             .iter()
@@ -75,6 +81,7 @@ pub async fn apply_members<K: Resource<DynamicType = ()>>(
             );
         }
         apply_node(api, &want).await?;
+        applied = true;
         if current.is_none() {
             events
                 .normal_related(
@@ -87,6 +94,72 @@ pub async fn apply_members<K: Resource<DynamicType = ()>>(
                 .await;
         }
     }
+    Ok(applied)
+}
+
+/// The cluster's client Services and its PodDisruptionBudgets (one per shard that is wanted or
+/// still has members), as [`super::serving`] builds them; budgets of shards that are gone are
+/// deleted. Sent only when they changed since this process last sent them, and every few
+/// minutes in case someone edited or deleted one.
+pub async fn serving_objects(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    key: &plumbing::ObjectKey,
+    existing: &[Arc<ValkeyNode>],
+) -> Result<(), Error> {
+    let wanted = u32::try_from(cluster.spec.shards.max(1)).unwrap_or(1);
+    let mut shards: std::collections::BTreeSet<u32> = (0..wanted).collect();
+    shards.extend(
+        existing
+            .iter()
+            .filter_map(|n| super::labels::position(n.metadata.labels.as_ref()))
+            .map(|(shard, _)| shard),
+    );
+    let Some((services, budgets)) = super::serving::cluster_objects(cluster, shards) else {
+        return Ok(());
+    };
+    let fingerprint = hex::encode(sha2::Sha256::digest(
+        serde_json::to_vec(&(&services, &budgets)).unwrap_or_default(),
+    ));
+    if !ctx.serving_outdated(key, &fingerprint) {
+        return Ok(());
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    for service in &services {
+        let name = service.name_any();
+        service_api
+            .patch(&name, &params, &Patch::Apply(service))
+            .await
+            .map_err(api_error(format!("applying Service {name}")))?;
+    }
+    let budget_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &namespace);
+    for budget in &budgets {
+        let name = budget.name_any();
+        budget_api
+            .patch(&name, &params, &Patch::Apply(budget))
+            .await
+            .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
+    }
+    let selector = format!("{}={}", super::labels::CLUSTER_LABEL, cluster.name_any());
+    let live = budget_api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(api_error("listing PodDisruptionBudgets"))?;
+    for stale in live
+        .items
+        .iter()
+        .filter(|b| !budgets.iter().any(|w| w.metadata.name == b.metadata.name))
+    {
+        let name = stale.name_any();
+        match budget_api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(api_error(format!("deleting PodDisruptionBudget {name}"))(e)),
+        }
+    }
+    ctx.remember_serving(key, fingerprint);
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::runtime::controller::Action as Requeue;
@@ -92,6 +92,8 @@ impl ClusterMemory {
 pub struct Context {
     pub client: Client,
     pub events: EventPublisher,
+    /// Per-cluster action counts and work left, beside the reconcile metrics.
+    pub metrics: plumbing::Metrics,
     /// The ValkeyNodes of every cluster (those with the cluster label), from a watch cache.
     pub nodes: Store<ValkeyNode>,
     /// One engine per cluster and operator password: it keeps Valkey connections between passes.
@@ -103,12 +105,19 @@ pub struct Context {
     pub settings: Settings,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
+    /// Per cluster: the fingerprint of the Services and budgets last applied, and when.
+    serving: Mutex<HashMap<ObjectKey, (String, Instant)>>,
 }
+
+/// How long applied Services and budgets are trusted to be as applied before they are sent again
+/// (nothing watches them: someone may have edited or deleted one).
+const SERVING_REFRESH: Duration = Duration::from_secs(300);
 
 impl Context {
     pub fn new(
         client: Client,
         events: EventPublisher,
+        metrics: plumbing::Metrics,
         nodes: Store<ValkeyNode>,
         settings: Settings,
         claims: Claims,
@@ -117,11 +126,13 @@ impl Context {
             claims,
             client,
             events,
+            metrics,
             nodes,
             engines: Mutex::new(HashMap::new()),
             action_failures: Backoff::default(),
             memory: Mutex::new(HashMap::new()),
             settings,
+            serving: Mutex::new(HashMap::new()),
         }
     }
 
@@ -133,6 +144,21 @@ impl Context {
             .entry(key.clone())
             .or_default()
             .clone()
+    }
+    /// Whether the cluster's Services and budgets must be applied: they changed, or were last
+    /// applied long ago.
+    pub fn serving_outdated(&self, key: &ObjectKey, fingerprint: &str) -> bool {
+        let serving = self.serving.lock().unwrap_or_else(|e| e.into_inner());
+        serving
+            .get(key)
+            .is_none_or(|(known, at)| known != fingerprint || at.elapsed() > SERVING_REFRESH)
+    }
+
+    pub fn remember_serving(&self, key: &ObjectKey, fingerprint: String) {
+        self.serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), (fingerprint, Instant::now()));
     }
 
     /// The cluster's engine, made anew when the operator's password changed.
@@ -188,5 +214,9 @@ impl Reconciler for Context {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
         self.action_failures.succeeded(key);
+        self.serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
     }
 }

@@ -31,7 +31,14 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (store, writer) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
     (
-        Context::new(client, events, store, Default::default(), claims),
+        Context::new(
+            client,
+            events,
+            plumbing::Metrics::default(),
+            store,
+            Default::default(),
+            claims,
+        ),
         api,
         writer,
     )

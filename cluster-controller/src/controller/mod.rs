@@ -4,8 +4,8 @@
 //! out the step when it is a Kubernetes one (release a node's restart, delete a drained node),
 //! and reports status and Events.
 //!
-//! It touches ValkeyClusters, ValkeyNodes, the Secrets it manages, Events and Leases, and nothing
-//! else: the ValkeyNode API is its only contract with the node-controller.
+//! It touches ValkeyClusters, ValkeyNodes, the Secrets, Services and PodDisruptionBudgets it
+//! manages, Events and Leases, and nothing else: the ValkeyNode API is its only contract with the node-controller.
 //!
 //! | stage | module | Kubernetes? |
 //! | --- | --- | --- |
@@ -14,7 +14,7 @@
 //! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`members`] reads them) | no (cache) |
 //! | every member's ValkeyNode | [`desired`] ([`labels`], [`placement`]) | no |
 //! | the cluster's NetworkPolicy | [`network`] | yes |
-//! | member nodes, the engine's Kubernetes actions | [`apply`] | yes |
+//! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`serving`] builds) | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
 //! | what can fail | [`error`] | |
@@ -35,6 +35,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod report;
 pub mod secrets;
+pub mod serving;
 pub mod status;
 
 use kube::core::DeserializeGuard;
@@ -63,6 +64,7 @@ pub fn start(
     let ctx = Context::new(
         handles.client.clone(),
         handles.events.clone(),
+        handles.metrics.clone(),
         nodes.store(),
         settings,
         claims,

@@ -56,6 +56,11 @@ pub async fn pass(
     let existing = observe::member_nodes(&ctx.nodes, cluster);
     let desired = desired::members(cluster, &auth.node);
     apply::member_nodes(ctx, cluster, &desired, &existing).await?;
+    // Services and budgets serve clients and drains, not the cluster itself: a failure to apply
+    // them (a chart without their RBAC) is logged and retried, and holds nothing else back.
+    if let Err(error) = apply::serving_objects(ctx, cluster, key, &existing).await {
+        tracing::warn!(%error, "the client Services or disruption budgets could not be applied");
+    }
 
     let topology = match desired::topology(cluster) {
         Ok(topology) => topology,
@@ -71,6 +76,22 @@ pub async fn pass(
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
         apply::engine_action(ctx, cluster, action, &desired, &existing, &members).await?;
+        ctx.metrics.action_taken(
+            super::CONTROLLER,
+            key.namespace(),
+            key.name(),
+            action.kind(),
+        );
+    }
+    if let Some(health) = pass.health.as_ref().filter(|h| h.nodes > 0) {
+        let left = i64::try_from(health.slots_to_move).unwrap_or(i64::MAX);
+        ctx.metrics.set_work_left(
+            super::CONTROLLER,
+            key.namespace(),
+            key.name(),
+            "slots_to_move",
+            left,
+        );
     }
 
     report::decision_events(ctx, cluster, &pass).await;
@@ -330,6 +351,26 @@ mod tests {
                 .echo();
                 assert_eq!(api.event().await["reason"], "NodeCreated");
             }
+            // The client Services and a disruption budget per shard.
+            for path in [
+                "/api/v1/namespaces/prod/services/cache?",
+                "/api/v1/namespaces/prod/services/cache-headless?",
+                "/apis/policy/v1/namespaces/prod/poddisruptionbudgets/cache-shard-0?",
+                "/apis/policy/v1/namespaces/prod/poddisruptionbudgets/cache-shard-1?",
+                "/apis/policy/v1/namespaces/prod/poddisruptionbudgets/cache-shard-2?",
+            ] {
+                api.expect(Method::PATCH, path).await.echo();
+            }
+            api.expect(
+                Method::GET,
+                "/apis/policy/v1/namespaces/prod/poddisruptionbudgets?",
+            )
+            .await
+            .answer(
+                http::StatusCode::OK,
+                &serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList",
+                    "metadata": {}, "items": []}),
+            );
             // No member is in the cache yet, so the engine waits; the status says so.
             let status = api
                 .expect(

@@ -267,6 +267,7 @@ mod tests {
             replicas_wanted: 3,
             replicas_in_sync: 3,
             nodes: 6,
+            ..Default::default()
         })
     }
 

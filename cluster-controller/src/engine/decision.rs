@@ -99,6 +99,28 @@ impl Action {
     }
 }
 
+impl Action {
+    /// The kind of step, as a CamelCase word (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Meet { .. } => "Meet",
+            Action::AddSlots { .. } => "AddSlots",
+            Action::Replicate { .. } => "Replicate",
+            Action::Forget { .. } => "Forget",
+            Action::MigrateSlots(_) => "MigrateSlots",
+            Action::StartAtomicMigration { .. } => "StartAtomicMigration",
+            Action::CancelMigrations { .. } => "CancelMigrations",
+            Action::ClearSlot { .. } => "ClearSlot",
+            Action::Failover { .. } => "Failover",
+            Action::ForcedFailover { .. } => "ForcedFailover",
+            Action::Takeover { .. } => "Takeover",
+            Action::AdmitReplication { .. } => "AdmitReplication",
+            Action::AllowRestart { .. } => "AllowRestart",
+            Action::DeleteMember { .. } => "DeleteMember",
+        }
+    }
+}
+
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -237,7 +259,7 @@ impl fmt::Display for Reason {
 }
 
 /// What a steady cluster looks like, for status.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Health {
     pub shards: u32,
     /// Shards whose primary serves slots and has every wanted replica in sync.
@@ -246,6 +268,8 @@ pub struct Health {
     pub replicas_wanted: u32,
     pub replicas_in_sync: u32,
     pub nodes: usize,
+    /// Slots that still have to move to reach the wanted shards (0 when balanced).
+    pub slots_to_move: usize,
 }
 
 /// The outcome of [`super::decide`].

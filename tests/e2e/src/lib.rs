@@ -101,6 +101,18 @@ pub fn is_localkube() -> bool {
 
 /// A client for the test cluster.
 pub async fn client() -> Result<kube::Client> {
+    Ok(kube::Client::try_from(client_config().await?)?)
+}
+
+/// A client that does not retry what the API server refuses for now (429): a refused eviction
+/// reaches the test as it came, instead of being retried until a disruption budget allows it.
+pub async fn client_without_retries() -> Result<kube::Client> {
+    let mut config = client_config().await?;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn client_config() -> Result<kube::Config> {
     let path = kubeconfig_path()?;
     let kubeconfig =
         kube::config::Kubeconfig::read_from(&path).map_err(|e| E2eError::Kubeconfig {
@@ -113,7 +125,7 @@ pub async fn client() -> Result<kube::Client> {
             path,
             message: e.to_string(),
         })?;
-    Ok(kube::Client::try_from(config)?)
+    Ok(config)
 }
 
 /// A namespace for one test, deleted (without waiting) when dropped.

@@ -89,5 +89,6 @@ pub(super) fn health(t: &Topology) -> Health {
         replicas_wanted: t.desired.shards * t.desired.replicas,
         replicas_in_sync,
         nodes: t.live.len(),
+        slots_to_move: super::slots::slots_to_move(t),
     }
 }

@@ -318,6 +318,11 @@ fn target_shards(t: &Topology) -> BTreeSet<u32> {
     (0..t.desired.shards).collect()
 }
 
+/// How many slots still have to move for the wanted shards to hold them evenly (progress).
+pub(super) fn slots_to_move(t: &Topology) -> usize {
+    rebalance::plan(&by_shard(t), &target_shards(t)).map_or(0, |plan| plan.moved_slots())
+}
+
 /// Moves slots until the wanted shards hold them evenly; leaving shards give all of theirs.
 pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
     let plan = match rebalance::plan(&by_shard(t), &target_shards(t)) {

@@ -4,6 +4,8 @@
 mod live_config;
 mod memory;
 mod readiness;
+mod scaling;
+mod upgrade;
 
 use std::time::Duration;
 

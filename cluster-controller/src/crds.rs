@@ -1,0 +1,26 @@
+//! The CRDs this binary was built with, applied when it starts (`--apply-crds`, on in the chart).
+//! Helm installs what sits in a chart's `crds/` once and never upgrades it, so without this an
+//! upgraded operator would run against the previous release's CRDs: new fields pruned, new
+//! validations missing. Applied by the leader only, with a field manager of its own.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+
+/// The field manager of the CRDs the operator applies.
+pub const FIELD_MANAGER: &str = "valkey-operator-crds";
+
+/// Server-side applies every CRD of the API this binary speaks.
+pub async fn apply(client: &kube::Client) -> Result<(), kube::Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in valkey_api::v1alpha1::custom_resource_definitions() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        tracing::info!(crd = %name, "applied the CRD this operator was built with");
+    }
+    Ok(())
+}
