@@ -3,7 +3,8 @@
 # install the chart, apply examples/valkeycluster.yaml, wait until it is Ready, show it, and say
 # how to connect and how to stop.
 #
-# The release watches only the demo namespace, so the e2e tests (each with controllers of its own
+# The release watches only the `default` namespace, the one examples/valkeycluster.yaml, the README
+# and the chart's NOTES tell a user to apply to, so the e2e tests (each with controllers of its own
 # in its own namespace) can run on the same cluster without two operators fighting over objects.
 set -euo pipefail
 
@@ -15,7 +16,7 @@ export KUBECONFIG=${KUBECONFIG:-$LK/kubeconfig}
 
 RELEASE=${DEMO_RELEASE:-valkey-operator}
 OPERATOR_NS=${DEMO_OPERATOR_NAMESPACE:-valkey-operator-system}
-NS=${DEMO_NAMESPACE:-valkey-demo}
+NS=${DEMO_NAMESPACE:-default}
 CLUSTER=cluster-sample
 # Deadline for the cluster to become Ready with every node reporting its role.
 TIMEOUT=${DEMO_TIMEOUT:-300}

@@ -510,6 +510,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("watch", "secrets", false),
         e("delete", "secrets", false),
         e("create", "events.events.k8s.io", true),
+        e("patch", "poddisruptionbudgets.policy", true),
+        e("delete", "poddisruptionbudgets.policy", true),
         e("get", "pods", false),
         e("list", "pods", false),
         e("list", "statefulsets.apps", false),
@@ -603,7 +605,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
             questions.push((user, "create", leases.into(), elsewhere.into(), everywhere));
         }
     }
-    // A release with the replication kind off neither watches it nor touches Services.
+    // A release with the replication kind off does not watch it, nor list or watch Services: it
+    // only applies its clusters' client Services.
     let mut clusters_only = watching(&ns.name);
     clusters_only.extend(no_pods.iter().cloned());
     clusters_only.push("nodeController.enabled=false".into());
@@ -617,7 +620,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         ("watch", "valkeyreplications.valkey.io", false),
         ("patch", "valkeyreplications.valkey.io/status", false),
         ("list", "services", false),
-        ("patch", "services", false),
+        ("patch", "services", true),
+        ("patch", "poddisruptionbudgets.policy", true),
     ] {
         questions.push((
             user.clone(),
