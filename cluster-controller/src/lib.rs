@@ -7,6 +7,7 @@
 //!   servers (imports `valkey` and `client`);
 //! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
 //!   against real valkey-server processes, no Kubernetes; imports the three above);
+//! - [`tls`]: the certificates the operator issues (pure; imports nothing of this crate);
 //! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out
 //!   (imports the engine and the client's credentials).
 
@@ -17,4 +18,5 @@ pub mod crds;
 pub mod engine;
 pub mod plan;
 pub mod replication;
+pub mod tls;
 pub mod valkey;

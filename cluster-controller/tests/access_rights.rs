@@ -71,6 +71,7 @@ fn client(user: Option<&str>, password: Option<&str>) -> RedisClient {
             username: user.map(str::to_owned),
             password: password.map(|p| p.to_owned().into()),
         },
+        trust: None,
         connect_timeout: Duration::from_millis(500),
     })
 }

@@ -23,6 +23,7 @@ fn fresh_engine() -> Engine<RedisClient> {
     Engine::new(
         RedisClient::new(RedisClientConfig {
             credentials,
+            trust: None,
             connect_timeout: Duration::from_millis(500),
         }),
         config,

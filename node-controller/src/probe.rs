@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use plumbing::valkey_tls::{self, Trust};
+use redis::RedisConnectionInfo;
 use valkey_api::contract::VALKEY_PORT;
 use valkey_api::v1alpha1::Role;
 
@@ -41,9 +42,10 @@ pub struct Server {
     pub run_id: Option<String>,
 }
 
-/// Asks the Valkey at `ip` for PING and its role.
-pub async fn ask(ip: &str, credentials: Option<&Credentials>) -> Answer {
-    match tokio::time::timeout(TIMEOUT * 2, ask_inner(ip, credentials)).await {
+/// Asks the Valkey at `ip` for PING and its role (over TLS, verified against `trust`, when the
+/// node serves TLS).
+pub async fn ask(ip: &str, credentials: Option<&Credentials>, trust: Option<&Trust>) -> Answer {
+    match tokio::time::timeout(TIMEOUT * 2, ask_inner(ip, credentials, trust)).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => Answer::Failed(describe(&e)),
         Err(_) => Answer::Failed(format!(
@@ -53,8 +55,12 @@ pub async fn ask(ip: &str, credentials: Option<&Credentials>) -> Answer {
     }
 }
 
-async fn ask_inner(ip: &str, credentials: Option<&Credentials>) -> redis::RedisResult<Answer> {
-    let mut connection = connect(ip, credentials).await?;
+async fn ask_inner(
+    ip: &str,
+    credentials: Option<&Credentials>,
+    trust: Option<&Trust>,
+) -> redis::RedisResult<Answer> {
+    let mut connection = connect(ip, credentials, trust).await?;
     let pong: String = redis::cmd("PING").query_async(&mut connection).await?;
     if pong != "PONG" {
         return Ok(Answer::Failed(format!("PING answered {pong:?}")));
@@ -70,18 +76,16 @@ async fn ask_inner(ip: &str, credentials: Option<&Credentials>) -> redis::RedisR
     })
 }
 
-/// A connection to the Valkey at `ip`, authenticated as `credentials`. AUTH is sent as a command
+/// A connection to the Valkey at `ip` (TLS verified against `trust`, when given), authenticated as `credentials`. AUTH is sent as a command
 /// of its own rather than by the client library's handshake, which would replace Valkey's words
 /// (`WRONGPASS ...`) with its own; those words are what the Ready condition quotes.
 pub async fn connect(
     ip: &str,
     credentials: Option<&Credentials>,
+    trust: Option<&Trust>,
 ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let settings = RedisConnectionInfo::default().set_skip_set_lib_name();
-    let info = ConnectionAddr::Tcp(ip.to_owned(), VALKEY_PORT)
-        .into_connection_info()?
-        .set_redis_settings(settings);
-    let client = redis::Client::open(info)?;
+    let client = valkey_tls::client(ip, VALKEY_PORT, trust, settings)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(TIMEOUT))
         .set_response_timeout(Some(TIMEOUT));

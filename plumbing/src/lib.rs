@@ -18,6 +18,7 @@ pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod valkey_tls;
 
 pub use cache::Cache;
 pub use cli::CommonArgs;

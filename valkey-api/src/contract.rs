@@ -2,7 +2,8 @@
 //! the node-controller guarantees, what parents and tests rely on. Declared once, here, beside
 //! the types they belong with.
 
-/// The port Valkey listens on in every ValkeyNode's pod; its cluster bus is this plus 10000.
+/// The port Valkey listens on in every ValkeyNode's pod (in TLS when `spec.tls` is set); its
+/// cluster bus is this plus 10000.
 pub const VALKEY_PORT: u16 = 6379;
 
 /// The label that ties a pod, its workload and its PVC to their ValkeyNode (the value is the
@@ -27,6 +28,16 @@ pub const REVISION_ANNOTATION: &str = "valkey.io/revision";
 /// Where the pod sees the Secret `spec.credentials` names, read-only: a parent points
 /// `spec.config` (`aclfile`, `include`) at files in it.
 pub const CREDENTIALS_DIR: &str = "/etc/valkey/credentials";
+
+/// Where the pod sees the keys of the Secret `spec.tls` names, read-only.
+pub const TLS_DIR: &str = "/etc/valkey/tls";
+/// The keys of a TLS Secret, in the shape cert-manager writes: the certificate (with its chain),
+/// its private key, and the CA that servers and clients verify each other against.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+pub const TLS_KEY_KEY: &str = "tls.key";
+pub const TLS_CA_KEY: &str = "ca.crt";
+/// The plain-text client port beside TLS, when `spec.tls.plaintextPort` asks for one.
+pub const PLAINTEXT_PORT: u16 = 6380;
 
 /// The condition a ValkeyNode is ready by.
 pub const READY_CONDITION: &str = "Ready";

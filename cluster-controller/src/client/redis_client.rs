@@ -8,11 +8,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use plumbing::valkey_tls::{self, Trust};
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo,
-    RedisError, Value,
-};
+use redis::{AsyncConnectionConfig, Cmd, RedisConnectionInfo, RedisError, Value};
 
 use super::{ClientError, Credentials, ValkeyClient, command_label};
 
@@ -20,6 +18,8 @@ use super::{ClientError, Credentials, ValkeyClient, command_label};
 #[derive(Debug, Clone)]
 pub struct RedisClientConfig {
     pub credentials: Credentials,
+    /// With TLS: the CA the servers' certificates must chain to (plain TCP without).
+    pub trust: Option<Trust>,
     /// How long establishing a connection (TCP and AUTH) may take.
     pub connect_timeout: Duration,
 }
@@ -28,6 +28,7 @@ impl Default for RedisClientConfig {
     fn default() -> Self {
         Self {
             credentials: Credentials::none(),
+            trust: None,
             connect_timeout: Duration::from_secs(2),
         }
     }
@@ -75,11 +76,13 @@ impl RedisClient {
         if let Some(password) = &self.config.credentials.password {
             redis_settings = redis_settings.set_password(password.expose());
         }
-        let info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
-            .into_connection_info()
-            .map_err(connect_error)?
-            .set_redis_settings(redis_settings);
-        let client = Client::open(info).map_err(connect_error)?;
+        let client = valkey_tls::client(
+            &addr.ip().to_string(),
+            addr.port(),
+            self.config.trust.as_ref(),
+            redis_settings,
+        )
+        .map_err(connect_error)?;
         // Each command carries its own timeout, so the connection itself has none.
         let settings = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.connect_timeout))
@@ -163,6 +166,7 @@ mod tests {
         let client = RedisClient::new(RedisClientConfig {
             credentials: Credentials::user("operator", "hunter2"),
             connect_timeout: Duration::from_millis(200),
+            ..RedisClientConfig::default()
         });
         assert!(!format!("{client:?}").contains("hunter2"));
         // Nothing listens on port 1 of loopback.

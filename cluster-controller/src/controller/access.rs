@@ -17,12 +17,14 @@ use super::status::Problem;
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Brings every member that has an address in step with `auth.users`, through `operator` (the
-/// engine's client); returns what a person must know, if anything.
+/// engine's client); returns what a person must know, if anything. `trust` is the CA of a TLS
+/// parent's servers: the fallback logins verify them against it too.
 pub async fn sync(
     memory: &ClusterMemory,
     operator: &RedisClient,
     auth: &Auth,
     members: &[Member],
+    trust: Option<&plumbing::valkey_tls::Trust>,
 ) -> Option<Problem> {
     let targets: Vec<Target> = members
         .iter()
@@ -39,6 +41,7 @@ pub async fn sync(
         .map(|credentials| {
             RedisClient::new(RedisClientConfig {
                 credentials: credentials.clone(),
+                trust: trust.cloned(),
                 ..RedisClientConfig::default()
             })
         })

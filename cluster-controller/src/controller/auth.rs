@@ -159,7 +159,8 @@ pub struct SecretPlace<'a> {
     pub owner: OwnerReference,
 }
 
-fn owned_secret(place: &SecretPlace<'_>, name: String, data: BTreeMap<&str, String>) -> Secret {
+/// A Secret of the parent's, labelled as the operator's and owned by the parent.
+pub fn owned_secret(place: &SecretPlace<'_>, name: String, data: BTreeMap<&str, String>) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name),

@@ -11,6 +11,7 @@ use kube::runtime::reflector::Store;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
 use plumbing::leader::Claims;
+use plumbing::valkey_tls::Trust;
 use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
@@ -161,13 +162,22 @@ impl Context {
             .insert(key.clone(), (fingerprint, Instant::now()));
     }
 
-    /// The cluster's engine, made anew when the operator's password changed.
-    pub fn engine(&self, key: &ObjectKey, credentials: &Credentials) -> Engine<RedisClient> {
-        let fingerprint = credentials
+    /// The cluster's engine, made anew when the operator's password or the CA it verifies the
+    /// servers against (`trust`, with TLS) changed.
+    pub fn engine(
+        &self,
+        key: &ObjectKey,
+        credentials: &Credentials,
+        trust: Option<&Trust>,
+    ) -> Engine<RedisClient> {
+        let mut fingerprint = credentials
             .password
             .as_ref()
             .map(|p| auth::fingerprint(p.expose()))
             .unwrap_or_default();
+        if let Some(trust) = trust {
+            fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
+        }
         let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((known, engine)) = engines.get(key)
             && *known == fingerprint
@@ -176,6 +186,7 @@ impl Context {
         }
         let client = RedisClient::new(RedisClientConfig {
             credentials: credentials.clone(),
+            trust: trust.cloned(),
             ..RedisClientConfig::default()
         });
         // The replication user is fenced (off in the ACL file at every start), with the clients'

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::Affinity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use valkey_api::v1alpha1::{
-    NodeCredentials, ServerSettings, SlotsLostPolicy, ValkeyCluster, ValkeyNode, ValkeyNodeSpec,
+    NodeCredentials, NodeTls, ServerSettings, SlotsLostPolicy, ValkeyCluster, ValkeyNode,
+    ValkeyNodeSpec,
 };
 
 use super::auth::{
@@ -92,19 +93,22 @@ pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
 }
 
 /// What the member nodes mount for authentication: the cluster's ACL Secret (its ACL file and
-/// replication login only). A change of users or passwords reaches running servers live (the
-/// access stage) and this file is what a server loads when it starts, so no change of it restarts
-/// a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// replication login only), and with TLS the certificate Secret they serve. A change of users or
+/// passwords reaches running servers live (the access stage) and this file is what a server loads
+/// when it starts, so no change of it restarts a pod; nor does a renewed certificate (the servers
+/// reload the mounted files).
+#[derive(Debug, Clone, PartialEq)]
 pub struct NodeAuth {
     pub secret: String,
+    pub tls: Option<NodeTls>,
 }
 
 impl NodeAuth {
-    /// The ACL Secret of the cluster named `cluster`.
+    /// The ACL Secret of the cluster named `cluster`, without TLS.
     pub fn of(cluster: &str) -> Self {
         Self {
             secret: auth::acl_secret_name(cluster),
+            tls: None,
         }
     }
 }
@@ -215,6 +219,7 @@ pub fn server_node(
             pod_labels: Some(pod_labels),
             pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
             credentials,
+            tls: auth.tls.clone(),
             allowed_revision,
         },
         status: None,

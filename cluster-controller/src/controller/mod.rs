@@ -13,6 +13,7 @@
 //! | Secrets: the clients' password, the operator's users | [`secrets`] ([`auth`] builds them) | yes |
 //! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`members`] reads them) | no (cache) |
 //! | every member's ValkeyNode | [`desired`] ([`labels`], [`placement`]) | no |
+//! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::tls`] issues) | yes |
 //! | the cluster's NetworkPolicy | [`network`] | yes |
 //! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`serving`] builds) | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
@@ -37,6 +38,7 @@ pub mod report;
 pub mod secrets;
 pub mod serving;
 pub mod status;
+pub mod tls;
 
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;

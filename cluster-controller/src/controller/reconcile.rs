@@ -1,4 +1,5 @@
-//! One pass over a ValkeyCluster, stage by stage: secrets → observe (the cluster's ValkeyNodes
+//! One pass over a ValkeyCluster, stage by stage: secrets → tls (the certificate the members
+//! serve) → observe (the cluster's ValkeyNodes
 //! from the cache) → desired (every member's ValkeyNode, built once) → apply (member nodes) →
 //! access (every member's users, live) → the engine (observe Valkey, decide, take a Valkey
 //! step) → apply (the engine's Kubernetes step) → report (Events and status). Each stage is a
@@ -16,7 +17,7 @@ use valkey_api::v1alpha1::ValkeyCluster;
 use super::context::{ClusterMemory, Context};
 use super::error::{Error, api_error};
 use super::status::Problem;
-use super::{access, apply, desired, network, observe, report, secrets};
+use super::{access, apply, desired, network, observe, report, secrets, tls};
 use crate::engine::{Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
@@ -43,18 +44,18 @@ pub async fn pass(
             return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
         }
     };
-    if cluster.spec.tls.enabled {
-        // Accepted by the API, not served yet: never run plain what was asked to be TLS.
-        report::problem(ctx, cluster, Problem {
-            reason: "TLSNotSupported".into(),
-            message: "spec.tls.enabled is set, but this version of the operator does not serve TLS yet; no member is created or changed until it is off.".into(),
-        })
-        .await?;
-        return Ok(Requeue::await_change());
-    }
+    let served = match tls::ensure(ctx, cluster).await? {
+        Ok(served) => served,
+        Err(problem) => {
+            report::problem(ctx, cluster, problem).await?;
+            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
+        }
+    };
+    let mut node_auth = auth.node.clone();
+    node_auth.tls = served.as_ref().map(|s| s.node.clone());
     network::ensure(ctx, cluster, &memory).await?;
     let existing = observe::member_nodes(&ctx.nodes, cluster);
-    let desired = desired::members(cluster, &auth.node);
+    let desired = desired::members(cluster, &node_auth);
     apply::member_nodes(ctx, cluster, &desired, &existing).await?;
     // Services and budgets serve clients and drains, not the cluster itself: a failure to apply
     // them (a chart without their RBAC) is logged and retried, and holds nothing else back.
@@ -70,8 +71,9 @@ pub async fn pass(
         }
     };
     let members = observe::engine_members(&existing, cluster);
-    let engine = ctx.engine(key, &auth.credentials);
-    let refused = access::sync(&memory, engine.client(), &auth, &members).await;
+    let trust = served.as_ref().map(|s| &s.trust);
+    let engine = ctx.engine(key, &auth.credentials, trust);
+    let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
     let pass = engine.pass(&topology, &members).await;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {

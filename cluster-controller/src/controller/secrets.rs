@@ -73,6 +73,15 @@ pub async fn ensure(
     cluster: &ValkeyCluster,
     memory: &ClusterMemory,
 ) -> Result<Result<Auth, Problem>, Error> {
+    let (tools, parent) = cluster_parent(ctx, cluster);
+    ensure_for(&tools, &parent, memory).await
+}
+
+/// The ValkeyCluster controller's tools, and a ValkeyCluster as the parent of its Secrets.
+pub fn cluster_parent<'a>(
+    ctx: &'a Context,
+    cluster: &'a ValkeyCluster,
+) -> (Tools<'a>, Parent<'a, ValkeyCluster>) {
     let tools = Tools {
         client: &ctx.client,
         events: &ctx.events,
@@ -86,7 +95,7 @@ pub async fn ensure(
         reason: status.and_then(|s| s.reason.as_deref()),
         message: status.and_then(|s| s.message.as_deref()),
     };
-    ensure_for(&tools, &parent, memory).await
+    (tools, parent)
 }
 
 /// The Secrets authentication needs, created or brought up to date; then what the nodes, the
@@ -230,7 +239,10 @@ where
         .collect();
     bootstrap.push(Credentials::none());
     Ok(Ok(Auth {
-        node: NodeAuth { secret: acl_name },
+        node: NodeAuth {
+            secret: acl_name,
+            tls: None,
+        },
         credentials: Credentials::user(auth::OPERATOR_USER, passwords.operator.clone()),
         users,
         bootstrap,
@@ -279,7 +291,7 @@ async fn read_password(
 
 /// A Secret of the operator's names that the operator did not create: reported (a Warning Event
 /// when the parent first says so), never touched.
-async fn not_owned<K: Resource<DynamicType = ()>>(
+pub async fn not_owned<K: Resource<DynamicType = ()>>(
     ctx: &Tools<'_>,
     parent: &Parent<'_, K>,
     secret: &str,

@@ -85,6 +85,7 @@ impl Lab {
         let engine = Engine::new(
             RedisClient::new(RedisClientConfig {
                 credentials,
+                trust: None,
                 connect_timeout: Duration::from_millis(500),
             }),
             config,
@@ -93,6 +94,7 @@ impl Lab {
         // one-argument form is refused by a user without one).
         let probe = RedisClient::new(RedisClientConfig {
             credentials: Credentials::user("default", DEFAULT_PASSWORD),
+            trust: None,
             connect_timeout: Duration::from_millis(300),
         });
         Self {

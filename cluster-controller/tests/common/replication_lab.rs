@@ -73,10 +73,12 @@ impl ReplicationLab {
         let acl = servers::write_acl(&root, options);
         let engine = Engine::new(RedisClient::new(RedisClientConfig {
             credentials: Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD),
+            trust: None,
             connect_timeout: Duration::from_millis(500),
         }));
         let probe = RedisClient::new(RedisClientConfig {
             credentials: Credentials::user("default", DEFAULT_PASSWORD),
+            trust: None,
             connect_timeout: Duration::from_millis(300),
         });
         let spec = Spec {

@@ -42,6 +42,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     };
 
     let (credentials_state, credentials) = secrets::read(node, &ctx.client).await?;
+    let trust = secrets::read_trust(node, &ctx.client).await?;
 
     let stores = &ctx.stores;
     let pods = stores.pods.state();
@@ -50,19 +51,34 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     // so that a value Valkey refuses changes nothing else (not even valkey.conf, from which a
     // restarted pod would fail to start).
     let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
-    let answer = match pod.and_then(observe::running_ip) {
-        Some(ip) if credentials.is_some() || node.spec.credentials.is_none() => {
-            Some((ip.clone(), probe::ask(&ip, credentials.as_ref()).await))
+    let answer = match (pod.and_then(observe::running_ip), &trust) {
+        (Some(_), Some(Err(why))) => Some((String::new(), Answer::Failed(why.clone()))),
+        (Some(ip), _) if credentials.is_some() || node.spec.credentials.is_none() => {
+            let trust = trust.as_ref().and_then(|t| t.as_ref().ok());
+            Some((
+                ip.clone(),
+                probe::ask(&ip, credentials.as_ref(), trust).await,
+            ))
         }
-        Some(_) => Some((
+        (Some(_), _) => Some((
             String::new(),
             Answer::Failed("no credentials to authenticate with".into()),
         )),
-        None => None,
+        (None, _) => None,
     };
+    let trust = trust.and_then(Result::ok);
     let live_outcome = match &answer {
         Some((ip, Answer::Pong { server, .. })) => {
-            Some(live_settings(ctx, key, ip, credentials.as_ref(), server, &children.live).await)
+            let login = Login {
+                ip,
+                credentials: credentials.as_ref(),
+                trust: trust.as_ref(),
+            };
+            let outcome = live_settings(ctx, key, &login, server, &children.live).await;
+            if trust.is_some() && !children.live.contains_key(live::TLS_AUTO_RELOAD) {
+                reload_tls(&login, server).await;
+            }
+            Some(outcome)
         }
         _ => None,
     };
@@ -168,13 +184,33 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     }))
 }
 
+/// How the node-controller reaches a running server.
+struct Login<'a> {
+    ip: &'a str,
+    credentials: Option<&'a probe::Credentials>,
+    trust: Option<&'a plumbing::valkey_tls::Trust>,
+}
+
+/// A TLS server that does not reload its certificate files by itself (older than Valkey 9.1,
+/// or not known yet) is told to at each re-read, so that a renewed certificate is served within
+/// a re-read of the kubelet writing it into the pod, with no restart. A server that refuses is
+/// logged (it keeps serving the certificate it has) and told again next time.
+async fn reload_tls(login: &Login<'_>, server: &probe::Server) {
+    if let Err(why) = live::apply::reload_tls(login.ip, login.credentials, login.trust).await {
+        tracing::warn!(
+            ip = login.ip,
+            version = server.version.as_deref().unwrap_or("unknown"),
+            "the server did not reload its TLS files: {why}"
+        );
+    }
+}
+
 /// Sets the live settings on the running server unless this process already set exactly these
 /// on this server process (its run id).
 async fn live_settings(
     ctx: &Context,
     key: &ObjectKey,
-    ip: &str,
-    credentials: Option<&probe::Credentials>,
+    login: &Login<'_>,
     server: &probe::Server,
     live: &std::collections::BTreeMap<String, String>,
 ) -> Outcome {
@@ -187,7 +223,7 @@ async fn live_settings(
             settings: live.len(),
         };
     }
-    let outcome = live::apply::set(ip, credentials, live).await;
+    let outcome = live::apply::set(login.ip, login.credentials, login.trust, live).await;
     if let (Outcome::Applied { .. }, Some(fingerprint)) = (&outcome, fingerprint) {
         ctx.remember_live_set(key, fingerprint);
     }

@@ -1,10 +1,13 @@
 //! The secrets stage: the credentials Secret a node names, read for the node-controller's own
-//! PING. Its values never leave this module except as the `Credentials` whose Debug hides the
-//! password.
+//! PING, and the CA of its TLS Secret, to verify the server with. The credentials' values never
+//! leave this module except as the `Credentials` whose Debug hides the password; of the TLS
+//! Secret only the CA (no secret) is read.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
+use plumbing::valkey_tls::Trust;
+use valkey_api::contract::TLS_CA_KEY;
 use valkey_api::v1alpha1::ValkeyNode;
 
 use super::error::Error;
@@ -57,6 +60,41 @@ pub async fn read(
             None,
         ),
     })
+}
+
+/// The CA of the TLS Secret a node names: `None` for a plain node, `Some(Err(why))` when the
+/// Secret or its `ca.crt` is missing (the pod cannot start without it either).
+pub async fn read_trust(
+    node: &ValkeyNode,
+    client: &Client,
+) -> Result<Option<Result<Trust, String>>, Error> {
+    let Some(tls) = &node.spec.tls else {
+        return Ok(None);
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), &node.namespace().unwrap_or_default());
+    let secret = api
+        .get_opt(&tls.secret_name)
+        .await
+        .map_err(|source| Error::Secret {
+            name: tls.secret_name.clone(),
+            source,
+        })?;
+    let ca = secret
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get(TLS_CA_KEY))
+        .filter(|v| !v.0.is_empty());
+    Ok(Some(match (&secret, ca) {
+        (None, _) => Err(format!(
+            "the TLS Secret {} of spec.tls does not exist",
+            tls.secret_name
+        )),
+        (Some(_), None) => Err(format!(
+            "the TLS Secret {} has no {TLS_CA_KEY} to verify the server with",
+            tls.secret_name
+        )),
+        (Some(_), Some(ca)) => Ok(Trust::from_pem(ca.0.clone())),
+    }))
 }
 
 #[cfg(test)]

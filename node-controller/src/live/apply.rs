@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use plumbing::valkey_tls::Trust;
+
 use crate::probe::{self, Credentials};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,6 +42,7 @@ pub fn fingerprint(run_id: &str, live: &BTreeMap<String, String>) -> String {
 pub async fn set(
     ip: &str,
     credentials: Option<&Credentials>,
+    trust: Option<&Trust>,
     live: &BTreeMap<String, String>,
 ) -> Outcome {
     if live.is_empty() {
@@ -47,7 +50,7 @@ pub async fn set(
     }
     let sent = || live.keys().cloned().collect::<Vec<_>>();
     let result = tokio::time::timeout(TIMEOUT, async {
-        let mut connection = probe::connect(ip, credentials).await?;
+        let mut connection = probe::connect(ip, credentials, trust).await?;
         let mut command = redis::cmd("CONFIG");
         command.arg("SET");
         for (key, value) in live {
@@ -76,6 +79,38 @@ pub async fn set(
         Err(_) => Outcome::NotSet {
             answer: format!("no answer within {TIMEOUT:?}"),
         },
+    }
+}
+
+/// Tells a TLS server that does not reload its files by itself (older than Valkey 9.1) to read
+/// them again: `CONFIG SET` of the same paths reloads them (Valkey marks these settings
+/// volatile), so a renewed certificate that the kubelet wrote into the pod is served without a
+/// restart. Valkey reads the files all or none: a bad set leaves the current certificate in
+/// place and is answered with an error, returned here in Valkey's words.
+pub async fn reload_tls(
+    ip: &str,
+    credentials: Option<&Credentials>,
+    trust: Option<&Trust>,
+) -> Result<(), String> {
+    use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY};
+    let result = tokio::time::timeout(TIMEOUT, async {
+        let mut connection = probe::connect(ip, credentials, trust).await?;
+        let mut command = redis::cmd("CONFIG");
+        command.arg("SET");
+        for (setting, key) in [
+            ("tls-cert-file", TLS_CERT_KEY),
+            ("tls-key-file", TLS_KEY_KEY),
+            ("tls-ca-cert-file", TLS_CA_KEY),
+        ] {
+            command.arg(setting).arg(format!("{TLS_DIR}/{key}"));
+        }
+        command.query_async::<()>(&mut connection).await
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {TIMEOUT:?}")),
     }
 }
 

@@ -37,6 +37,13 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// The setting with which a server (Valkey 9.1 and later) reloads its TLS files by itself when
+/// they change: how a renewed certificate reaches it without a restart.
+pub const TLS_AUTO_RELOAD: &str = "tls-auto-reload-interval";
+/// How often, in seconds, a TLS server looks at its files: by itself with [`TLS_AUTO_RELOAD`],
+/// or when the node-controller tells an older one to (at each re-read of a ready node).
+pub const TLS_RELOAD_SECONDS: u32 = 10;
+
 /// The tables, oldest first: the settings each version changes at runtime.
 const TABLES: &[(Version, &str)] = &[
     (

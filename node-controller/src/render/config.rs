@@ -1,11 +1,15 @@
 //! valkey.conf: `spec.config` as given, one `key value` line per entry, `maxmemory` from the
-//! memory limit when the config sets none, then the two lines the pod needs (its data directory
-//! and the port its probes use).
+//! memory limit when the config sets none, then the lines the pod needs (its data directory, the
+//! port its probes use, and with `spec.tls` the TLS files where the pod mounts them).
 
 use std::collections::BTreeMap;
 
 use askama::Template;
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use valkey_api::contract::{
+    PLAINTEXT_PORT, TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT,
+};
+use valkey_api::v1alpha1::NodeTls;
 
 use super::{RenderError, memory};
 
@@ -18,6 +22,33 @@ struct ValkeyConf<'a> {
     /// `maxmemory` derived from the memory limit, when `config` sets none (see [`super::memory`]).
     maxmemory: Option<u64>,
     dataset_percent: u64,
+    port: u16,
+    tls: Option<TlsLines>,
+}
+
+/// What valkey.conf says when the server speaks TLS.
+struct TlsLines {
+    /// The plain port: 0 (none) or the plain-text port beside TLS.
+    plain_port: u16,
+    cert: String,
+    key: String,
+    ca: String,
+}
+
+impl TlsLines {
+    fn of(tls: &NodeTls) -> Self {
+        let file = |key: &str| format!("{TLS_DIR}/{key}");
+        Self {
+            plain_port: if tls.plaintext_port {
+                PLAINTEXT_PORT
+            } else {
+                0
+            },
+            cert: file(TLS_CERT_KEY),
+            key: file(TLS_KEY_KEY),
+            ca: file(TLS_CA_KEY),
+        }
+    }
 }
 
 /// Renders valkey.conf. The API server already rejects keys that are not directive names and
@@ -28,6 +59,7 @@ pub fn render_valkey_conf(
     namespace: &str,
     config: Option<&BTreeMap<String, String>>,
     resources: Option<&ResourceRequirements>,
+    tls: Option<&NodeTls>,
 ) -> Result<String, RenderError> {
     let mut entries = Vec::new();
     for (key, value) in config.into_iter().flatten() {
@@ -54,6 +86,8 @@ pub fn render_valkey_conf(
         config: entries,
         maxmemory,
         dataset_percent: memory::DATASET_PERCENT,
+        port: VALKEY_PORT,
+        tls: tls.map(TlsLines::of),
     }
     .render()
     .map_err(|e| RenderError::Template {

@@ -148,6 +148,7 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
         namespace,
         spec.config.as_ref(),
         spec.resources.as_ref(),
+        spec.tls.as_ref(),
     )?;
     // Live settings stay out of the revision, so changing them restarts nothing; valkey.conf
     // keeps them, so a pod that restarts anyway comes up with them.
@@ -165,7 +166,21 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
     {
         live_settings.insert("maxmemory".to_owned(), bytes.to_string());
     }
-    let restart_conf = render_valkey_conf(name, namespace, Some(&restart_only), None)?;
+    if spec.tls.is_some() && live::is_live(version, live::TLS_AUTO_RELOAD) {
+        // Set on the running server only, never written to valkey.conf: an older image that a
+        // pod might restart with would refuse the directive and not start.
+        live_settings.insert(
+            live::TLS_AUTO_RELOAD.to_owned(),
+            live::TLS_RELOAD_SECONDS.to_string(),
+        );
+    }
+    let restart_conf = render_valkey_conf(
+        name,
+        namespace,
+        Some(&restart_only),
+        None,
+        spec.tls.as_ref(),
+    )?;
     let persistence = spec.persistence.as_ref().filter(|p| p.enabled);
     let pvc = match persistence {
         Some(p) => Some(parse(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use serde::Serialize;
 use serde_json::{Value, json};
-use valkey_api::contract::VALKEY_PORT;
+use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT};
 use valkey_api::v1alpha1::ValkeyNodeSpec;
 
 use crate::names::{ChildNames, NODE_LABEL, labels};
@@ -86,6 +86,26 @@ impl PodTemplate {
                     .collect();
             }
             volumes.push(json!({"name": "credentials", "secret": secret}));
+        }
+        if let Some(tls) = &spec.tls {
+            // The probe speaks TLS and checks the server's chain against the mounted CA.
+            ping.extend([
+                "--tls".to_owned(),
+                "--cacert".to_owned(),
+                format!("{TLS_DIR}/{TLS_CA_KEY}"),
+            ]);
+            mounts.push(json!({"name": "tls", "mountPath": TLS_DIR, "readOnly": true}));
+            // Only the three keys Valkey reads: a CA's private key in the same Secret (a user's
+            // choice) never reaches the pod.
+            let items: Vec<Value> = [TLS_CERT_KEY, TLS_KEY_KEY, TLS_CA_KEY]
+                .iter()
+                .map(|key| json!({"key": key, "path": key}))
+                .collect();
+            volumes.push(json!({"name": "tls", "secret": {
+                "secretName": tls.secret_name,
+                "defaultMode": 0o440,
+                "items": items,
+            }}));
         }
         ping.push("ping".to_owned());
 

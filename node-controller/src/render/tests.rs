@@ -515,3 +515,71 @@ fn held_configs_stay_until_the_pod_has_rolled_out() {
         [config_key(&revision)]
     );
 }
+
+#[test]
+fn a_tls_node_serves_tls_only_and_mounts_only_the_three_tls_keys() {
+    let tls = STATEFUL.replace(
+        "  allowedRevision: \"\"",
+        "  tls: {secretName: cache-tls}\n  allowedRevision: \"\"",
+    );
+    assert_ne!(tls, STATEFUL);
+    // The version the node-controller observed decides the live settings.
+    let mut tls_node = node(&tls);
+    tls_node.status = Some(valkey_api::v1alpha1::ValkeyNodeStatus {
+        valkey_version: Some("9.1.2".into()),
+        ..Default::default()
+    });
+    let children = build(&tls_node).unwrap_or_else(|e| panic!("{e}"));
+    let conf = valkey_conf(&children);
+    for line in [
+        "port 0",
+        "tls-port 6379",
+        "tls-cert-file /etc/valkey/tls/tls.crt",
+        "tls-key-file /etc/valkey/tls/tls.key",
+        "tls-ca-cert-file /etc/valkey/tls/ca.crt",
+        "tls-replication yes",
+        "tls-cluster yes",
+    ] {
+        assert!(conf.lines().any(|l| l == line), "{line} in\n{conf}");
+    }
+    assert!(
+        !conf.lines().any(|l| l == "port 6379"),
+        "no plain port:\n{conf}"
+    );
+    // Valkey 9.1 reloads renewed files by itself: set live, never in valkey.conf.
+    assert_eq!(
+        children
+            .live
+            .get("tls-auto-reload-interval")
+            .map(String::as_str),
+        Some("10")
+    );
+    assert!(!conf.contains("tls-auto-reload-interval"));
+
+    let spec = pod_template(&children).spec.clone().unwrap_or_default();
+    let volume = spec
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "tls")
+        .and_then(|v| v.secret)
+        .unwrap_or_else(|| panic!("no tls volume"));
+    assert_eq!(volume.secret_name.as_deref(), Some("cache-tls"));
+    let keys: Vec<String> = volume
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    assert_eq!(keys, ["tls.crt", "tls.key", "ca.crt"]);
+    let probe = serde_json::to_string(&spec.containers).unwrap_or_default();
+    assert!(
+        probe.contains("--tls") && probe.contains("/etc/valkey/tls/ca.crt"),
+        "the probe speaks TLS: {probe}"
+    );
+
+    let plain = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(valkey_conf(&plain).lines().any(|l| l == "port 6379"));
+    assert!(!valkey_conf(&plain).contains("tls-"));
+    assert!(!plain.live.contains_key("tls-auto-reload-interval"));
+}

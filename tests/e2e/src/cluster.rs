@@ -247,6 +247,34 @@ impl ClusterFixture {
         Ok(seeds)
     }
 
+    /// The CA the servers of a TLS cluster present certificates of: `ca.crt` of the Secret
+    /// `spec.tls.certificateSecret` names, or of the operator's `<name>-tls`.
+    pub async fn tls_ca(&self) -> Result<Vec<u8>> {
+        let cluster = self.api().get(&self.name).await?;
+        let name = cluster
+            .spec
+            .tls
+            .certificate_secret
+            .unwrap_or_else(|| format!("{}-tls", self.name));
+        let secret = self.ns.api::<Secret>().get(&name).await?;
+        secret
+            .data
+            .and_then(|d| d.get("ca.crt").cloned())
+            .map(|v| v.0)
+            .ok_or_else(|| E2eError::Check(format!("Secret {name} has no ca.crt")))
+    }
+
+    /// A cluster-aware connection over TLS verified against `ca`, seeded with every member's IP.
+    pub async fn tls_client(&self, ca: Vec<u8>) -> Result<ClusterConnection> {
+        let seeds = self
+            .seed_urls()
+            .await?
+            .iter()
+            .map(|url| url.replacen("redis://", "rediss://", 1))
+            .collect();
+        connect_tls(seeds, self.password().await?, ca).await
+    }
+
     /// A cluster-aware connection (follows MOVED and ASK), seeded with every member's IP.
     pub async fn client(&self) -> Result<ClusterConnection> {
         connect(self.seed_urls().await?, self.password().await?).await
@@ -494,13 +522,25 @@ pub async fn command_as(
 
 /// A cluster connection from seed URLs, with the clients' password when there is one.
 pub async fn connect(seeds: Vec<String>, password: Option<String>) -> Result<ClusterConnection> {
-    let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
+    open_cluster(cluster_builder(seeds, password)).await
+}
+
+/// The harness's cluster client settings: retries and timeouts, and the password if any.
+fn cluster_builder(
+    seeds: Vec<String>,
+    password: Option<String>,
+) -> redis::cluster::ClusterClientBuilder {
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds)
         .retries(8)
         .connection_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(5));
-    if let Some(password) = password {
-        builder = builder.password(password);
+    match password {
+        Some(password) => builder.password(password),
+        None => builder,
     }
+}
+
+async fn open_cluster(builder: redis::cluster::ClusterClientBuilder) -> Result<ClusterConnection> {
     let client = builder.build().map_err(|source| E2eError::Valkey {
         addr: "cluster".into(),
         source,
@@ -512,6 +552,51 @@ pub async fn connect(seeds: Vec<String>, password: Option<String>) -> Result<Clu
             addr: "cluster".into(),
             source,
         })
+}
+
+/// A cluster connection over TLS (`rediss://` seeds), the servers' chains verified against `ca`
+/// (PEM). Members are reached by pod IP, which no certificate names, so the host name is not
+/// checked; the chain is.
+pub async fn connect_tls(
+    seeds: Vec<String>,
+    password: Option<String>,
+    ca: Vec<u8>,
+) -> Result<ClusterConnection> {
+    let builder = cluster_builder(seeds, password)
+        .certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca),
+        })
+        .danger_accept_invalid_hostnames(true);
+    open_cluster(builder).await
+}
+
+/// One command on the server at `ip` over TLS verified against `ca` (PEM), as the clients'
+/// default user.
+pub async fn tls_command(
+    ip: &str,
+    ca: &[u8],
+    password: Option<&str>,
+    args: &[&str],
+) -> Result<String> {
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(password) = password {
+        settings = settings.set_password(password);
+    }
+    let trust = plumbing::valkey_tls::Trust::from_pem(ca.to_vec());
+    let valkey = |source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    };
+    let client = plumbing::valkey_tls::client(ip, 6379, Some(&trust), settings).map_err(valkey)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(3)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(valkey)?;
+    crate::valkey_cmd(&mut conn, args).await
 }
 
 /// Writes keys one after another; remembers which were acknowledged.

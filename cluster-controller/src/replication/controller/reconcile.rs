@@ -23,6 +23,7 @@ use crate::controller::error::{Error, api_error};
 use crate::controller::labels::FIELD_MANAGER;
 use crate::controller::reconcile::{after_step, claim_for};
 use crate::controller::secrets::{self, Parent, Tools};
+use crate::controller::status::Problem;
 use crate::controller::{access, members};
 use crate::engine::Outcome as StepOutcome;
 use crate::replication::engine::{Action, Decision, decide, health};
@@ -75,6 +76,22 @@ pub async fn pass(
         }
     };
 
+    if replication.spec.tls.enabled {
+        // Accepted by the API, not served for this kind yet: never run plain what was asked to be
+        // TLS.
+        let outcome = Outcome::Problem {
+            problem: Problem {
+                reason: crate::controller::tls::TLS_NOT_SUPPORTED.into(),
+                message: "spec.tls.enabled is set, but this version of the operator serves TLS for ValkeyClusters only, not yet for a ValkeyReplication; no member is created or changed until it is off.".into(),
+            },
+            health: None,
+        };
+        let password = status.and_then(|s| s.password_secret_name.as_deref());
+        let new = report::status_of(replication, &outcome, recorded.as_deref(), password);
+        report::write_status(ctx, replication, new).await?;
+        return Ok(Requeue::await_change());
+    }
+
     let existing = observe::member_nodes(&ctx.nodes, replication);
     let desired = desired::members(replication, &auth.node);
     let api: Api<ValkeyNode> = Api::namespaced(
@@ -94,7 +111,7 @@ pub async fn pass(
 
     let members = observe::engine_members(&existing);
     let engine = ctx.engine(key, &auth.credentials);
-    let refused = access::sync(&memory, engine.client(), &auth, &members).await;
+    let refused = access::sync(&memory, engine.client(), &auth, &members, None).await;
     let spec = desired::spec(replication);
     let observed = engine.observe(&members, spec.fence_user.as_deref()).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);

@@ -9,3 +9,4 @@ mod daytwo;
 mod node_controller;
 mod replication;
 mod security;
+mod tls;

@@ -760,18 +760,18 @@ async fn the_network_policy_lets_in_only_members_named_clients_and_the_operator(
     .await
 }
 
-/// `spec.tls.enabled` is accepted by the API, but this version serves no TLS: the cluster says so
-/// and no member is created, rather than running plain what was asked to be TLS.
+/// TLS is served on Valkey 9 and later: a TLS cluster on 8.0 says why it is refused and gets no
+/// member, rather than running plain what was asked to be TLS.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tls_cluster_is_refused_until_tls_is_served() -> Result<()> {
+async fn a_tls_cluster_on_valkey_8_is_refused_with_a_reason() -> Result<()> {
     install_crds().await?;
     let ns = TestNamespace::create("sec-notls").await?;
     let _controller = ControllerProcess::start("cluster-controller", &ns, &[]).await?;
     ns.apply(
-        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: notls}\nspec: {shards: 1, replicas: 0, tls: {enabled: true}}\n",
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: notls}\nspec: {shards: 1, replicas: 0, image: \"valkey/valkey:8.0\", tls: {enabled: true}}\n",
     )
     .await?;
-    wait_cluster(
+    let refused = wait_cluster(
         &ns,
         "notls",
         Duration::from_secs(60),
@@ -779,6 +779,11 @@ async fn a_tls_cluster_is_refused_until_tls_is_served() -> Result<()> {
         |c| c.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("TLSNotSupported"),
     )
     .await?;
+    let message = refused.status.and_then(|s| s.message).unwrap_or_default();
+    check(
+        message.contains("Valkey 9"),
+        format!("the reason names what is served: {message}"),
+    )?;
     let nodes = ns.api::<ValkeyNode>().list(&ListParams::default()).await?;
     check(
         nodes.items.is_empty(),

@@ -1,0 +1,340 @@
+//! The TLS stage, for any parent (a ValkeyCluster, a ValkeyReplication): the Secret every member
+//! mounts for `spec.tls`, and the CA the operator verifies its servers against.
+//!
+//! - The user's Secret (`spec.tls.certificateSecret`, in cert-manager's shape): read, checked,
+//!   never written. A new content reaches the servers without a restart (the kubelet rewrites
+//!   the mounted files, the servers reload them).
+//! - Otherwise the operator's own: a CA it generates in `<name>-tls-ca` (mounted nowhere), and
+//!   from it the server certificate in `<name>-tls` (`tls.crt`, `tls.key`, `ca.crt`), renewed
+//!   when a third of its lifetime is left, or when the CA changed. Both are owned by the parent,
+//!   and a Secret of either name that the operator did not create is reported, never touched.
+//!
+//! No key ever leaves these Secrets: only certificates reach the return value.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use plumbing::valkey_tls::Trust;
+use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
+use valkey_api::v1alpha1::{NodeTls, Tls};
+
+use super::auth::{self, SecretPlace};
+use super::error::{Error, api_error};
+use super::labels::FIELD_MANAGER;
+use super::secrets::{Parent, Tools, not_owned};
+use super::status::Problem;
+use crate::tls::{self as issue, Pem};
+
+/// The key of the CA's private key in `<name>-tls-ca`.
+pub const CA_KEY_KEY: &str = "ca.key";
+
+/// How long a certificate the operator issues is valid, by default (renewed with a third left).
+pub const DEFAULT_CERTIFICATE_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// What TLS gives the rest of the pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// What every member node mounts and serves.
+    pub node: NodeTls,
+    /// What the operator verifies the servers against.
+    pub trust: Trust,
+}
+
+/// The Secret of the operator's server certificate for the parent `parent`.
+pub fn certificate_secret_name(parent: &str) -> String {
+    format!("{parent}-tls")
+}
+
+/// The Secret of the CA the operator generated for the parent `parent`.
+pub fn ca_secret_name(parent: &str) -> String {
+    format!("{parent}-tls-ca")
+}
+
+/// The names the operator's certificate carries: the parent's Services (`<name>`,
+/// `<name>-replicas`, in each short and long form) and loopback.
+pub fn certificate_names(parent: &str, namespace: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for service in [parent.to_owned(), format!("{parent}-replicas")] {
+        names.push(service.clone());
+        names.push(format!("{service}.{namespace}"));
+        names.push(format!("{service}.{namespace}.svc"));
+        names.push(format!("{service}.{namespace}.svc.cluster.local"));
+    }
+    names.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
+    names
+}
+
+/// The TLS stage of a ValkeyCluster (see [`ensure_for`]).
+pub async fn ensure(
+    ctx: &super::context::Context,
+    cluster: &valkey_api::v1alpha1::ValkeyCluster,
+) -> Result<Result<Option<Served>, Problem>, Error> {
+    let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
+    let tls = &cluster.spec.tls;
+    if let Some(problem) = unsupported(tls, &cluster.spec.image) {
+        return Ok(Err(problem));
+    }
+    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME).await
+}
+
+/// The reason a cluster reports for a TLS setting this version does not serve.
+pub const TLS_NOT_SUPPORTED: &str = "TLSNotSupported";
+
+/// What of `tls` this version refuses to serve on `image`, rather than run plain (or half
+/// secured) what was asked to be TLS: Valkey older than 9 (whose renewal without a restart is not
+/// served yet), and the plain-text port beside TLS (the NetworkPolicy does not open it).
+pub fn unsupported(tls: &Tls, image: &str) -> Option<Problem> {
+    if !tls.enabled {
+        return None;
+    }
+    let major = super::desired::image_major_version(image);
+    let why = if major.is_some_and(|major| major < 9) {
+        format!(
+            "spec.tls.enabled is set on image {image}, but this version of the operator serves TLS on Valkey 9 and later only; use a Valkey 9 image"
+        )
+    } else if tls.plaintext {
+        "spec.tls.plaintext is set, but this version of the operator does not serve a plain-text port beside TLS yet; turn it off".to_owned()
+    } else {
+        return None;
+    };
+    Some(Problem {
+        reason: TLS_NOT_SUPPORTED.into(),
+        message: format!("{why}. No member is created or changed until then."),
+    })
+}
+
+/// The Secret the members mount for `tls` and the CA to verify them with; `Ok(Ok(None))` when
+/// TLS is off, `Ok(Err(problem))` for what a person must fix. `lifetime` is how long a
+/// certificate the operator issues is valid.
+pub async fn ensure_for<K>(
+    tools: &Tools<'_>,
+    parent: &Parent<'_, K>,
+    tls: &Tls,
+    lifetime: Duration,
+) -> Result<Result<Option<Served>, Problem>, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    if !tls.enabled {
+        return Ok(Ok(None));
+    }
+    let namespace = parent.object.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(tools.client.clone(), &namespace);
+    let (secret, trust) = match &tls.certificate_secret {
+        Some(name) => match users_secret(&secrets, name).await? {
+            Ok(trust) => (name.clone(), trust),
+            Err(problem) => return Ok(Err(problem)),
+        },
+        None => match operators_secret(tools, parent, &secrets, lifetime).await? {
+            Ok(found) => found,
+            Err(problem) => return Ok(Err(problem)),
+        },
+    };
+    Ok(Ok(Some(Served {
+        node: NodeTls {
+            secret_name: secret,
+            plaintext_port: tls.plaintext,
+        },
+        trust,
+    })))
+}
+
+/// The user's Secret, checked: the three keys, each certificate readable.
+async fn users_secret(secrets: &Api<Secret>, name: &str) -> Result<Result<Trust, Problem>, Error> {
+    let found = secrets
+        .get_opt(name)
+        .await
+        .map_err(api_error(format!("reading Secret {name}")))?;
+    let Some(secret) = found else {
+        return Ok(Err(Problem {
+            reason: "TLSSecretNotFound".into(),
+            message: format!(
+                "Secret {name} named by spec.tls.certificateSecret does not exist; create it with keys {TLS_CERT_KEY}, {TLS_KEY_KEY} and {TLS_CA_KEY} (a cert-manager Certificate writes these)."
+            ),
+        }));
+    };
+    let value = |key: &str| bytes(&secret, key).filter(|v| !v.is_empty());
+    let missing: Vec<&str> = [TLS_CERT_KEY, TLS_KEY_KEY, TLS_CA_KEY]
+        .into_iter()
+        .filter(|key| value(key).is_none())
+        .collect();
+    let invalid = |why: String| {
+        Ok(Err(Problem {
+            reason: "TLSSecretInvalid".into(),
+            message: format!("Secret {name} named by spec.tls.certificateSecret {why}."),
+        }))
+    };
+    if !missing.is_empty() {
+        return invalid(format!(
+            "has no {}: it needs {TLS_CERT_KEY}, {TLS_KEY_KEY} and {TLS_CA_KEY}",
+            missing.join(", ")
+        ));
+    }
+    for key in [TLS_CERT_KEY, TLS_CA_KEY] {
+        if value(key)
+            .and_then(|v| issue::certificates_in(&v))
+            .is_none()
+        {
+            return invalid(format!(
+                "holds in {key} something that is not a PEM certificate"
+            ));
+        }
+    }
+    Ok(Ok(Trust::from_pem(value(TLS_CA_KEY).unwrap_or_default())))
+}
+
+/// The operator's CA and server certificate, created, renewed or kept.
+async fn operators_secret<K>(
+    tools: &Tools<'_>,
+    parent: &Parent<'_, K>,
+    secrets: &Api<Secret>,
+    lifetime: Duration,
+) -> Result<Result<(String, Trust), Problem>, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let object = parent.object;
+    let name = object.name_any();
+    let namespace = object.namespace().unwrap_or_default();
+    let uid = object.meta().uid.clone().unwrap_or_default();
+    let (ca_name, cert_name) = (ca_secret_name(&name), certificate_secret_name(&name));
+    let mut current = BTreeMap::new();
+    for secret_name in [&ca_name, &cert_name] {
+        let found = secrets
+            .get_opt(secret_name)
+            .await
+            .map_err(api_error(format!("reading Secret {secret_name}")))?;
+        if let Some(secret) = found {
+            if !auth::owned_by(&secret, &uid) {
+                let consequence = "it will not overwrite or use a Secret it did not create; delete or rename it, or name a certificate of yours in spec.tls.certificateSecret";
+                return Ok(Err(not_owned(tools, parent, secret_name, consequence).await));
+            }
+            current.insert(secret_name.clone(), secret);
+        }
+    }
+    let owner = object
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::Invalid(format!("the {} has no uid", K::kind(&()))))?;
+    let place = SecretPlace {
+        parent: &name,
+        label: parent.label,
+        namespace: &namespace,
+        owner,
+    };
+    let now = unix_now();
+    let failed = |e: issue::IssueError| Error::Invalid(format!("issuing a certificate: {e}"));
+
+    let stored_ca = current.get(&ca_name).and_then(|s| {
+        Some(Pem {
+            cert: string(s, TLS_CA_KEY)?,
+            key: string(s, CA_KEY_KEY)?,
+        })
+    });
+    let ca = match stored_ca.filter(issue::usable_ca) {
+        Some(ca) => ca,
+        None => {
+            let ca = issue::new_ca(&name, &namespace, now).map_err(failed)?;
+            let data =
+                BTreeMap::from([(TLS_CA_KEY, ca.cert.clone()), (CA_KEY_KEY, ca.key.clone())]);
+            write(secrets, auth::owned_secret(&place, ca_name.clone(), data)).await?;
+            ca
+        }
+    };
+
+    let stored_cert = current.get(&cert_name);
+    let signed_by_ca = stored_cert.and_then(|s| string(s, TLS_CA_KEY)).as_deref() == Some(&ca.cert);
+    let leaf = stored_cert.and_then(|s| string(s, TLS_CERT_KEY));
+    let due = leaf
+        .as_deref()
+        .is_none_or(|cert| issue::renewal_due(cert.as_bytes(), now, lifetime));
+    if !signed_by_ca || due || stored_cert.and_then(|s| string(s, TLS_KEY_KEY)).is_none() {
+        let names = certificate_names(&name, &namespace);
+        let issued = issue::issue_server(&ca, &names, now, lifetime).map_err(failed)?;
+        let data = BTreeMap::from([
+            (TLS_CERT_KEY, issued.cert),
+            (TLS_KEY_KEY, issued.key),
+            (TLS_CA_KEY, ca.cert.clone()),
+        ]);
+        write(secrets, auth::owned_secret(&place, cert_name.clone(), data)).await?;
+        let (reason, verb) = if stored_cert.is_some() {
+            ("CertificateRenewed", "Renewed")
+        } else {
+            ("CertificateIssued", "Issued")
+        };
+        let message = format!(
+            "{verb} the servers' TLS certificate in Secret {cert_name} (valid {} days, renewed with a third left), signed by the CA in Secret {ca_name}; the servers load it without a restart.",
+            lifetime.as_secs() / 86400
+        );
+        tracing::info!(secret = %cert_name, "{message}");
+        tools
+            .events
+            .normal(object, reason, "Certificate", &message)
+            .await;
+    }
+    Ok(Ok((cert_name, Trust::from_pem(ca.cert.into_bytes()))))
+}
+
+async fn write(secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
+    let name = secret.name_any();
+    secrets
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .map_err(api_error(format!("writing Secret {name}")))?;
+    Ok(())
+}
+
+fn bytes(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret.data.as_ref()?.get(key).map(|v| v.0.clone())
+}
+
+fn string(secret: &Secret, key: &str) -> Option<String> {
+    bytes(secret, key).and_then(|v| String::from_utf8(v).ok())
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_on_valkey_8_or_with_a_plain_port_is_refused_with_a_reason() {
+        let tls = |enabled, plaintext| Tls {
+            enabled,
+            plaintext,
+            certificate_secret: None,
+        };
+        assert_eq!(unsupported(&tls(false, false), "valkey/valkey:8.0"), None);
+        assert_eq!(unsupported(&tls(true, false), "valkey/valkey:9.1"), None);
+        assert_eq!(unsupported(&tls(true, false), "registry/valkey"), None);
+        let old = unsupported(&tls(true, false), "valkey/valkey:8.0");
+        assert!(old.is_some_and(|p| p.reason == TLS_NOT_SUPPORTED && p.message.contains("8.0")));
+        let plain = unsupported(&tls(true, true), "valkey/valkey:9.1");
+        assert!(plain.is_some_and(|p| p.message.contains("spec.tls.plaintext")));
+    }
+
+    #[test]
+    fn the_certificate_names_the_parents_services_and_loopback() {
+        let names = certificate_names("cache", "prod");
+        for name in [
+            "cache",
+            "cache.prod.svc",
+            "cache-replicas.prod.svc.cluster.local",
+            "127.0.0.1",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
+    }
+}
