@@ -197,6 +197,17 @@ impl TestNamespace {
         kubectl(&all).await
     }
 
+    /// The namespace's Events, one line each: `<type> <reason> <note>`.
+    pub async fn events(&self) -> Result<String> {
+        self.kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.reason} {.note}{\"\\n\"}{end}",
+        ])
+        .await
+    }
+
     pub async fn pod(&self, name: &str) -> Result<Pod> {
         Ok(self.api::<Pod>().get(name).await?)
     }

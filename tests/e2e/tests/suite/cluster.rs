@@ -817,14 +817,7 @@ impl DoomedShard {
 
     /// A Warning Event with reason SlotsLost names the ranges.
     async fn check_warned(&self, c: &ClusterFixture) -> Result<()> {
-        let events =
-            c.ns.kubectl(&[
-                "get",
-                "events.events.k8s.io",
-                "-o",
-                "jsonpath={range .items[*]}{.type} {.reason} {.note}{\"\\n\"}{end}",
-            ])
-            .await?;
+        let events = c.ns.events().await?;
         check(
             events
                 .lines()
@@ -857,6 +850,26 @@ impl DoomedShard {
     }
 }
 
+/// A 2 × 1 cluster of `spec` with 300 keys loses a whole shard (both pods deleted at once); the
+/// record of its status starts just before.
+async fn lose_a_shard(
+    prefix: &str,
+    spec: &str,
+) -> Result<(
+    ClusterFixture,
+    BTreeMap<String, String>,
+    DoomedShard,
+    Record<valkey_api::v1alpha1::ValkeyCluster>,
+)> {
+    let c = ClusterFixture::start(prefix, "lost", spec).await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let shard = DoomedShard::of_a_primary(&c, &before).await?;
+    let statuses = Record::start(c.api(), None).await?;
+    shard.lose(&c).await?;
+    Ok((c, before, shard, statuses))
+}
+
 fn state_of(v: &e2e::record::Version<valkey_api::v1alpha1::ValkeyCluster>) -> Option<ClusterState> {
     v.object.status.as_ref().and_then(|s| s.state)
 }
@@ -867,17 +880,11 @@ fn state_of(v: &e2e::record::Version<valkey_api::v1alpha1::ValkeyCluster>) -> Op
 /// user names them in `acceptLostSlots`; the other shard's keys are untouched throughout.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shard_lost_without_persistence_fails_until_the_user_accepts_the_loss() -> Result<()> {
-    let c = ClusterFixture::start(
+    let (c, before, shard, statuses) = lose_a_shard(
         "cluster-lost",
-        "lost",
         "{shards: 2, replicas: 1, persistence: {enabled: false}}",
     )
     .await?;
-    c.wait_ready(FORM).await?;
-    let before = c.write_keys("pre", 300).await?;
-    let shard = DoomedShard::of_a_primary(&c, &before).await?;
-    let statuses = Record::start(c.api(), None).await?;
-    shard.lose(&c).await?;
     let failed = c
         .wait_status(Duration::from_secs(240), "Failed: SlotsLost", |s| {
             s.state == Some(ClusterState::Failed) && s.reason.as_deref() == Some("SlotsLost")
@@ -922,17 +929,11 @@ async fn a_shard_lost_without_persistence_fails_until_the_user_accepts_the_loss(
 /// a Warning Event naming the ranges; nobody has to say a word.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cache_refills_a_lost_shard_at_once_and_warns() -> Result<()> {
-    let c = ClusterFixture::start(
+    let (c, before, shard, statuses) = lose_a_shard(
         "cluster-refill",
-        "refill",
         "{shards: 2, replicas: 1, persistence: {enabled: false}, onSlotsLost: Refill}",
     )
     .await?;
-    c.wait_ready(FORM).await?;
-    let before = c.write_keys("pre", 300).await?;
-    let shard = DoomedShard::of_a_primary(&c, &before).await?;
-    let statuses = Record::start(c.api(), None).await?;
-    shard.lose(&c).await?;
     // Ready again once the lost slots are served: after the loss was seen (a version not Ready).
     e2e::wait_until(Duration::from_secs(240), "Ready after the loss", || {
         let versions = statuses.versions();

@@ -462,14 +462,7 @@ async fn a_pre_existing_acl_secret_is_left_untouched_and_reported() -> Result<()
             }),
             format!("{cluster}: no Degraded condition naming the Secret: {conditions:?}"),
         )?;
-        let events = ns
-            .kubectl(&[
-                "get",
-                "events.events.k8s.io",
-                "-o",
-                "jsonpath={range .items[*]}{.type} {.reason} {.note}{\"\\n\"}{end}",
-            ])
-            .await?;
+        let events = ns.events().await?;
         check(
             events
                 .lines()
@@ -648,14 +641,7 @@ async fn two_cluster_controllers_never_drive_one_cluster() -> Result<()> {
         !log.contains("cluster_controller::engine::driver"),
         "the controller that does not hold the cluster took a step on it",
     )?;
-    let events =
-        c.ns.kubectl(&[
-            "get",
-            "events.events.k8s.io",
-            "-o",
-            "jsonpath={range .items[*]}{.type} {.reason} {.note}{\"\\n\"}{end}",
-        ])
-        .await?;
+    let events = c.ns.events().await?;
     check(
         events
             .lines()
