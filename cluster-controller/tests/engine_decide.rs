@@ -391,7 +391,7 @@ fn a_member_at_a_new_address_is_met_again() {
         .insert("c-2-1".into(), Reach::Up(Box::new(state)));
     match world.decide(THREE_BY_ONE) {
         Decision::Act {
-            action: Action::Meet { on, peer },
+            action: Action::Meet { on, peer, .. },
             reason: Reason::NodeAddressChanged,
             ..
         } => {
@@ -433,12 +433,14 @@ fn fresh_nodes_are_met_through_one_seed_then_given_even_slots() {
     let desired = Desired::new(2, 0);
     match decide(&desired, &members, &observed) {
         Decision::Act {
-            action: Action::Meet { on, peer },
+            action: Action::Meet { on, peer, bus_port },
             reason: Reason::Forming,
             ..
         } => {
             assert_eq!(on.member, "c-0-0");
             assert_eq!(peer, addr("127.0.0.62"));
+            // The bus port the peer announces (17100), not one assumed from its client port.
+            assert_eq!(bus_port, 17100);
         }
         other => panic!("{other}"),
     }

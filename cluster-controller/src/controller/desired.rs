@@ -17,8 +17,8 @@ use super::auth::{
     self, CREDENTIALS_DIR, HEALTHCHECK_PASSWORD_KEY, HEALTHCHECK_USER, MOUNTED_KEYS,
 };
 use super::labels::{member_labels, member_name};
-use super::placement;
 use super::status::Problem;
+use super::{bus, placement};
 use crate::engine::{Desired, LostSlotsPolicy};
 use crate::valkey::slots::SlotSet;
 
@@ -131,6 +131,8 @@ fn cluster_mode(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
     if image_major_version(&cluster.spec.image).is_some_and(|major| major >= 9) {
         config.insert("shutdown-on-sigterm".to_owned(), "failover".to_owned());
     }
+    // The cluster's own bus port (see [`bus`]): a node of another cluster cannot join it.
+    config.extend(bus::settings(bus::port(cluster)));
     config
 }
 

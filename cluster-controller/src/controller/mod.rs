@@ -13,6 +13,7 @@
 //! | Secrets: the clients' password, the operator's users | [`secrets`] ([`auth`] builds them) | yes |
 //! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`members`] reads them) | no (cache) |
 //! | every member's ValkeyNode | [`desired`] ([`labels`], [`placement`]) | no |
+//! | the cluster bus's own port, recorded on the cluster | [`bus`] | yes |
 //! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::tls`] issues) | yes |
 //! | the cluster's NetworkPolicy | [`network`] | yes |
 //! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`serving`] builds) | yes |
@@ -23,6 +24,7 @@
 pub mod access;
 pub mod apply;
 pub mod auth;
+pub mod bus;
 pub mod context;
 pub mod desired;
 pub mod error;

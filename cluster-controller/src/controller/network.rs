@@ -16,12 +16,11 @@ use kube::{Resource, ResourceExt};
 use valkey_api::contract::VALKEY_PORT;
 use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
+use super::bus;
 use super::context::{ClusterMemory, Context};
 use super::error::{Error, api_error};
 use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 
-/// The cluster bus: the client port plus 10000.
-const BUS_PORT: u16 = VALKEY_PORT + 10000;
 /// The label every pod of the operator's chart carries.
 const OPERATOR_POD_LABEL: (&str, &str) = ("app.kubernetes.io/part-of", "valkey-operator");
 
@@ -83,7 +82,7 @@ pub fn desired_policy(
             ingress: Some(vec![
                 NetworkPolicyIngressRule {
                     from: Some(vec![members]),
-                    ports: Some(vec![tcp(BUS_PORT)]),
+                    ports: Some(vec![tcp(bus::port(cluster))]),
                 },
                 NetworkPolicyIngressRule {
                     from: Some(clients),

@@ -17,7 +17,7 @@ use valkey_api::v1alpha1::ValkeyCluster;
 use super::context::{ClusterMemory, Context};
 use super::error::{Error, api_error};
 use super::status::Problem;
-use super::{access, apply, desired, network, observe, report, secrets, tls};
+use super::{access, apply, bus, desired, network, observe, report, secrets, tls};
 use crate::engine::{Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
@@ -53,8 +53,20 @@ pub async fn pass(
     };
     let mut node_auth = auth.node.clone();
     node_auth.tls = served.as_ref().map(|s| s.node.clone());
-    network::ensure(ctx, cluster, &memory).await?;
     let existing = observe::member_nodes(&ctx.nodes, cluster);
+    match bus::check(cluster, &existing) {
+        bus::Check::Recorded(_) => {}
+        bus::Check::Record(port) => {
+            // Recorded before any member or policy names it; the next pass reads it back.
+            bus::record(ctx, cluster, port).await?;
+            return Ok(Requeue::requeue(Duration::ZERO));
+        }
+        bus::Check::Changed(problem) => {
+            report::problem(ctx, cluster, problem).await?;
+            return Ok(Requeue::await_change());
+        }
+    }
+    network::ensure(ctx, cluster, &memory).await?;
     let desired = desired::members(cluster, &node_auth);
     apply::member_nodes(ctx, cluster, &desired, &existing).await?;
     // Services and budgets serve clients and drains, not the cluster itself: a failure to apply
@@ -299,7 +311,14 @@ mod tests {
     async fn a_new_open_cluster_gets_its_members_and_waits_for_them() {
         let (ctx, mut api, _nodes) = context();
         let yaml = format!("{CLUSTER}  auth: {{enabled: false}}\n");
-        let stored = serde_json::to_value(cluster(&yaml)).unwrap_or_default();
+        // Its bus port recorded (the first pass of all records it, and looks again).
+        let recorded = || {
+            let mut c = cluster(&yaml);
+            c.annotations_mut()
+                .insert(bus::ANNOTATION.into(), "23456".into());
+            c
+        };
+        let stored = serde_json::to_value(recorded()).unwrap_or_default();
         let script = tokio::spawn(async move {
             // The cluster's Lease first: no other controller holds it, so this one takes it.
             api.expect(
@@ -385,7 +404,7 @@ mod tests {
             status.with_status_of(&stored);
             api.done().await;
         });
-        let cache = cluster(&yaml);
+        let cache = recorded();
         let key = ObjectKey::of(&cache);
         let requeue = ctx
             .reconcile(&cache, &key)

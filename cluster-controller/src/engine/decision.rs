@@ -40,8 +40,13 @@ pub struct LegacyMigration {
 /// actions are only named, for the Kubernetes side to carry out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// `CLUSTER MEET <peer>` sent to `on`.
-    Meet { on: NodeRef, peer: SocketAddr },
+    /// `CLUSTER MEET <peer> <bus_port>` sent to `on`: `bus_port` is the one the peer itself
+    /// announces, since each cluster's bus has a port of its own (not the client port + 10000).
+    Meet {
+        on: NodeRef,
+        peer: SocketAddr,
+        bus_port: u16,
+    },
     /// `CLUSTER ADDSLOTSRANGE` on `on`: slots nobody owns.
     AddSlots { on: NodeRef, slots: SlotSet },
     /// `CLUSTER REPLICATE <primary_id>` on `on`.
@@ -124,7 +129,9 @@ impl Action {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::Meet { on, peer } => write!(f, "CLUSTER MEET {peer} on {on}"),
+            Action::Meet { on, peer, bus_port } => {
+                write!(f, "CLUSTER MEET {peer}@{bus_port} on {on}")
+            }
             Action::AddSlots { on, slots } => write!(f, "CLUSTER ADDSLOTSRANGE {slots} on {on}"),
             Action::Replicate { on, primary_id } => {
                 write!(f, "CLUSTER REPLICATE {primary_id} on {on}")

@@ -7,7 +7,8 @@
 //! and started again converges to the same place from what Valkey reports.
 //!
 //! What the engine expects of every node's configuration (the Kubernetes side writes it):
-//! - `cluster-enabled yes`, port 6379, cluster bus 16379;
+//! - `cluster-enabled yes`, port 6379, the cluster bus on a port of the cluster's own (every
+//!   node announces it; a MEET names it);
 //! - `cluster-allow-replica-migration no`: the engine owns the topology, and Valkey moving a
 //!   replica to another shard by itself would be undone by the next pass, back and forth;
 //! - `masteruser`/`masterauth` of a replication user when ACLs are on; on Valkey 9 atomic slot

@@ -26,6 +26,11 @@ pub struct PodTemplate {
     pub affinity: Option<Affinity>,
     pub image: String,
     pub pull_policy: String,
+    /// The cluster bus port the server listens on: its `cluster-port` setting, or Valkey's
+    /// default (the client port + 10000). Left out of the fingerprint: it follows `cluster-port`,
+    /// which the revision already covers, and a new field must not restart every running pod.
+    #[serde(skip)]
+    pub bus_port: u16,
     pub env: Vec<Value>,
     pub resources: Option<ResourceRequirements>,
     /// The probe command: Valkey's own `PING`, authenticated when the node has credentials.
@@ -117,6 +122,12 @@ impl PodTemplate {
             affinity: spec.affinity.clone(),
             image: spec.image.clone(),
             pull_policy: spec.image_pull_policy.to_string(),
+            bus_port: spec
+                .config
+                .as_ref()
+                .and_then(|c| c.get("cluster-port"))
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(VALKEY_PORT + 10000),
             env,
             resources: spec.resources.clone(),
             ping,

@@ -75,6 +75,7 @@ pub(super) fn meet(t: &Topology) -> Option<Decision> {
             Action::Meet {
                 on: introducer.node_ref(),
                 peer: b.address(),
+                bus_port: bus_port(b),
             },
             Reason::NodeAddressChanged,
             format!(
@@ -142,6 +143,7 @@ fn link(
         Action::Meet {
             on: from.node_ref(),
             peer: to.address(),
+            bus_port: bus_port(to),
         },
         reason,
         message,
@@ -153,6 +155,15 @@ fn meeting(from: &Live, to: &Live) -> Decision {
         Reason::Joining,
         format!("{} is in a handshake with {}", from.name(), to.name()),
     )
+}
+
+/// The bus port `node` announces for itself: each cluster's is its own (`cluster-port`), so a
+/// MEET names it rather than letting Valkey assume the client port + 10000.
+fn bus_port(node: &Live) -> u16 {
+    match node.me().bus_port {
+        0 => node.address().port().saturating_add(10000),
+        port => port,
+    }
 }
 
 /// True when the node's own line shows the address it is reached at. A node that was never

@@ -30,9 +30,12 @@ pub async fn execute(
         async move { client.command(addr, &cmd, config.command_timeout).await }
     };
     match action {
-        Action::Meet { on, peer } => {
+        Action::Meet { on, peer, bus_port } => {
             let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("MEET").arg(peer.ip().to_string()).arg(peer.port());
+            cmd.arg("MEET")
+                .arg(peer.ip().to_string())
+                .arg(peer.port())
+                .arg(*bus_port);
             ok(run(on, cmd).await?, "CLUSTER MEET")
         }
         Action::AddSlots { on, slots } => {

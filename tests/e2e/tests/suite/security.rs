@@ -714,9 +714,10 @@ async fn the_network_policy_lets_in_only_members_named_clients_and_the_operator(
         .iter()
         .map(|r| serde_json::to_string(&r.ports).unwrap_or_default())
         .collect();
+    let bus = bus_port_of(&c).await?;
     check(
-        rules.len() == 2 && ports[0].contains("16379") && ports[1].contains("6379"),
-        format!("one rule for the bus, one for clients: {text}"),
+        rules.len() == 2 && ports[0].contains(&format!(":{bus}")) && ports[1].contains("6379"),
+        format!("one rule for the bus (port {bus}), one for clients: {text}"),
     )?;
     let bus_from = serde_json::to_value(&rules[0].from).unwrap_or_default();
     check(
@@ -775,4 +776,100 @@ async fn a_tls_cluster_on_valkey_8_is_refused_with_a_reason() -> Result<()> {
         nodes.items.is_empty(),
         "no member of a TLS cluster runs plain",
     )
+}
+
+/// The bus port the operator recorded for the cluster, once it has.
+async fn bus_port_of(c: &ClusterFixture) -> Result<String> {
+    wait_until(Duration::from_secs(60), "the bus port recorded", || async {
+        let cluster = c.api().get(&c.name).await?;
+        Ok(
+            match cluster.annotations().get("valkey.io/cluster-bus-port") {
+                Some(port) => Poll::Ready(port.clone()),
+                None => Poll::NotYet("no valkey.io/cluster-bus-port annotation".into()),
+            },
+        )
+    })
+    .await
+}
+
+/// Every node id a server knows, itself included, from CLUSTER NODES; and the addresses of those
+/// still in a handshake.
+async fn known_nodes(c: &ClusterFixture, ip: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let text = c.admin_command_on(ip, &["CLUSTER", "NODES"]).await?;
+    let mut ids = Vec::new();
+    let mut handshakes = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match (fields.first(), fields.get(1), fields.get(2)) {
+            (Some(_), Some(address), Some(flags)) if flags.contains("handshake") => {
+                handshakes.push((*address).to_owned());
+            }
+            (Some(id), _, _) => ids.push((*id).to_owned()),
+            _ => {}
+        }
+    }
+    Ok((ids, handshakes))
+}
+
+/// Two clusters in one pod network never become one. A pod address moves between clusters, and
+/// Valkey keeps knocking on a peer's last address, even with a MEET; the bus has no password, so
+/// on a shared bus port that knock joins the two clusters (and the higher config epoch takes the
+/// other's slots). Here a server of one cluster is told to MEET a server of the other at that
+/// address, on its own cluster's bus port, as Valkey would: each cluster's bus has a port of its
+/// own, so the knock reaches a closed port and both clusters keep only their own nodes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_meet_from_another_cluster_at_a_reused_address_joins_nothing() -> Result<()> {
+    let (a, b) = tokio::try_join!(
+        ClusterFixture::start("sec-bus-a", "alpha", "{shards: 1, replicas: 0}"),
+        ClusterFixture::start("sec-bus-b", "beta", "{shards: 1, replicas: 0}"),
+    )?;
+    tokio::try_join!(a.wait_ready(READY), b.wait_ready(READY))?;
+    let (a_ip, b_ip) = (a.ready_member_ip().await?, b.ready_member_ip().await?);
+    let (a_before, _) = known_nodes(&a, &a_ip).await?;
+    let (b_before, _) = known_nodes(&b, &b_ip).await?;
+    check(
+        a_before.len() == 1 && b_before.len() == 1,
+        format!("one node each before: {a_before:?} / {b_before:?}"),
+    )?;
+    let b_bus = bus_port_of(&b).await?;
+
+    b.admin_command_on(&b_ip, &["CLUSTER", "MEET", &a_ip, "6379", &b_bus])
+        .await?;
+    // The handshake ends either way: joined, or given up after the node timeout.
+    let a_peer = format!("{a_ip}:6379@{b_bus}");
+    wait_until(
+        Duration::from_secs(60),
+        "beta's handshake with alpha's address over",
+        || {
+            let (b, b_ip, a_peer) = (&b, &b_ip, &a_peer);
+            async move {
+                let (_, handshakes) = known_nodes(b, b_ip).await?;
+                Ok(
+                    if handshakes.iter().any(|h| h.starts_with(a_peer.as_str())) {
+                        Poll::NotYet(format!("in a handshake with {handshakes:?}"))
+                    } else {
+                        Poll::Ready(())
+                    },
+                )
+            }
+        },
+    )
+    .await?;
+    let (a_after, _) = known_nodes(&a, &a_ip).await?;
+    let (b_after, _) = known_nodes(&b, &b_ip).await?;
+    check(
+        a_after == a_before,
+        format!("alpha took in beta's node: {a_after:?}, was {a_before:?}"),
+    )?;
+    check(
+        b_after == b_before,
+        format!("beta took in alpha's node: {b_after:?}, was {b_before:?}"),
+    )?;
+    check(
+        bus_port_of(&a).await? != b_bus,
+        format!("both clusters' bus on port {b_bus}"),
+    )?;
+    // Both still serve, each on its own.
+    tokio::try_join!(a.wait_ready(LIVE), b.wait_ready(LIVE))?;
+    Ok(())
 }
