@@ -489,6 +489,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("list", "valkeyclusters.valkey.io", true),
         e("watch", "valkeyclusters.valkey.io", true),
         e("patch", "valkeyclusters.valkey.io/status", true),
+        e("patch", "valkeyclusters.valkey.io", true),
         e("update", "valkeyclusters.valkey.io", false),
         e("delete", "valkeyclusters.valkey.io", false),
         e("list", "valkeyreplications.valkey.io", true),
