@@ -115,8 +115,12 @@ impl Fault {
             | Fault::PausePrimary { .. }
             | Fault::PartitionZone { .. }
             | Fault::StopNode { .. } => true,
+            // The paused primary counts as failed. When the pause and the cut end, the stale
+            // replica catches up (a partial resync) and, its data fresh again, Valkey elects it at
+            // once (seen: resync at .170, election won at .194); writes the resumed primary
+            // acknowledged in between and had not sent yet are lost. The operator takes no step.
+            Fault::StaleReplicaThenPausedPrimary { .. } => true,
             Fault::PartialZonePartition { .. }
-            | Fault::StaleReplicaThenPausedPrimary { .. }
             | Fault::MemberOutWhileAnotherPrimaryRestarts { .. } => false,
             Fault::RestartPrimaryInPlace => !persistence,
             Fault::None
