@@ -102,6 +102,27 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
     conditions.len() != before
 }
 
+/// Logs what a parent's status says when its reason or message changed (`before`: the last
+/// status's, if any). Actions log themselves; a wait or a refusal leaves no other trace in the
+/// log, and a stall must be readable after the fact. A status holds no secret, so neither does
+/// this line.
+pub fn log_status_change(
+    before: Option<(Option<&str>, Option<&str>)>,
+    state: &dyn std::fmt::Debug,
+    reason: Option<&str>,
+    message: Option<&str>,
+) {
+    if before == Some((reason, message)) {
+        return;
+    }
+    tracing::info!(
+        state = ?state,
+        reason = reason.unwrap_or_default(),
+        "status: {}",
+        message.unwrap_or_default()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

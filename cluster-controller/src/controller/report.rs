@@ -177,17 +177,12 @@ pub async fn write_status(
     if previous == Some(&new) {
         return Ok(());
     }
-    // What the status says, logged when it changes: a wait or a refusal leaves no other trace
-    // in the log (actions log themselves), and a stall must be readable after the fact.
-    let said = |s: Option<&ValkeyClusterStatus>| s.map(|s| (s.reason.clone(), s.message.clone()));
-    if said(previous) != said(Some(&new)) {
-        tracing::info!(
-            state = ?new.state,
-            reason = new.reason.as_deref().unwrap_or_default(),
-            "status: {}",
-            new.message.as_deref().unwrap_or_default()
-        );
-    }
+    plumbing::conditions::log_status_change(
+        previous.map(|p| (p.reason.as_deref(), p.message.as_deref())),
+        &new.state,
+        new.reason.as_deref(),
+        new.message.as_deref(),
+    );
     let api: Api<ValkeyCluster> =
         Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let name = cluster.name_any();
