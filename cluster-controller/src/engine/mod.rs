@@ -32,4 +32,6 @@ pub use driver::{Engine, EngineConfig, Pass, Step};
 pub use error::EngineError;
 pub use execute::{ExecuteConfig, Outcome, execute, migrate_auth};
 pub use member::{Desired, LostSlotsPolicy, Member, Place};
-pub use observe::{NodeState, Observation, Reach, observe, observe_fenced, user_enabled};
+pub use observe::{
+    NodeState, Observation, Reach, observe, observe_fenced, read_admitted, read_every, user_enabled,
+};

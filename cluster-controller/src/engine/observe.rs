@@ -3,6 +3,7 @@
 //! must know a member is silent.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -181,7 +182,7 @@ impl NodeState {
 
 /// Whether a member could be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reach {
+pub enum Reach<S = NodeState> {
     /// The member has no address yet (no pod IP).
     NoAddress,
     /// The address did not answer, or answered something that could not be understood.
@@ -189,16 +190,51 @@ pub enum Reach {
         address: SocketAddr,
         error: String,
     },
-    Up(Box<NodeState>),
+    Up(Box<S>),
 }
 
-impl Reach {
-    pub fn state(&self) -> Option<&NodeState> {
+impl<S> Reach<S> {
+    pub fn state(&self) -> Option<&S> {
         match self {
             Reach::Up(state) => Some(state),
             _ => None,
         }
     }
+}
+
+/// Reads every member concurrently with `read`, keeping each member's answer or its silence by
+/// name. Both modes (cluster and replication) read their members through this one loop; only what
+/// they ask each server differs.
+pub async fn read_every<S, F, Fut>(members: &[Member], read: F) -> BTreeMap<String, Reach<S>>
+where
+    F: Fn(SocketAddr) -> Fut,
+    Fut: Future<Output = Result<S, String>>,
+{
+    let read = &read;
+    let reads = members.iter().map(|member| async move {
+        let reach = match member.address {
+            None => Reach::NoAddress,
+            Some(address) => match read(address).await {
+                Ok(state) => Reach::Up(Box::new(state)),
+                Err(error) => Reach::Unreachable { address, error },
+            },
+        };
+        (member.name.clone(), reach)
+    });
+    join_all(reads).await.into_iter().collect()
+}
+
+/// Whether `user` (the fenced replication user) may log in at `address`, from `ACL GETUSER`.
+pub async fn read_admitted(
+    client: &impl ValkeyClient,
+    address: SocketAddr,
+    timeout: Duration,
+    user: &str,
+) -> Result<bool, String> {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("GETUSER").arg(user);
+    let reply = client.command(address, &cmd, timeout).await.map_err(say)?;
+    user_enabled(&reply).ok_or_else(|| format!("ACL GETUSER {user}: no flags in the reply"))
 }
 
 /// One pass's reading of every member, by member name.
@@ -235,18 +271,11 @@ pub async fn observe_fenced(
     timeout: Duration,
     fence_user: Option<&str>,
 ) -> Observation {
-    let reads = members.iter().map(|member| async move {
-        let reach = match member.address {
-            None => Reach::NoAddress,
-            Some(address) => match read_node(client, address, timeout, fence_user).await {
-                Ok(state) => Reach::Up(Box::new(state)),
-                Err(error) => Reach::Unreachable { address, error },
-            },
-        };
-        (member.name.clone(), reach)
-    });
     Observation {
-        members: join_all(reads).await.into_iter().collect(),
+        members: read_every(members, |address| {
+            read_node(client, address, timeout, fence_user)
+        })
+        .await,
         fence_user: fence_user.map(str::to_owned),
     }
 }
@@ -291,15 +320,7 @@ async fn read_node(
     };
     let admitted = match fence_user {
         None => None,
-        Some(user) => {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("GETUSER").arg(user);
-            let reply = client.command(address, &cmd, timeout).await.map_err(say)?;
-            Some(
-                user_enabled(&reply)
-                    .ok_or_else(|| format!("ACL GETUSER {user}: no flags in the reply"))?,
-            )
-        }
+        Some(user) => Some(read_admitted(client, address, timeout, user).await?),
     };
     // Unreadable settings do not make the node unreachable: only the rules that need them
     // (taking over for Valkey) hold back, and say why.

@@ -6,36 +6,15 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use futures::future::join_all;
-
 use crate::client::ValkeyClient;
 use crate::engine::Member;
-use crate::engine::user_enabled;
+use crate::engine::{read_admitted, read_every};
 use crate::valkey::{info, value};
 
 use super::server::ServerState;
 
-/// Whether a member could be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reach {
-    /// No address yet (no pod IP).
-    NoAddress,
-    /// The address did not answer, or answered something that could not be understood.
-    Unreachable {
-        address: SocketAddr,
-        error: String,
-    },
-    Up(Box<ServerState>),
-}
-
-impl Reach {
-    pub fn state(&self) -> Option<&ServerState> {
-        match self {
-            Reach::Up(state) => Some(state),
-            _ => None,
-        }
-    }
-}
+/// Whether a member could be read, and what its server said.
+pub type Reach = crate::engine::Reach<ServerState>;
 
 /// One pass's reading of every member, by member name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -57,18 +36,11 @@ pub async fn observe(
     timeout: Duration,
     fence_user: Option<&str>,
 ) -> Observation {
-    let reads = members.iter().map(|member| async move {
-        let reach = match member.address {
-            None => Reach::NoAddress,
-            Some(address) => match read(client, address, timeout, fence_user).await {
-                Ok(state) => Reach::Up(Box::new(state)),
-                Err(error) => Reach::Unreachable { address, error },
-            },
-        };
-        (member.name.clone(), reach)
-    });
     Observation {
-        members: join_all(reads).await.into_iter().collect(),
+        members: read_every(members, |address| {
+            read(client, address, timeout, fence_user)
+        })
+        .await,
     }
 }
 
@@ -96,16 +68,7 @@ async fn read(
         .ok_or_else(|| format!("DBSIZE: not a count: {}", value::describe(&keys)))?;
     let mut state = ServerState::from_info(address, &info, keys).map_err(|e| say(&e))?;
     if let Some(user) = fence_user {
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("GETUSER").arg(user);
-        let reply = client
-            .command(address, &cmd, timeout)
-            .await
-            .map_err(|e| say(&e))?;
-        state.replication_admitted = Some(
-            user_enabled(&reply)
-                .ok_or_else(|| format!("ACL GETUSER {user}: no flags in the reply"))?,
-        );
+        state.replication_admitted = Some(read_admitted(client, address, timeout, user).await?);
     }
     Ok(state)
 }
