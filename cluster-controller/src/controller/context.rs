@@ -90,6 +90,77 @@ impl ClusterMemory {
     }
 }
 
+/// What a controller keeps of each object (a cluster, a replication) between passes: its engine,
+/// made anew when what it was made with changes (told by a fingerprint), and its memory. Both kinds'
+/// contexts keep them here, so that forgetting an object drops them together.
+pub struct Kept<E> {
+    engines: Mutex<HashMap<ObjectKey, (String, E)>>,
+    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+}
+
+impl<E> Default for Kept<E> {
+    fn default() -> Self {
+        Self {
+            engines: Mutex::new(HashMap::new()),
+            memory: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<E: Clone> Kept<E> {
+    /// What the controller remembers of the object `key`.
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// The object's engine: the one kept while `fingerprint` is the one it was made with, else
+    /// one made by `make`.
+    pub fn engine(&self, key: &ObjectKey, fingerprint: String, make: impl FnOnce() -> E) -> E {
+        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((known, engine)) = engines.get(key)
+            && *known == fingerprint
+        {
+            return engine.clone();
+        }
+        let engine = make();
+        engines.insert(key.clone(), (fingerprint, engine.clone()));
+        engine
+    }
+
+    /// Drops what is kept of `key` (its object is gone).
+    pub fn forget(&self, key: &ObjectKey) {
+        self.engines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// How many objects have an engine: what `forget` must bring down.
+    #[cfg(test)]
+    pub fn engines(&self) -> usize {
+        self.engines.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A short fingerprint of the operator's password (none: empty), to know when an engine made
+/// with it is outdated.
+pub fn credentials_fingerprint(credentials: &Credentials) -> String {
+    credentials
+        .password
+        .as_ref()
+        .map(|p| auth::fingerprint(p.expose()))
+        .unwrap_or_default()
+}
+
 pub struct Context {
     pub client: Client,
     pub events: EventPublisher,
@@ -97,12 +168,11 @@ pub struct Context {
     pub metrics: plumbing::Metrics,
     /// The ValkeyNodes of every cluster (those with the cluster label), from a watch cache.
     pub nodes: Store<ValkeyNode>,
-    /// One engine per cluster and operator password: it keeps Valkey connections between passes.
-    engines: Mutex<HashMap<ObjectKey, (String, Engine<RedisClient>)>>,
+    /// Per cluster: one engine per operator password and CA (it keeps Valkey connections between
+    /// passes), and the memory (its servers' users, the operator's passwords).
+    kept: Kept<Engine<RedisClient>>,
     /// Valkey actions that failed in a row, per cluster: each retry waits longer.
     pub action_failures: Backoff,
-    /// Per cluster: its servers' users, the operator's passwords.
-    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
     pub settings: Settings,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
@@ -129,9 +199,8 @@ impl Context {
             events,
             metrics,
             nodes,
-            engines: Mutex::new(HashMap::new()),
+            kept: Kept::default(),
             action_failures: Backoff::default(),
-            memory: Mutex::new(HashMap::new()),
             settings,
             serving: Mutex::new(HashMap::new()),
         }
@@ -139,13 +208,9 @@ impl Context {
 
     /// What the controller remembers of the cluster `key`.
     pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key.clone())
-            .or_default()
-            .clone()
+        self.kept.memory(key)
     }
+
     /// Whether the cluster's Services and budgets must be applied: they changed, or were last
     /// applied long ago.
     pub fn serving_outdated(&self, key: &ObjectKey, fingerprint: &str) -> bool {
@@ -170,40 +235,30 @@ impl Context {
         credentials: &Credentials,
         trust: Option<&Trust>,
     ) -> Engine<RedisClient> {
-        let mut fingerprint = credentials
-            .password
-            .as_ref()
-            .map(|p| auth::fingerprint(p.expose()))
-            .unwrap_or_default();
+        let mut fingerprint = credentials_fingerprint(credentials);
         if let Some(trust) = trust {
             fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
         }
-        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((known, engine)) = engines.get(key)
-            && *known == fingerprint
-        {
-            return engine.clone();
-        }
-        let client = RedisClient::new(RedisClientConfig {
-            credentials: credentials.clone(),
-            trust: trust.cloned(),
-            ..RedisClientConfig::default()
-        });
-        // The replication user is fenced (off in the ACL file at every start), with the clients'
-        // authentication on or off.
-        let config = EngineConfig {
-            fence_user: Some(REPLICATION_USER.to_owned()),
-            ..EngineConfig::for_credentials(credentials)
-        };
-        let engine = Engine::new(client, config);
-        engines.insert(key.clone(), (fingerprint, engine.clone()));
-        engine
+        self.kept.engine(key, fingerprint, || {
+            let client = RedisClient::new(RedisClientConfig {
+                credentials: credentials.clone(),
+                trust: trust.cloned(),
+                ..RedisClientConfig::default()
+            });
+            // The replication user is fenced (off in the ACL file at every start), with the
+            // clients' authentication on or off.
+            let config = EngineConfig {
+                fence_user: Some(REPLICATION_USER.to_owned()),
+                ..EngineConfig::for_credentials(credentials)
+            };
+            Engine::new(client, config)
+        })
     }
 
     /// How many clusters have an engine: what `forget` must bring down.
     #[cfg(test)]
     pub fn engines(&self) -> usize {
-        self.engines.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.kept.engines()
     }
 }
 
@@ -216,14 +271,7 @@ impl Reconciler for Context {
     }
 
     fn forget(&self, key: &ObjectKey) {
-        self.engines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.kept.forget(key);
         self.action_failures.succeeded(key);
         self.serving
             .lock()

@@ -36,6 +36,17 @@ fn meta(owner: &Owner, name: String, extra: &BTreeMap<String, String>) -> Object
     }
 }
 
+/// The one port of every client Service: Valkey's, by the pods' port name.
+pub fn valkey_port() -> ServicePort {
+    ServicePort {
+        name: Some("valkey".into()),
+        port: i32::from(VALKEY_PORT),
+        target_port: Some(IntOrString::String("valkey".into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
 /// The client Services of a group of pods: `<name>` (a ClusterIP) and `<name>-headless` (one
 /// address per ready pod, for clients that discover every member).
 pub fn client_services(
@@ -49,13 +60,7 @@ pub fn client_services(
             type_: Some("ClusterIP".into()),
             cluster_ip: headless.then(|| "None".into()),
             selector: Some(selector.clone()),
-            ports: Some(vec![ServicePort {
-                name: Some("valkey".into()),
-                port: i32::from(VALKEY_PORT),
-                target_port: Some(IntOrString::String("valkey".into())),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
+            ports: Some(vec![valkey_port()]),
             ..Default::default()
         }),
         status: None,

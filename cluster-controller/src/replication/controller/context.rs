@@ -1,8 +1,7 @@
 //! What every pass of the ValkeyReplication controller shares, and what it keeps per replication
 //! between passes (forgotten when the replication goes).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
@@ -16,8 +15,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::controller::auth;
-use crate::controller::context::{ClusterMemory, Settings};
+use crate::controller::context::{ClusterMemory, Kept, Settings, credentials_fingerprint};
 use crate::controller::error::Error;
 use crate::replication::engine::Engine;
 
@@ -33,10 +31,9 @@ pub struct Context {
     pub claims: Claims,
     /// Valkey actions that failed in a row, per replication.
     pub action_failures: Backoff,
-    /// One engine per replication and operator password: it keeps connections between passes.
-    engines: Mutex<HashMap<ObjectKey, (String, Engine<RedisClient>)>>,
-    /// Per replication: its servers' users, the operator's passwords, the other holder.
-    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+    /// Per replication: one engine per operator password (it keeps connections between passes),
+    /// and the memory (its servers' users, the operator's passwords, the other holder).
+    kept: Kept<Engine<RedisClient>>,
 }
 
 impl Context {
@@ -56,39 +53,23 @@ impl Context {
             settings,
             claims,
             action_failures: Backoff::default(),
-            engines: Mutex::new(HashMap::new()),
-            memory: Mutex::new(HashMap::new()),
+            kept: Kept::default(),
         }
     }
 
     pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key.clone())
-            .or_default()
-            .clone()
+        self.kept.memory(key)
     }
 
     /// The replication's engine, made anew when the operator's password changed.
     pub fn engine(&self, key: &ObjectKey, credentials: &Credentials) -> Engine<RedisClient> {
-        let fingerprint = credentials
-            .password
-            .as_ref()
-            .map(|p| auth::fingerprint(p.expose()))
-            .unwrap_or_default();
-        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
-        match engines.get(key) {
-            Some((known, engine)) if *known == fingerprint => engine.clone(),
-            _ => {
-                let engine = Engine::new(RedisClient::new(RedisClientConfig {
+        self.kept
+            .engine(key, credentials_fingerprint(credentials), || {
+                Engine::new(RedisClient::new(RedisClientConfig {
                     credentials: credentials.clone(),
                     ..RedisClientConfig::default()
-                }));
-                engines.insert(key.clone(), (fingerprint, engine.clone()));
-                engine
-            }
-        }
+                }))
+            })
     }
 }
 
@@ -105,14 +86,7 @@ impl Reconciler for Context {
     }
 
     fn forget(&self, key: &ObjectKey) {
-        self.engines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-        self.memory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.kept.forget(key);
         self.action_failures.succeeded(key);
     }
 }

@@ -6,15 +6,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use valkey_api::contract::replication::REPLICATION_LABEL;
-use valkey_api::contract::{NODE_LABEL, ROLE_LABEL, VALKEY_PORT};
+use valkey_api::contract::{NODE_LABEL, ROLE_LABEL};
 use valkey_api::v1alpha1::{Role, ValkeyReplication};
 
 use crate::controller::labels::FIELD_MANAGER;
+use crate::controller::serving::valkey_port;
 
 /// `<replication>-replicas`.
 pub fn replicas_service_name(replication: &str) -> String {
@@ -46,13 +46,7 @@ pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Optio
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector),
-            ports: Some(vec![ServicePort {
-                name: Some("valkey".into()),
-                port: i32::from(VALKEY_PORT),
-                target_port: Some(IntOrString::String("valkey".into())),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
+            ports: Some(vec![valkey_port()]),
             ..Default::default()
         }),
         status: None,
