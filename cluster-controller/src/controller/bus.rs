@@ -140,6 +140,20 @@ pub async fn record(ctx: &Context, cluster: &ValkeyCluster, port: u16) -> Result
     Ok(())
 }
 
+/// What the status says when the port could not be recorded (most often: the cluster-controller
+/// may not patch ValkeyClusters). Nothing is made before the port is recorded, so without this the
+/// cluster would wait with no word on why.
+pub fn not_recorded(port: u16, error: &Error) -> Problem {
+    Problem {
+        reason: "BusPortNotRecorded".into(),
+        message: format!(
+            "the cluster bus port {port} could not be recorded in \
+             metadata.annotations[{ANNOTATION}] ({error}); no member is made until it is. Check \
+             that the cluster-controller may patch ValkeyClusters (its ClusterRole)"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +223,25 @@ mod tests {
         let config = node.spec.config.clone().unwrap_or_default();
         assert_eq!(config.get(SETTING).map(String::as_str), Some("23456"));
         assert_eq!(check(&c, &[node]), Check::Recorded(23456));
+    }
+
+    #[test]
+    fn a_port_that_could_not_be_recorded_says_so_and_what_to_check() {
+        let error = Error::Api {
+            what: "recording the bus port of ValkeyCluster cache".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure(
+                    "valkeyclusters.valkey.io \"cache\" is forbidden",
+                    "Forbidden",
+                )
+                .with_code(403),
+            )),
+        };
+        let problem = not_recorded(23456, &error);
+        assert_eq!(problem.reason, "BusPortNotRecorded");
+        for part in ["23456", ANNOTATION, "forbidden", "patch ValkeyClusters"] {
+            assert!(problem.message.contains(part), "{}", problem.message);
+        }
     }
 
     #[test]

@@ -58,7 +58,10 @@ pub async fn pass(
         bus::Check::Recorded(_) => {}
         bus::Check::Record(port) => {
             // Recorded before any member or policy names it; the next pass reads it back.
-            bus::record(ctx, cluster, port).await?;
+            if let Err(error) = bus::record(ctx, cluster, port).await {
+                report::problem(ctx, cluster, bus::not_recorded(port, &error)).await?;
+                return Err(error);
+            }
             return Ok(Requeue::requeue(Duration::ZERO));
         }
         bus::Check::Changed(problem) => {
