@@ -74,7 +74,7 @@ pub async fn ensure(
 ) -> Result<Result<Option<Served>, Problem>, Error> {
     let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
     let tls = &cluster.spec.tls;
-    if let Some(problem) = unsupported(tls, &cluster.spec.image) {
+    if let Some(problem) = unsupported(tls) {
         return Ok(Err(problem));
     }
     ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME).await
@@ -83,26 +83,20 @@ pub async fn ensure(
 /// The reason a cluster reports for a TLS setting this version does not serve.
 pub const TLS_NOT_SUPPORTED: &str = "TLSNotSupported";
 
-/// What of `tls` this version refuses to serve on `image`, rather than run plain (or half
-/// secured) what was asked to be TLS: Valkey older than 9 (whose renewal without a restart is not
-/// served yet), and the plain-text port beside TLS (the NetworkPolicy does not open it).
-pub fn unsupported(tls: &Tls, image: &str) -> Option<Problem> {
-    if !tls.enabled {
+/// What of `tls` this version refuses to serve, rather than run plain (or half secured) what was
+/// asked to be TLS: the plain-text port beside TLS (the NetworkPolicy does not open it). Every
+/// Valkey version is served: 9.1 and later reload a renewed certificate by themselves, older
+/// servers are told to by the node-controller.
+pub fn unsupported(tls: &Tls) -> Option<Problem> {
+    if !(tls.enabled && tls.plaintext) {
         return None;
     }
-    let major = super::desired::image_major_version(image);
-    let why = if major.is_some_and(|major| major < 9) {
-        format!(
-            "spec.tls.enabled is set on image {image}, but this version of the operator serves TLS on Valkey 9 and later only; use a Valkey 9 image"
-        )
-    } else if tls.plaintext {
-        "spec.tls.plaintext is set, but this version of the operator does not serve a plain-text port beside TLS yet; turn it off".to_owned()
-    } else {
-        return None;
-    };
     Some(Problem {
         reason: TLS_NOT_SUPPORTED.into(),
-        message: format!("{why}. No member is created or changed until then."),
+        message: "spec.tls.plaintext is set, but this version of the operator does not serve a \
+                  plain-text port beside TLS yet; turn it off. No member is created or changed \
+                  until then."
+            .into(),
     })
 }
 
@@ -310,19 +304,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tls_on_valkey_8_or_with_a_plain_port_is_refused_with_a_reason() {
+    fn tls_with_a_plain_port_is_refused_with_a_reason_and_any_version_is_served() {
         let tls = |enabled, plaintext| Tls {
             enabled,
             plaintext,
             certificate_secret: None,
         };
-        assert_eq!(unsupported(&tls(false, false), "valkey/valkey:8.0"), None);
-        assert_eq!(unsupported(&tls(true, false), "valkey/valkey:9.1"), None);
-        assert_eq!(unsupported(&tls(true, false), "registry/valkey"), None);
-        let old = unsupported(&tls(true, false), "valkey/valkey:8.0");
-        assert!(old.is_some_and(|p| p.reason == TLS_NOT_SUPPORTED && p.message.contains("8.0")));
-        let plain = unsupported(&tls(true, true), "valkey/valkey:9.1");
-        assert!(plain.is_some_and(|p| p.message.contains("spec.tls.plaintext")));
+        assert_eq!(unsupported(&tls(false, false)), None);
+        assert_eq!(unsupported(&tls(true, false)), None);
+        let plain = unsupported(&tls(true, true));
+        assert!(plain.is_some_and(
+            |p| p.reason == TLS_NOT_SUPPORTED && p.message.contains("spec.tls.plaintext")
+        ));
     }
 
     #[test]

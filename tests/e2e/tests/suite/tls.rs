@@ -1,12 +1,17 @@
 //! TLS: a cluster created with `spec.tls.enabled` serves clients, replication and the cluster bus
 //! over TLS only, with a certificate the operator issues from a CA of the cluster's own; the
 //! node-controller's probe and live config and the cluster-controller's engine speak TLS to it,
-//! verified against that CA.
+//! verified against that CA. A certificate of the user's (`spec.tls.certificateSecret`) is served
+//! the same way, on Valkey 9.1 and 8.0, and a new one reaches every server without a restart.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::cluster::{ClusterFixture, ready_pod_ip, tls_command};
 use e2e::{E2eError, Poll, Result, check, wait_until};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
 use redis::AsyncCommands;
 use valkey_api::contract::CONFIG_APPLIED_CONDITION;
 use valkey_api::v1alpha1::Role;
@@ -132,14 +137,201 @@ async fn a_tls_cluster_serves_only_tls_verified_against_its_ca() -> Result<()> {
 
 /// A CA the cluster's servers were not issued by.
 fn other_ca() -> Result<Vec<u8>> {
-    let key = rcgen::KeyPair::generate().map_err(|e| E2eError::Check(e.to_string()))?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
-        .map_err(|e| E2eError::Check(e.to_string()))?;
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let cert = params
-        .self_signed(&key)
-        .map_err(|e| E2eError::Check(e.to_string()))?;
-    Ok(cert.pem().into_bytes())
+    Ok(Ca::new()?.pem.into_bytes())
+}
+
+fn rcgen_error(e: rcgen::Error) -> E2eError {
+    E2eError::Check(format!("making a test certificate: {e}"))
+}
+
+/// A CA of the test's own, as a user's (or cert-manager's) would be.
+struct Ca {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Ca {
+    fn new() -> Result<Self> {
+        let key = rcgen::KeyPair::generate().map_err(rcgen_error)?;
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let pem = params.self_signed(&key).map_err(rcgen_error)?.pem();
+        Ok(Self {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// A server certificate and its key (PEM), as cert-manager issues one for a Service name.
+    fn issue(&self, name: &str) -> Result<(String, String)> {
+        let key = rcgen::KeyPair::generate().map_err(rcgen_error)?;
+        let mut params =
+            rcgen::CertificateParams::new(vec![name.to_owned()]).map_err(rcgen_error)?;
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer).map_err(rcgen_error)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+/// Writes the user's certificate Secret in cert-manager's shape (created or replaced whole).
+async fn put_certificate(
+    c: &ClusterFixture,
+    name: &str,
+    cert: &str,
+    key: &str,
+    ca: &str,
+) -> Result<()> {
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": cert, "tls.key": key, "ca.crt": ca},
+    });
+    c.ns.api::<Secret>()
+        .patch(
+            name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Every member's pod: its UID and its containers' restart counts, to prove nothing restarted.
+async fn pod_lives(c: &ClusterFixture) -> Result<BTreeMap<String, (String, i32)>> {
+    let mut lives = BTreeMap::new();
+    for node in c.nodes().await? {
+        let pod_name = node
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_name.clone())
+            .ok_or_else(|| E2eError::Check(format!("{} has no pod", node.name_any())))?;
+        let pod = c.ns.pod(&pod_name).await?;
+        let restarts = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.restart_count)
+            .sum();
+        lives.insert(pod_name, (pod.metadata.uid.unwrap_or_default(), restarts));
+    }
+    Ok(lives)
+}
+
+/// The user's certificate Secret, replaced by one from another CA (with both CAs trusted, as a
+/// CA rotation is done): every server presents the new certificate within a minute, a client that
+/// trusts only the new CA is served by each and one that trusts only the old CA by none, the cluster
+/// is whole (Valkey's cli, the new CA only) and no pod restarted. Valkey 9.1 reloads its files
+/// itself; 8.0 is told to by the node-controller.
+async fn a_renewed_user_certificate_reaches_every_server_without_a_restart(
+    prefix: &str,
+    image: &str,
+) -> Result<()> {
+    const SECRET: &str = "secure-cert";
+    let c = ClusterFixture::start(
+        prefix,
+        "secure",
+        &format!(
+            "{{shards: 2, replicas: 1, image: '{image}', tls: {{enabled: true, certificateSecret: {SECRET}}}}}"
+        ),
+    )
+    .await?;
+    let service = format!("secure.{}.svc", c.ns.name);
+    let (old_ca, new_ca) = (Ca::new()?, Ca::new()?);
+    let (cert, key) = old_ca.issue(&service)?;
+    put_certificate(&c, SECRET, &cert, &key, &old_ca.pem).await?;
+    c.wait_ready(READY).await?;
+    let password = c.password().await?;
+    let nodes = c.wait_roles(2, 2, Duration::from_secs(60)).await?;
+    let ips: Vec<String> = nodes.iter().filter_map(ready_pod_ip).collect();
+    check(ips.len() == 4, format!("four ready members: {ips:?}"))?;
+    for ip in &ips {
+        let plain = c.command_on(ip, &["PING"]).await;
+        check(
+            plain.is_err(),
+            format!("{ip}: a plain client was answered: {plain:?}"),
+        )?;
+    }
+    let before = pod_lives(&c).await?;
+
+    let (cert, key) = new_ca.issue(&service)?;
+    let bundle = format!("{}{}", old_ca.pem, new_ca.pem);
+    put_certificate(&c, SECRET, &cert, &key, &bundle).await?;
+    let renewed = Instant::now();
+    let (old_pem, new_pem) = (
+        old_ca.pem.clone().into_bytes(),
+        new_ca.pem.clone().into_bytes(),
+    );
+    for ip in &ips {
+        wait_until(
+            Duration::from_secs(150),
+            &format!("{ip} presents the certificate of the new CA"),
+            || {
+                let (new_pem, password) = (new_pem.clone(), password.clone());
+                async move {
+                    Ok(
+                        match tls_command(ip, &new_pem, password.as_deref(), &["PING"]).await {
+                            Ok(pong) if pong == "PONG" => Poll::Ready(()),
+                            Ok(other) => Poll::NotYet(other),
+                            Err(e) => Poll::NotYet(e.to_string()),
+                        },
+                    )
+                }
+            },
+        )
+        .await?;
+        let old = tls_command(ip, &old_pem, password.as_deref(), &["PING"]).await;
+        check(
+            old.is_err(),
+            format!("{ip}: a client trusting only the old CA is still served: {old:?}"),
+        )?;
+    }
+    eprintln!(
+        "MEASURE tls renewal ({image}): every server presents the new certificate {:?} after the Secret changed",
+        renewed.elapsed()
+    );
+    c.wait_ready(READY).await?;
+    let check_output = cli_cluster_check(&c, &new_pem, password.as_deref()).await?;
+    check(
+        check_output.contains("[OK] All 16384 slots covered"),
+        format!("valkey-cli --cluster check with the new CA: {check_output}"),
+    )?;
+    let after = pod_lives(&c).await?;
+    check(
+        after == before,
+        format!("pods restarted or replaced: before {before:?}, after {after:?}"),
+    )?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_user_certificate_reaches_every_server_without_a_restart_on_valkey_9()
+-> Result<()> {
+    a_renewed_user_certificate_reaches_every_server_without_a_restart(
+        "tls-renew9",
+        "valkey/valkey:9.1",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_user_certificate_reaches_every_server_without_a_restart_on_valkey_8()
+-> Result<()> {
+    a_renewed_user_certificate_reaches_every_server_without_a_restart(
+        "tls-renew8",
+        "valkey/valkey:8.0",
+    )
+    .await
 }
 
 /// `valkey-cli --tls --cacert <ca> --cluster check` (the cli of the 9.1 image, built with TLS)
