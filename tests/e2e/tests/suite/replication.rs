@@ -542,10 +542,8 @@ async fn a_planned_switchover_to_a_named_member_loses_no_confirmed_write_on_valk
 
 /// replicas 2 → 0 → 2: the replicas' nodes go and the primary serves alone with every key; two
 /// new replicas come back, sync from it and hold every key.
-#[tokio::test(flavor = "multi_thread")]
-async fn replicas_scale_2_0_2_and_keep_every_key() -> Result<()> {
-    let r = ReplicationFixture::start("repl-scale", "orders", &spec("valkey/valkey:9.1", 2, ""))
-        .await?;
+async fn replicas_scale_2_0_2(prefix: &str, image: &str) -> Result<()> {
+    let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, "")).await?;
     r.wait_ready(FORM).await?;
     let (first, _) = primary(&r).await?;
     let written = r.write_confirmed("k", 200).await?;
@@ -580,6 +578,16 @@ async fn replicas_scale_2_0_2_and_keep_every_key() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_scale_2_0_2_and_keep_every_key_on_valkey_9() -> Result<()> {
+    replicas_scale_2_0_2("repl-scale", "valkey/valkey:9.1").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_scale_2_0_2_and_keep_every_key_on_valkey_8() -> Result<()> {
+    replicas_scale_2_0_2("repl-scale8", "valkey/valkey:8.0").await
 }
 
 /// `replicas: 0` with persistence: a standalone server whose pod is deleted comes back (a new
@@ -647,9 +655,21 @@ async fn a_standalone_server_keeps_its_data_across_pod_deletion() -> Result<()> 
 /// lost and every pod runs the new image.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_image_change_restarts_the_primary_last_after_a_switchover() -> Result<()> {
+    rolling_image_change("repl-roll", "valkey/valkey:9.1", "valkey/valkey:9.1.2").await
+}
+
+/// The same roll as an upgrade across major versions, 8.0 to 9.1: the replicas on 9 sync from the
+/// primary on 8, then the switchover hands the primary role to a server on 9 (a partial resync:
+/// an 8.0 server cannot load a 9 snapshot) before the old primary restarts on 9.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_from_valkey_8_to_9_restarts_the_primary_last_after_a_switchover() -> Result<()>
+{
+    rolling_image_change("repl-up89", "valkey/valkey:8.0", "valkey/valkey:9.1.2").await
+}
+
+async fn rolling_image_change(prefix: &str, from: &str, to: &str) -> Result<()> {
     use valkey_api::v1alpha1::{Role, ValkeyNode};
-    let r =
-        ReplicationFixture::start("repl-roll", "orders", &spec("valkey/valkey:9.1", 2, "")).await?;
+    let r = ReplicationFixture::start(prefix, "orders", &spec(from, 2, "")).await?;
     r.wait_ready(FORM).await?;
     let (old, _) = primary(&r).await?;
     let before = r.write_confirmed("before-roll", 100).await?;
@@ -661,8 +681,7 @@ async fn a_rolling_image_change_restarts_the_primary_last_after_a_switchover() -
     let writer = r.start_writer("w-roll").await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let started = Instant::now();
-    r.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1.2"}))
-        .await?;
+    r.patch_spec(serde_json::json!({"image": to})).await?;
     wait_until(Duration::from_secs(480), "the roll finished", || async {
         let replication = r.get().await?;
         let ready = replication.status.as_ref().is_some_and(|s| {
@@ -734,10 +753,7 @@ async fn a_rolling_image_change_restarts_the_primary_last_after_a_switchover() -
             .spec
             .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
             .unwrap_or_default();
-        check(
-            image == "valkey/valkey:9.1.2",
-            format!("{} runs {image}", node.name_any()),
-        )?;
+        check(image == to, format!("{} runs {image}", node.name_any()))?;
     }
     check_roles(&r).await?;
     check_losses(&r, &acks, &before).await?;
