@@ -155,6 +155,12 @@ impl Ca {
         let key = rcgen::KeyPair::generate().map_err(rcgen_error)?;
         let mut params =
             rcgen::CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
+        // A name of its own: a certificate whose issuer name equals its subject name reads as
+        // self-signed, and two CAs of one name cannot be told apart in a bundle.
+        let id: u64 = rand::random();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("e2e test CA {id:016x}"));
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params.key_usages = vec![
             rcgen::KeyUsagePurpose::KeyCertSign,
@@ -172,6 +178,11 @@ impl Ca {
         let key = rcgen::KeyPair::generate().map_err(rcgen_error)?;
         let mut params =
             rcgen::CertificateParams::new(vec![name.to_owned()]).map_err(rcgen_error)?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.use_authority_key_identifier_extension = true;
         params.extended_key_usages = vec![
             rcgen::ExtendedKeyUsagePurpose::ServerAuth,
             rcgen::ExtendedKeyUsagePurpose::ClientAuth,
