@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use e2e::Result;
-use e2e::chaos::{self, Fault, Operation, Scenario};
+use e2e::chaos::{self, Fault, Kind, Operation, Scenario};
 use e2e::faults::NodeStop;
 
 const SPEC_3X1: &str = "{shards: 3, replicas: 1}";
@@ -31,8 +31,11 @@ const SPEC_STALE_REPLICAS: &str =
 /// How many random points the operator is killed at, per operation, in the full matrix.
 const KILL_POINTS: u64 = 10;
 
-/// The operations of the matrix: (name, starting spec, operation, how long it runs about).
-fn operations() -> Vec<(&'static str, &'static str, Operation, Duration)> {
+/// Operations of the matrix: (name, starting spec, operation, how long it runs about).
+type Operations = Vec<(&'static str, &'static str, Operation, Duration)>;
+
+/// The operations on a cluster.
+fn operations() -> Operations {
     vec![
         ("idle", SPEC_3X1, Operation::Idle, Duration::from_secs(5)),
         (
@@ -107,6 +110,7 @@ fn faults() -> Vec<(&'static str, Fault)> {
 fn named() -> Vec<Scenario> {
     let idle = |name: &str, spec: &'static str, fault: Fault| Scenario {
         name: format!("named.{name}"),
+        kind: Kind::Cluster,
         spec: spec.to_owned(),
         operation: Operation::Idle,
         fault,
@@ -170,10 +174,19 @@ fn named() -> Vec<Scenario> {
     ]
 }
 
-fn matrix() -> Vec<Scenario> {
+/// Every operation of `kind` crossed with every fault that applies to it. Cluster scenarios are
+/// named `<operation>.<fault>`, replication ones `replication.<operation>.<fault>`.
+fn cross(kind: Kind, operations: Operations) -> Vec<Scenario> {
+    let prefix = match kind {
+        Kind::Cluster => "",
+        Kind::Replication => "replication.",
+    };
     let mut all = Vec::new();
-    for (op_name, spec, operation, window) in operations() {
+    for (op_name, spec, operation, window) in operations {
         for (fault_name, fault) in faults() {
+            if !fault.applies_to(kind) {
+                continue;
+            }
             // The operator killed at KILL_POINTS random points of each operation.
             let points = if fault == Fault::KillClusterController {
                 KILL_POINTS
@@ -187,7 +200,8 @@ fn matrix() -> Vec<Scenario> {
                     String::new()
                 };
                 all.push(Scenario {
-                    name: format!("{op_name}.{fault_name}{suffix}"),
+                    name: format!("{prefix}{op_name}.{fault_name}{suffix}"),
+                    kind,
                     spec: spec.to_owned(),
                     operation: operation.clone(),
                     fault: fault.clone(),
@@ -196,6 +210,11 @@ fn matrix() -> Vec<Scenario> {
             }
         }
     }
+    all
+}
+
+fn matrix() -> Vec<Scenario> {
+    let mut all = cross(Kind::Cluster, operations());
     all.extend(named());
     // Every scenario again on Valkey 8.0, but the upgrade from 8.0, which is on both already.
     let on_8: Vec<Scenario> = all
