@@ -7,7 +7,8 @@
 //! - `make chaos` runs the whole matrix (`full_matrix`, ignored otherwise) with a random seed it
 //!   prints, or `CHAOS_SEED`; `CHAOS_FILTER` keeps the scenarios whose name contains it.
 //!
-//! Every scenario runs on Valkey 9.1 and again on 8.0 (its name ends in `.on-8.0`).
+//! Every scenario runs on Valkey 9.1 and again on 8.0 (its name ends in `.on-8.0`). Scenarios on a
+//! ValkeyReplication have names that start with `replication.` (`CHAOS_FILTER=replication`).
 
 use std::time::Duration;
 
@@ -28,6 +29,9 @@ const SPEC_SLOW_TIMEOUT: &str = "{shards: 3, replicas: 1, config: {cluster-node-
 /// promote it and lose what it missed.
 const SPEC_STALE_REPLICAS: &str =
     "{shards: 3, replicas: 1, config: {cluster-replica-validity-factor: '1', repl-timeout: '10'}}";
+/// A replication's primary and one or two replicas.
+const REPLICATION_1: &str = "{replicas: 1}";
+const REPLICATION_2: &str = "{replicas: 2}";
 /// How many random points the operator is killed at, per operation, in the full matrix.
 const KILL_POINTS: u64 = 10;
 
@@ -77,7 +81,45 @@ fn operations() -> Operations {
     ]
 }
 
-/// The faults of the matrix: (name, fault).
+/// The operations on a replication.
+fn replication_operations() -> Operations {
+    vec![
+        (
+            "idle",
+            REPLICATION_2,
+            Operation::Idle,
+            Duration::from_secs(5),
+        ),
+        (
+            "replicas-up",
+            REPLICATION_1,
+            Operation::Replicas(2),
+            Duration::from_secs(20),
+        ),
+        (
+            "replicas-down",
+            REPLICATION_2,
+            Operation::Replicas(1),
+            Duration::from_secs(20),
+        ),
+        (
+            "roll",
+            REPLICATION_2,
+            Operation::Image("valkey/valkey:9.1.2"),
+            Duration::from_secs(60),
+        ),
+        // To member 1: the first primary is member 0.
+        (
+            "switchover",
+            REPLICATION_2,
+            Operation::Primary(1),
+            Duration::from_secs(10),
+        ),
+    ]
+}
+
+/// The faults of the matrix: (name, fault). A replication has those of
+/// [`Fault::applies_to`] only: no partial partition, zone, stale replica, second shard or node.
 fn faults() -> Vec<(&'static str, Fault)> {
     vec![
         ("none", Fault::None),
@@ -216,6 +258,7 @@ fn cross(kind: Kind, operations: Operations) -> Vec<Scenario> {
 fn matrix() -> Vec<Scenario> {
     let mut all = cross(Kind::Cluster, operations());
     all.extend(named());
+    all.extend(cross(Kind::Replication, replication_operations()));
     // Every scenario again on Valkey 8.0, but the upgrade from 8.0, which is on both already.
     let on_8: Vec<Scenario> = all
         .iter()
@@ -274,6 +317,22 @@ async fn quick_faults_of_one_cluster() -> Result<()> {
             "named.partial-partition.on-8.0",
         ],
         11,
+    )
+    .await
+}
+
+/// A replication's faults, confined to its own pods and processes, side by side: the primary's
+/// pod deleted during a roll, the primary paused on Valkey 8.0, the operator killed while a
+/// replica is added.
+#[tokio::test(flavor = "multi_thread")]
+async fn quick_faults_of_one_replication() -> Result<()> {
+    quick(
+        &[
+            "replication.roll.delete-primary",
+            "replication.idle.pause-primary.on-8.0",
+            "replication.replicas-up.kill-operator-1",
+        ],
+        13,
     )
     .await
 }
