@@ -102,16 +102,27 @@ impl ReplicationFixture {
     }
 
     /// Waits until every change is done: Ready for the spec, each member it wants (and no other)
-    /// ready on its desired revision, and the primary the member `spec.primary` names, if any.
+    /// ready on its desired revision, the primary the member `spec.primary` names, if any, and
+    /// the read/write Service on it alone. The Service is checked in the same poll: a status that
+    /// has not yet seen a fault (a pod just deleted) still says Ready, but the Service no longer
+    /// names the pod that is gone.
     pub async fn wait_done(&self, within: Duration) -> Result<()> {
-        let what = format!("{}: Ready, every member rolled", self.name);
+        let what = format!(
+            "{}: Ready, every member rolled, the Service on the primary",
+            self.name
+        );
         wait_until(within, &what, || async {
             let replication = self.get().await?;
             let members = self.nodes().await?;
-            Ok(if done(&replication, &members) {
+            if !done(&replication, &members) {
+                return Ok(Poll::NotYet(describe(replication.status.as_ref())));
+            }
+            let (primary, ip) = self.primary().await?;
+            let named = self.endpoints(&self.name).await?;
+            Ok(if named == [ip.clone()] {
                 Poll::Ready(())
             } else {
-                Poll::NotYet(describe(replication.status.as_ref()))
+                Poll::NotYet(format!("the Service names {named:?}, {primary} is at {ip}"))
             })
         })
         .await
@@ -132,13 +143,6 @@ impl ReplicationFixture {
             },
         )
         .await
-    }
-
-    /// Waits until the read/write Service names the primary the status names, and no other
-    /// server: the Service follows the status a moment later.
-    pub async fn wait_service_on_primary(&self, within: Duration) -> Result<()> {
-        let (_, ip) = self.primary().await?;
-        self.wait_service_names(&ip, within).await
     }
 
     /// A merge patch of the spec.

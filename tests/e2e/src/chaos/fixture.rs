@@ -1,5 +1,5 @@
 //! What a scenario runs on, of either kind: everything the harness asks of it, answered the way
-//! the kind allows. Only here do scenarios branch on the kind.
+//! the kind allows. A scenario's run branches on its kind here only.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,10 +12,6 @@ use crate::cluster::{Acknowledged, ClusterFixture};
 use crate::operator::ControllerProcess;
 use crate::replication::{self, ReplicationFixture, ServiceWriter};
 use crate::{E2eError, Poll, Result, TestNamespace, wait_until};
-
-/// How long a replication's read/write Service may trail its status: writes and reads go through
-/// it, so a scenario waits for it before either.
-const SERVICE_FOLLOWS: Duration = Duration::from_secs(30);
 
 /// A ValkeyCluster or a ValkeyReplication under test.
 pub enum Fixture {
@@ -51,13 +47,12 @@ impl Fixture {
         }
     }
 
+    /// Waits until the object is Ready. A replication is waited for as after a change: writes
+    /// and reads go through its Service, which follows its status a moment later.
     pub async fn wait_ready(&self, within: Duration) -> Result<()> {
         match self {
             Fixture::Cluster(c) => c.wait_ready(within).await.map(|_| ()),
-            Fixture::Replication(r) => {
-                r.wait_ready(within).await?;
-                r.wait_service_on_primary(SERVICE_FOLLOWS).await
-            }
+            Fixture::Replication(r) => r.wait_done(within).await,
         }
     }
 
@@ -138,10 +133,7 @@ impl Fixture {
     pub async fn wait_done(&self, within: Duration) -> Result<()> {
         match self {
             Fixture::Cluster(c) => wait_cluster_done(c, within).await,
-            Fixture::Replication(r) => {
-                r.wait_done(within).await?;
-                r.wait_service_on_primary(SERVICE_FOLLOWS).await
-            }
+            Fixture::Replication(r) => r.wait_done(within).await,
         }
     }
 

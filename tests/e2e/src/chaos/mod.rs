@@ -505,10 +505,12 @@ async fn strike(c: &mut Fixture, fault: &Fault) -> Result<()> {
     match fault {
         Fault::None => Ok(()),
         Fault::KillClusterController => c.restart_cluster_controller().await,
+        // Over once the pod is gone: until then the status may still say Ready, and the
+        // recovery wait could end before the fault has shown.
         Fault::DeletePrimaryPod => {
             let pod = c.primary_pod().await?;
             c.ns()
-                .kubectl(&["delete", "pod", &pod, "--wait=false"])
+                .kubectl(&["delete", "pod", &pod, "--timeout=180s"])
                 .await
                 .map(|_| ())
         }
