@@ -288,6 +288,17 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Whether `members` are `wanted` many, each ready on its desired revision: none is still to
+/// come, to go or to restart, so a scaling or a roll is over.
+pub fn members_rolled(members: &[valkey_api::v1alpha1::ValkeyNode], wanted: usize) -> bool {
+    members.len() == wanted
+        && members.iter().all(|m| {
+            m.status.as_ref().is_some_and(|s| {
+                s.ready && s.current_revision.is_some() && s.current_revision == s.desired_revision
+            })
+        })
+}
+
 /// A one-line summary of a pod for wait messages.
 pub fn describe_pod(pod: &Pod) -> String {
     let status = pod.status.clone().unwrap_or_default();

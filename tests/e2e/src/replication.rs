@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Mutex;
@@ -24,6 +24,9 @@ use valkey_api::v1alpha1::{
 use crate::chaos::writer::Acks;
 use crate::operator::{ControllerProcess, install_crds};
 use crate::{E2eError, Poll, Result, TestNamespace, check, wait_until};
+
+/// The cluster-controller's flags: this kind only, as an installation for replications runs it.
+pub const CLUSTER_CONTROLLER_ARGS: &[&str] = &["--kinds=valkey-replication"];
 
 /// The replication, its namespace and its two controllers (killed when dropped).
 pub struct ReplicationFixture {
@@ -43,8 +46,7 @@ impl ReplicationFixture {
         let ns = TestNamespace::create(prefix).await?;
         let node_controller = ControllerProcess::start("node-controller", &ns, &[]).await?;
         let cluster_controller =
-            ControllerProcess::start("cluster-controller", &ns, &["--kinds=valkey-replication"])
-                .await?;
+            ControllerProcess::start("cluster-controller", &ns, CLUSTER_CONTROLLER_ARGS).await?;
         let manifest = format!(
             "apiVersion: valkey.io/v1alpha1\nkind: ValkeyReplication\nmetadata: {{name: {name}}}\nspec: {spec}\n"
         );
@@ -96,6 +98,50 @@ impl ReplicationFixture {
                 })
             }
         })
+        .await
+    }
+
+    /// Waits until every change is done: Ready for the spec, each member it wants (and no other)
+    /// ready on its desired revision, the primary the member `spec.primary` names, if any, and
+    /// the read/write Service on it alone. The Service is checked in the same poll: a status that
+    /// has not yet seen a fault (a pod just deleted) still says Ready, but the Service no longer
+    /// names the pod that is gone.
+    pub async fn wait_done(&self, within: Duration) -> Result<()> {
+        let what = format!(
+            "{}: Ready, every member rolled, the Service on the primary",
+            self.name
+        );
+        wait_until(within, &what, || async {
+            let replication = self.get().await?;
+            let members = self.nodes().await?;
+            if !done(&replication, &members) {
+                return Ok(Poll::NotYet(describe(replication.status.as_ref())));
+            }
+            let (primary, ip) = self.primary().await?;
+            let named = self.endpoints(&self.name).await?;
+            Ok(if named == [ip.clone()] {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("the Service names {named:?}, {primary} is at {ip}"))
+            })
+        })
+        .await
+    }
+
+    /// Waits until the read/write Service's EndpointSlice names exactly `ip`.
+    pub async fn wait_service_names(&self, ip: &str, within: Duration) -> Result<()> {
+        wait_until(
+            within,
+            &format!("Service {} names {ip}", self.name),
+            || async move {
+                let ips = self.endpoints(&self.name).await?;
+                Ok(if ips == [ip.to_owned()] {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("names {ips:?}"))
+                })
+            },
+        )
         .await
     }
 
@@ -172,6 +218,38 @@ impl ReplicationFixture {
             .status
             .and_then(|s| s.pod_ip)
             .ok_or_else(|| E2eError::Check(format!("{member} has no pod IP")))
+    }
+
+    /// The member the status names as the primary, and its pod IP.
+    pub async fn primary(&self) -> Result<(String, String)> {
+        let name = self
+            .get()
+            .await?
+            .status
+            .and_then(|s| s.primary)
+            .ok_or_else(|| E2eError::Check("no primary in the status".into()))?;
+        let ip = self.ip_of(&name).await?;
+        Ok((name, ip))
+    }
+
+    /// Every member on Valkey's word: one primary (the status's), every other its replica.
+    pub async fn check_roles(&self) -> Result<()> {
+        let (primary, primary_ip) = self.primary().await?;
+        for node in self.nodes().await? {
+            let name = node.name_any();
+            let ip = self.ip_of(&name).await?;
+            let role = self.role_at(&ip).await?;
+            let want = if name == primary { "master" } else { "slave" };
+            check(role == want, format!("{name} is {role}, expected {want}"))?;
+            if name != primary {
+                let info = self.command_on(&ip, &["INFO", "replication"]).await?;
+                check(
+                    info.contains(&format!("master_host:{primary_ip}")),
+                    format!("{name} does not replicate {primary} at {primary_ip}: {info}"),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// The pod of a member.
@@ -253,6 +331,19 @@ impl ReplicationFixture {
             self.password().await?,
         ))
     }
+}
+
+/// Whether `replication` is done with every change (see [`ReplicationFixture::wait_done`]).
+fn done(replication: &ValkeyReplication, members: &[ValkeyNode]) -> bool {
+    let spec = &replication.spec;
+    let ready = replication.status.as_ref().is_some_and(|s| {
+        s.state == Some(ReplicationState::Ready)
+            && s.observed_generation == replication.metadata.generation
+            && s.ready_replicas == spec.replicas
+            && (spec.primary.is_none() || s.primary == spec.primary)
+    });
+    let wanted = usize::try_from(spec.replicas + 1).unwrap_or(0);
+    ready && crate::members_rolled(members, wanted)
 }
 
 fn describe(status: Option<&ValkeyReplicationStatus>) -> String {
@@ -431,6 +522,12 @@ impl ServiceWriter {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
         self.acks.lock().await.clone()
+    }
+}
+
+impl crate::cluster::Acknowledged for ServiceWriter {
+    async fn acknowledged(&self) -> usize {
+        self.acked().await
     }
 }
 

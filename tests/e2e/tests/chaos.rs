@@ -7,12 +7,13 @@
 //! - `make chaos` runs the whole matrix (`full_matrix`, ignored otherwise) with a random seed it
 //!   prints, or `CHAOS_SEED`; `CHAOS_FILTER` keeps the scenarios whose name contains it.
 //!
-//! Every scenario runs on Valkey 9.1 and again on 8.0 (its name ends in `.on-8.0`).
+//! Every scenario runs on Valkey 9.1 and again on 8.0 (its name ends in `.on-8.0`). Scenarios on a
+//! ValkeyReplication have names that start with `replication.` (`CHAOS_FILTER=replication`).
 
 use std::time::Duration;
 
 use e2e::Result;
-use e2e::chaos::{self, Fault, Operation, Scenario};
+use e2e::chaos::{self, Fault, Kind, Operation, Scenario};
 use e2e::faults::NodeStop;
 
 const SPEC_3X1: &str = "{shards: 3, replicas: 1}";
@@ -28,11 +29,17 @@ const SPEC_SLOW_TIMEOUT: &str = "{shards: 3, replicas: 1, config: {cluster-node-
 /// promote it and lose what it missed.
 const SPEC_STALE_REPLICAS: &str =
     "{shards: 3, replicas: 1, config: {cluster-replica-validity-factor: '1', repl-timeout: '10'}}";
+/// A replication's primary and one or two replicas.
+const REPLICATION_1: &str = "{replicas: 1}";
+const REPLICATION_2: &str = "{replicas: 2}";
 /// How many random points the operator is killed at, per operation, in the full matrix.
 const KILL_POINTS: u64 = 10;
 
-/// The operations of the matrix: (name, starting spec, operation, how long it runs about).
-fn operations() -> Vec<(&'static str, &'static str, Operation, Duration)> {
+/// Operations of the matrix: (name, starting spec, operation, how long it runs about).
+type Operations = Vec<(&'static str, &'static str, Operation, Duration)>;
+
+/// The operations on a cluster.
+fn operations() -> Operations {
     vec![
         ("idle", SPEC_3X1, Operation::Idle, Duration::from_secs(5)),
         (
@@ -74,7 +81,46 @@ fn operations() -> Vec<(&'static str, &'static str, Operation, Duration)> {
     ]
 }
 
-/// The faults of the matrix: (name, fault).
+/// The operations on a replication. Their lengths as measured on localkube: a replica added in
+/// about 8 s, a roll of three members in about 25 s, a switchover in about 2 s.
+fn replication_operations() -> Operations {
+    vec![
+        (
+            "idle",
+            REPLICATION_2,
+            Operation::Idle,
+            Duration::from_secs(5),
+        ),
+        (
+            "replicas-up",
+            REPLICATION_1,
+            Operation::Replicas(2),
+            Duration::from_secs(10),
+        ),
+        (
+            "replicas-down",
+            REPLICATION_2,
+            Operation::Replicas(1),
+            Duration::from_secs(10),
+        ),
+        (
+            "roll",
+            REPLICATION_2,
+            Operation::Image("valkey/valkey:9.1.2"),
+            Duration::from_secs(25),
+        ),
+        // To member 1: the first primary is member 0.
+        (
+            "switchover",
+            REPLICATION_2,
+            Operation::Primary(1),
+            Duration::from_secs(5),
+        ),
+    ]
+}
+
+/// The faults of the matrix: (name, fault). A replication has those of
+/// [`Fault::applies_to`] only: no partial partition, zone, stale replica, second shard or node.
 fn faults() -> Vec<(&'static str, Fault)> {
     vec![
         ("none", Fault::None),
@@ -107,6 +153,7 @@ fn faults() -> Vec<(&'static str, Fault)> {
 fn named() -> Vec<Scenario> {
     let idle = |name: &str, spec: &'static str, fault: Fault| Scenario {
         name: format!("named.{name}"),
+        kind: Kind::Cluster,
         spec: spec.to_owned(),
         operation: Operation::Idle,
         fault,
@@ -170,10 +217,19 @@ fn named() -> Vec<Scenario> {
     ]
 }
 
-fn matrix() -> Vec<Scenario> {
+/// Every operation of `kind` crossed with every fault that applies to it. Cluster scenarios are
+/// named `<operation>.<fault>`, replication ones `replication.<operation>.<fault>`.
+fn cross(kind: Kind, operations: Operations) -> Vec<Scenario> {
+    let prefix = match kind {
+        Kind::Cluster => "",
+        Kind::Replication => "replication.",
+    };
     let mut all = Vec::new();
-    for (op_name, spec, operation, window) in operations() {
+    for (op_name, spec, operation, window) in operations {
         for (fault_name, fault) in faults() {
+            if !fault.applies_to(kind) {
+                continue;
+            }
             // The operator killed at KILL_POINTS random points of each operation.
             let points = if fault == Fault::KillClusterController {
                 KILL_POINTS
@@ -187,7 +243,8 @@ fn matrix() -> Vec<Scenario> {
                     String::new()
                 };
                 all.push(Scenario {
-                    name: format!("{op_name}.{fault_name}{suffix}"),
+                    name: format!("{prefix}{op_name}.{fault_name}{suffix}"),
+                    kind,
                     spec: spec.to_owned(),
                     operation: operation.clone(),
                     fault: fault.clone(),
@@ -196,7 +253,13 @@ fn matrix() -> Vec<Scenario> {
             }
         }
     }
+    all
+}
+
+fn matrix() -> Vec<Scenario> {
+    let mut all = cross(Kind::Cluster, operations());
     all.extend(named());
+    all.extend(cross(Kind::Replication, replication_operations()));
     // Every scenario again on Valkey 8.0, but the upgrade from 8.0, which is on both already.
     let on_8: Vec<Scenario> = all
         .iter()
@@ -255,6 +318,22 @@ async fn quick_faults_of_one_cluster() -> Result<()> {
             "named.partial-partition.on-8.0",
         ],
         11,
+    )
+    .await
+}
+
+/// A replication's faults, confined to its own pods and processes, side by side: the primary's
+/// pod deleted during a roll, the primary paused on Valkey 8.0, the operator killed while a
+/// replica is added.
+#[tokio::test(flavor = "multi_thread")]
+async fn quick_faults_of_one_replication() -> Result<()> {
+    quick(
+        &[
+            "replication.roll.delete-primary",
+            "replication.idle.pause-primary.on-8.0",
+            "replication.replicas-up.kill-operator-1",
+        ],
+        13,
     )
     .await
 }

@@ -1,8 +1,10 @@
-//! Chaos scenarios: an operation on a running cluster (nothing, a scale-out, a roll, ...) crossed
-//! with a fault injected at a random point of it (seeded), while a writer runs through a cluster
-//! client. Each scenario reports what a user of the data cares about: writes acknowledged and lost
-//! (plain `OK`, and `OK` confirmed by `WAIT 1`), the longest stretch without an acknowledged write,
-//! the time from the fault's end to a Ready cluster, and `valkey-cli --cluster check`.
+//! Chaos scenarios: an operation on a running ValkeyCluster or ValkeyReplication (nothing, a
+//! scale-out, a roll, ...) crossed with a fault injected at a random point of it (seeded), while a
+//! writer runs as the kind's clients do (a cluster client; the replication's read/write Service).
+//! Each scenario reports what a user of the data cares about: writes acknowledged and lost (plain
+//! `OK`, and `OK` confirmed by `WAIT 1`), the longest stretch without an acknowledged write, the
+//! time from the fault's end to a Ready object, and the kind's consistency check (`valkey-cli
+//! --cluster check`; one primary and every other member its replica).
 //!
 //! The bar: no WAIT-acknowledged write is ever lost; no plain-acknowledged write is lost where
 //! Valkey on its own would lose none (every planned operation, partitions the majority can see
@@ -10,6 +12,7 @@
 //! but had not yet replicated: that is asynchronous replication, and `WAIT` is the client's tool
 //! against it ([`Fault::valkey_alone_may_lose_writes`]).
 
+mod fixture;
 pub mod writer;
 
 use std::collections::BTreeMap;
@@ -18,25 +21,34 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use valkey_api::v1alpha1::{ClusterState, Role, ValkeyNode};
+use valkey_api::v1alpha1::{Role, ValkeyNode};
 
 use crate::cluster::ClusterFixture;
 use crate::faults::{self, Endpoint, NodeStop};
-use crate::operator::ControllerProcess;
 use crate::{E2eError, Poll, Result, check, wait_until};
-use writer::{Acks, ReplicatedWriter};
+use fixture::{Fixture, Writer};
+use writer::Acks;
 
-/// What the user does to the cluster while the fault strikes.
+/// The kind of object a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Cluster,
+    Replication,
+}
+
+/// What the user does to the cluster or replication while the fault strikes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operation {
-    /// Nothing: the cluster only serves.
+    /// Nothing: the object only serves.
     Idle,
-    /// `spec.shards` to this many.
+    /// `spec.shards` to this many (clusters).
     Shards(i32),
     /// `spec.replicas` to this many.
     Replicas(i32),
     /// A new image (a rolling restart of every member; from 8.0 to 9.1 an upgrade).
     Image(&'static str),
+    /// `spec.primary` to the member of this index (replications): a planned switchover.
+    Primary(u32),
 }
 
 impl fmt::Display for Operation {
@@ -46,6 +58,7 @@ impl fmt::Display for Operation {
             Operation::Shards(n) => write!(f, "shards→{n}"),
             Operation::Replicas(n) => write!(f, "replicas→{n}"),
             Operation::Image(image) => write!(f, "image→{image}"),
+            Operation::Primary(index) => write!(f, "primary→member {index}"),
         }
     }
 }
@@ -56,14 +69,16 @@ pub enum Fault {
     None,
     /// The cluster-controller is killed (SIGKILL) and started again.
     KillClusterController,
-    /// A primary's pod is deleted (Valkey fails over; on 9.x the primary hands over first).
+    /// A primary's pod is deleted (in a cluster Valkey fails over, on 9.x after the primary
+    /// handed over; in a replication the new pod reloads its data and may stay the primary).
     DeletePrimaryPod,
     /// A primary cannot reach the operator (the host) nor one of its replicas; every other
     /// member still sees it, so Valkey starts no election.
     PartialPartition {
         seconds: u64,
     },
-    /// A primary is cut from everyone: the majority elects its replica.
+    /// A primary is cut from everyone: the majority elects its replica (in a replication, the
+    /// operator promotes one).
     IsolatePrimary {
         seconds: u64,
     },
@@ -131,6 +146,31 @@ impl Fault {
         }
     }
 
+    /// Whether the fault is one for `kind`. A replication has the faults of one primary, of the
+    /// operator and of the API server. It is spared those that test what only a cluster has:
+    /// partial partitions and a stale replica test that the operator leaves elections to Valkey's
+    /// cluster bus (a replication's primary that its replicas still hear is a test of
+    /// suite/replication.rs); another shard's primary needs a second shard; and with one member
+    /// per node and zone, a cut zone or a stopped node take the primary alone, as isolate-primary
+    /// does without disturbing every other test.
+    pub fn applies_to(&self, kind: Kind) -> bool {
+        match self {
+            Fault::None
+            | Fault::KillClusterController
+            | Fault::DeletePrimaryPod
+            | Fault::IsolatePrimary { .. }
+            | Fault::PausePrimary { .. }
+            | Fault::RestartPrimaryInPlace
+            | Fault::RestartApiServer => true,
+            Fault::PartialPartition { .. }
+            | Fault::PartitionZone { .. }
+            | Fault::PartialZonePartition { .. }
+            | Fault::StaleReplicaThenPausedPrimary { .. }
+            | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
+            | Fault::StopNode { .. } => kind == Kind::Cluster,
+        }
+    }
+
     /// Whether the fault reaches beyond the scenario's own pods and processes (a zone, a node,
     /// the API server): such scenarios must run alone.
     pub fn is_global(&self) -> bool {
@@ -182,11 +222,12 @@ impl fmt::Display for Fault {
     }
 }
 
-/// One scenario: a cluster, an operation, a fault.
+/// One scenario: a cluster or a replication, an operation, a fault.
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub name: String,
-    /// The ValkeyCluster's spec (YAML flow mapping).
+    pub kind: Kind,
+    /// The ValkeyCluster's or ValkeyReplication's spec (YAML flow mapping).
     pub spec: String,
     pub operation: Operation,
     pub fault: Fault,
@@ -204,6 +245,7 @@ impl Scenario {
         };
         Scenario {
             name: format!("{}.on-8.0", self.name),
+            kind: self.kind,
             spec: self.spec.replacen('{', "{image: 'valkey/valkey:8.0', ", 1),
             operation,
             fault: self.fault.clone(),
@@ -232,9 +274,10 @@ pub struct Report {
     pub replicated_lost: usize,
     pub refused: u64,
     pub longest_gap: Duration,
-    /// From the fault's end to a Ready cluster.
+    /// From the fault's end to a Ready cluster or replication.
     pub ready_after: Duration,
-    /// `valkey-cli --cluster check` passed.
+    /// The kind's consistency check passed (`valkey-cli --cluster check`; one primary and every
+    /// other member its replica).
     pub check_ok: bool,
     /// Plain losses are allowed (Valkey alone may lose writes under this fault).
     pub plain_loss_allowed: bool,
@@ -249,7 +292,7 @@ impl Report {
 
     /// The table's header.
     pub fn header() -> String {
-        "| scenario | seed | fault at | plain acked | plain lost | WAIT acked | WAIT lost | refused | longest gap | Ready after fault | cluster check | result |\n\
+        "| scenario | seed | fault at | plain acked | plain lost | WAIT acked | WAIT lost | refused | longest gap | Ready after fault | consistency check | result |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|"
             .to_owned()
     }
@@ -296,26 +339,26 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let mut rng = StdRng::seed_from_u64(seed);
     let window_ms = u64::try_from(scenario.window.as_millis()).unwrap_or(u64::MAX);
     let struck_after = Duration::from_millis(rng.random_range(0..=window_ms));
-    let prefix = format!("chaos-{}", scenario.name.replace('.', "-"));
-    let mut c = ClusterFixture::start(&prefix, "chaos", &scenario.spec).await?;
+    let prefix = namespace_prefix(&scenario.name);
+    let mut c = Fixture::start(scenario.kind, &prefix, &scenario.spec).await?;
     c.wait_ready(Duration::from_secs(240)).await?;
     let before = c.write_keys("pre", 1000).await?;
-    let writer = start_writer(&c).await?;
+    let writer = c.start_writer("w").await?;
     wait_acks(&writer, 50).await?;
 
     let started = Instant::now();
-    apply_operation(&c, &scenario.operation).await?;
+    c.apply(&scenario.operation).await?;
     tokio::time::sleep(struck_after).await;
     strike(&mut c, &scenario.fault).await?;
     let fault_ended = Instant::now();
 
     let mut failure = None;
-    let ready = wait_done(&c, Duration::from_secs(600)).await;
+    let ready = c.wait_done(Duration::from_secs(600)).await;
     let ready_after = fault_ended.elapsed();
     if let Err(e) = ready {
         failure = Some(format!("not Ready after the fault: {e}"));
     }
-    // Writes again for a moment once the cluster is back, so the writer proves it serves.
+    // Writes again for a moment once the object is back, so the writer proves it serves.
     if failure.is_none()
         && let Err(e) = wait_acks(&writer, 50).await
     {
@@ -326,13 +369,14 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
         .fault
         .valkey_alone_may_lose_writes(scenario.persistence());
     let (plain_lost, replicated_lost) = losses(&c, &before, &acks).await?;
-    let check_ok = cluster_check(&c).await;
+    let check_failed = c.check().await;
+    let check_ok = check_failed.is_none();
     if failure.is_none() {
         failure = bar(
             plain_lost,
             replicated_lost,
             plain_loss_allowed,
-            check_ok,
+            check_failed,
             &acks,
         );
     }
@@ -362,12 +406,20 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     })
 }
 
-/// The verdict on the losses; `None` when the bar is met.
+/// The test namespace's prefix: the scenario's name as a DNS label. `replication.` is shortened:
+/// a namespace's name (`e2e-<prefix>-<6 letters>`) has at most 63 characters.
+fn namespace_prefix(scenario: &str) -> String {
+    let name = scenario.replacen("replication.", "repl.", 1);
+    format!("chaos-{}", name.replace('.', "-"))
+}
+
+/// The verdict on the losses and on the consistency check (why it failed, if it did); `None`
+/// when the bar is met.
 fn bar(
     plain_lost: usize,
     replicated_lost: usize,
     plain_loss_allowed: bool,
-    check_ok: bool,
+    check_failed: Option<String>,
     acks: &Acks,
 ) -> Option<String> {
     if replicated_lost > 0 {
@@ -382,35 +434,11 @@ fn bar(
             acks.plain.len()
         ));
     }
-    if !check_ok {
-        return Some("valkey-cli --cluster check failed".to_owned());
-    }
-    None
+    check_failed
 }
 
-async fn start_writer(c: &ClusterFixture) -> Result<ReplicatedWriter> {
-    let conn = c.client().await?;
-    let seeds = c.seed_urls().await?;
-    let password = c.password().await?;
-    let connect: writer::Connect = std::sync::Arc::new(move || {
-        let (seeds, password) = (seeds.clone(), password.clone());
-        Box::pin(async move { crate::cluster::connect(seeds, password).await.ok() })
-    });
-    Ok(ReplicatedWriter::start("w", conn, connect))
-}
-
-async fn wait_acks(writer: &ReplicatedWriter, n: usize) -> Result<()> {
+async fn wait_acks(writer: &Writer, n: usize) -> Result<()> {
     crate::cluster::wait_writes(writer, n, Duration::from_secs(60)).await
-}
-
-async fn apply_operation(c: &ClusterFixture, operation: &Operation) -> Result<()> {
-    let patch = match operation {
-        Operation::Idle => return Ok(()),
-        Operation::Shards(n) => serde_json::json!({ "shards": n }),
-        Operation::Replicas(n) => serde_json::json!({ "replicas": n }),
-        Operation::Image(image) => serde_json::json!({ "image": image }),
-    };
-    c.patch_spec(patch).await.map(|_| ())
 }
 
 /// The member that is a primary now, its pod, and the Kubernetes node and zone it runs on.
@@ -472,23 +500,54 @@ fn shard_of(node: &ValkeyNode) -> Option<String> {
 }
 
 /// Injects the fault, holds it for its duration and undoes it; returns when it is over.
-async fn strike(c: &mut ClusterFixture, fault: &Fault) -> Result<()> {
-    let ns = c.ns.name.clone();
-    let hold = |seconds: u64| tokio::time::sleep(Duration::from_secs(seconds));
+async fn strike(c: &mut Fixture, fault: &Fault) -> Result<()> {
+    let ns = c.ns().name.clone();
     match fault {
         Fault::None => Ok(()),
-        Fault::KillClusterController => {
-            c.cluster_controller.kill().await?;
-            c.cluster_controller =
-                ControllerProcess::start("cluster-controller", &c.ns, &[]).await?;
-            Ok(())
-        }
+        Fault::KillClusterController => c.restart_cluster_controller().await,
+        // Over once the pod is gone: until then the status may still say Ready, and the
+        // recovery wait could end before the fault has shown.
         Fault::DeletePrimaryPod => {
-            let t = primary_target(c).await?;
-            c.ns.kubectl(&["delete", "pod", &t.pod, "--wait=false"])
+            let pod = c.primary_pod().await?;
+            c.ns()
+                .kubectl(&["delete", "pod", &pod, "--timeout=180s"])
                 .await
                 .map(|_| ())
         }
+        Fault::IsolatePrimary { seconds } => {
+            let primary = Endpoint::pod(&ns, &c.primary_pod().await?);
+            let cut = faults::partition(std::slice::from_ref(&primary), &[Endpoint::Rest]).await?;
+            let host = faults::partition(&[primary], &[Endpoint::Host]).await?;
+            hold(*seconds).await;
+            cut.undo().await?;
+            host.undo().await
+        }
+        Fault::PausePrimary { seconds } => {
+            let paused = faults::pause(&ns, &c.primary_pod().await?).await?;
+            hold(*seconds).await;
+            paused.undo().await
+        }
+        Fault::RestartPrimaryInPlace => {
+            faults::kill(&ns, &c.primary_pod().await?, Some("valkey")).await
+        }
+        Fault::RestartApiServer => faults::restart_apiserver(false).await,
+        Fault::PartialPartition { .. }
+        | Fault::PartitionZone { .. }
+        | Fault::PartialZonePartition { .. }
+        | Fault::StaleReplicaThenPausedPrimary { .. }
+        | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
+        | Fault::StopNode { .. } => strike_cluster(c.cluster()?, fault).await,
+    }
+}
+
+async fn hold(seconds: u64) {
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+}
+
+/// [`strike`] for the faults only a cluster has (see [`Fault::applies_to`]).
+async fn strike_cluster(c: &ClusterFixture, fault: &Fault) -> Result<()> {
+    let ns = c.ns.name.clone();
+    match fault {
         Fault::PartialPartition { seconds } => {
             let t = primary_target(c).await?;
             let replica =
@@ -503,24 +562,6 @@ async fn strike(c: &mut ClusterFixture, fault: &Fault) -> Result<()> {
             .await?;
             hold(*seconds).await;
             cut.undo().await
-        }
-        Fault::IsolatePrimary { seconds } => {
-            let t = primary_target(c).await?;
-            let cut = faults::partition(&[Endpoint::pod(&ns, &t.pod)], &[Endpoint::Rest]).await?;
-            let host = faults::partition(&[Endpoint::pod(&ns, &t.pod)], &[Endpoint::Host]).await?;
-            hold(*seconds).await;
-            cut.undo().await?;
-            host.undo().await
-        }
-        Fault::PausePrimary { seconds } => {
-            let t = primary_target(c).await?;
-            let paused = faults::pause(&ns, &t.pod).await?;
-            hold(*seconds).await;
-            paused.undo().await
-        }
-        Fault::RestartPrimaryInPlace => {
-            let t = primary_target(c).await?;
-            faults::kill(&ns, &t.pod, Some("valkey")).await
         }
         Fault::PartitionZone { seconds } => {
             let t = primary_target(c).await?;
@@ -579,7 +620,7 @@ async fn strike(c: &mut ClusterFixture, fault: &Fault) -> Result<()> {
         Fault::MemberOutWhileAnotherPrimaryRestarts { seconds } => {
             member_out_while_another_primary_restarts(c, *seconds).await
         }
-        Fault::RestartApiServer => faults::restart_apiserver(false).await,
+        other => Err(E2eError::Check(format!("{other} is a fault of both kinds"))),
     }
 }
 
@@ -648,40 +689,9 @@ async fn member_out_while_another_primary_restarts(c: &ClusterFixture, seconds: 
     repaired
 }
 
-/// Waits until the cluster is Ready for its spec with every member on its desired revision.
-pub async fn wait_done(c: &ClusterFixture, within: Duration) -> Result<()> {
-    wait_until(within, "Ready, every member rolled", || async {
-        let cluster = c.api().get(&c.name).await?;
-        let ready = cluster.status.as_ref().is_some_and(|s| {
-            s.state == Some(ClusterState::Ready)
-                && s.observed_generation == cluster.metadata.generation
-                && s.ready_shards == cluster.spec.shards
-        });
-        let nodes = c.nodes().await?;
-        let wanted = usize::try_from(cluster.spec.shards * (cluster.spec.replicas + 1)).ok();
-        let rolled = Some(nodes.len()) == wanted
-            && nodes.iter().all(|m| {
-                m.status.as_ref().is_some_and(|s| {
-                    s.ready
-                        && s.current_revision.is_some()
-                        && s.current_revision == s.desired_revision
-                })
-            });
-        Ok(if ready && rolled {
-            Poll::Ready(())
-        } else {
-            Poll::NotYet(format!(
-                "{:?}",
-                cluster.status.map(|s| (s.state, s.reason, s.message))
-            ))
-        })
-    })
-    .await
-}
-
 /// Reads every acknowledged write back; returns (plain lost, WAIT-acknowledged lost).
 async fn losses(
-    c: &ClusterFixture,
+    c: &Fixture,
     before: &BTreeMap<String, String>,
     acks: &Acks,
 ) -> Result<(usize, usize)> {
@@ -691,17 +701,6 @@ async fn losses(
         .filter(|k| acks.replicated.contains_key(*k))
         .count();
     Ok((missing.len(), replicated_lost))
-}
-
-/// `valkey-cli --cluster check` against one member, as the operator's tools would run it.
-async fn cluster_check(c: &ClusterFixture) -> bool {
-    match c.cluster_check().await {
-        Ok(out) => out.contains("[OK] All 16384 slots covered"),
-        Err(e) => {
-            eprintln!("valkey-cli --cluster check: {e}");
-            false
-        }
-    }
 }
 
 /// Runs scenarios, at most `parallel` at once (global ones alone), and returns their reports.

@@ -44,54 +44,6 @@ async fn rows(r: &ReplicationFixture, wide: bool) -> Result<(Vec<String>, Vec<Ve
     Ok((header, rows))
 }
 
-/// The member whose pod a role label says is primary, and that Valkey confirms.
-async fn primary(r: &ReplicationFixture) -> Result<(String, String)> {
-    let replication = r.get().await?;
-    let name = replication
-        .status
-        .and_then(|s| s.primary)
-        .ok_or_else(|| e2e::E2eError::Check("no primary in the status".into()))?;
-    let ip = r.ip_of(&name).await?;
-    Ok((name, ip))
-}
-
-/// Waits until the read/write Service's EndpointSlice names exactly `ip`.
-async fn wait_service_names(r: &ReplicationFixture, ip: &str, within: Duration) -> Result<()> {
-    wait_until(
-        within,
-        &format!("Service {} names {ip}", r.name),
-        || async move {
-            let ips = r.endpoints(&r.name).await?;
-            Ok(if ips == [ip.to_owned()] {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("names {ips:?}"))
-            })
-        },
-    )
-    .await
-}
-
-/// Every member ready, on Valkey's word: one primary (the status's), the others its replicas.
-async fn check_roles(r: &ReplicationFixture) -> Result<()> {
-    let (primary, primary_ip) = primary(r).await?;
-    for node in r.nodes().await? {
-        let name = node.name_any();
-        let ip = r.ip_of(&name).await?;
-        let role = r.role_at(&ip).await?;
-        let want = if name == primary { "master" } else { "slave" };
-        check(role == want, format!("{name} is {role}, expected {want}"))?;
-        if name != primary {
-            let info = r.command_on(&ip, &["INFO", "replication"]).await?;
-            check(
-                info.contains(&format!("master_host:{primary_ip}")),
-                format!("{name} does not replicate {primary} at {primary_ip}: {info}"),
-            )?;
-        }
-    }
-    Ok(())
-}
-
 async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<()> {
     let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, "")).await?;
     let ready = r.wait_ready(FORM).await?;
@@ -100,7 +52,7 @@ async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<
         status.primary.as_deref() == Some("orders-0") && status.ready_replicas == 2,
         format!("status: {status:?}"),
     )?;
-    check_roles(&r).await?;
+    r.check_roles().await?;
 
     // The views: NAME STATE PRIMARY READYREPLICAS AGE, and REASON with -o wide.
     let (header, table) = rows(&r, false).await?;
@@ -131,8 +83,9 @@ async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<
     )?;
 
     // The pods carry the role Valkey reports; the Services select on it.
-    let (_, primary_ip) = primary(&r).await?;
-    wait_service_names(&r, &primary_ip, Duration::from_secs(30)).await?;
+    let (_, primary_ip) = r.primary().await?;
+    r.wait_service_names(&primary_ip, Duration::from_secs(30))
+        .await?;
     let replica_ips = {
         let mut ips = Vec::new();
         for member in ["orders-1", "orders-2"] {
@@ -290,7 +243,7 @@ enum PrimaryFault {
 /// With `must_move`, the fault must end with another member as the primary (the old one came
 /// back without its data, so keeping it would lose writes).
 async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -> Result<()> {
-    let (old, old_ip) = primary(r).await?;
+    let (old, old_ip) = r.primary().await?;
     let before = r.write_confirmed(&format!("before-{fault:?}"), 100).await?;
     let slices = Record::start(r.ns.api::<EndpointSlice>(), None).await?;
     let writer = r.start_writer(&format!("w-{fault:?}")).await?;
@@ -325,7 +278,8 @@ async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -
                 faults::partition(&[Endpoint::pod(&r.ns.name, &pod)], &replicas).await?
             };
             let (new, new_ip, promoted_at) = wait_promotion(r, &old, HEAL).await?;
-            wait_service_names(r, &new_ip, Duration::from_secs(60)).await?;
+            r.wait_service_names(&new_ip, Duration::from_secs(60))
+                .await?;
             // The 100 ms poll may see the promotion after the slice already names it.
             let named = slice_names_only(r, &slices, &new_ip, struck).await?;
             eprintln!(
@@ -340,7 +294,7 @@ async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -
     let healed = r.wait_ready(HEAL).await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let acks = writer.stop().await;
-    let (primary_now, primary_ip) = primary(r).await?;
+    let (primary_now, primary_ip) = r.primary().await?;
     eprintln!(
         "{fault:?}: primary {old} → {primary_now} ({}), ready {:?} after the fault; {} writes acknowledged, {} confirmed, {} refused, longest gap {:?}",
         healed.status.and_then(|s| s.reason).unwrap_or_default(),
@@ -350,14 +304,15 @@ async fn survive(r: &ReplicationFixture, fault: PrimaryFault, must_move: bool) -
         acks.refused,
         acks.longest_gap
     );
-    wait_service_names(r, &primary_ip, Duration::from_secs(30)).await?;
+    r.wait_service_names(&primary_ip, Duration::from_secs(30))
+        .await?;
     let to_slice = slice_names_only(r, &slices, &primary_ip, struck)
         .await?
         .duration_since(struck);
     eprintln!(
         "MEASURE {fault:?}: the fault → the EndpointSlice names only the primary {primary_now} ({primary_ip}): {to_slice:?}"
     );
-    check_roles(r).await?;
+    r.check_roles().await?;
     check(
         !must_move || primary_now != old,
         format!("{old} came back empty and is still the primary"),
@@ -477,7 +432,7 @@ async fn the_primary_killed_then_cut_off_loses_no_confirmed_write_on_valkey_8() 
 async fn switchover(prefix: &str, image: &str) -> Result<()> {
     let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, "")).await?;
     r.wait_ready(FORM).await?;
-    let (old, _) = primary(&r).await?;
+    let (old, _) = r.primary().await?;
     let target = "orders-2";
     check(old != target, format!("{old} is already the primary"))?;
     let before = r.write_confirmed("before-switchover", 100).await?;
@@ -497,7 +452,8 @@ async fn switchover(prefix: &str, image: &str) -> Result<()> {
         })
         .await?;
     let target_ip = r.ip_of(target).await?;
-    wait_service_names(&r, &target_ip, Duration::from_secs(30)).await?;
+    r.wait_service_names(&target_ip, Duration::from_secs(30))
+        .await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let acks = writer.stop().await;
     let named = slice_names_only(&r, &slices, &target_ip, asked).await?;
@@ -521,7 +477,7 @@ async fn switchover(prefix: &str, image: &str) -> Result<()> {
             format!("the read/write slice named {ready:?} at once"),
         )?;
     }
-    check_roles(&r).await?;
+    r.check_roles().await?;
     let role = r.role_at(&r.ip_of(&old).await?).await?;
     check(role == "slave", format!("the old primary {old} is {role}"))?;
     check_losses(&r, &acks, &before).await?;
@@ -545,7 +501,7 @@ async fn a_planned_switchover_to_a_named_member_loses_no_confirmed_write_on_valk
 async fn replicas_scale_2_0_2(prefix: &str, image: &str) -> Result<()> {
     let r = ReplicationFixture::start(prefix, "orders", &spec(image, 2, "")).await?;
     r.wait_ready(FORM).await?;
-    let (first, _) = primary(&r).await?;
+    let (first, _) = r.primary().await?;
     let written = r.write_confirmed("k", 200).await?;
 
     r.patch_spec(serde_json::json!({"replicas": 0})).await?;
@@ -559,16 +515,17 @@ async fn replicas_scale_2_0_2(prefix: &str, image: &str) -> Result<()> {
         })
     })
     .await?;
-    let (alone, alone_ip) = primary(&r).await?;
+    let (alone, alone_ip) = r.primary().await?;
     check(alone == first, format!("the primary moved to {alone}"))?;
-    wait_service_names(&r, &alone_ip, Duration::from_secs(30)).await?;
+    r.wait_service_names(&alone_ip, Duration::from_secs(30))
+        .await?;
     let missing = r.missing(written.iter()).await?;
     check(missing.is_empty(), format!("alone, it lacks {missing:?}"))?;
 
     r.patch_spec(serde_json::json!({"replicas": 2})).await?;
     r.wait_ready(HEAL).await?;
     check(r.nodes().await?.len() == 3, "three members again")?;
-    check_roles(&r).await?;
+    r.check_roles().await?;
     for node in r.nodes().await? {
         let ip = r.ip_of(&node.name_any()).await?;
         let keys = r.command_on(&ip, &["DBSIZE"]).await?;
@@ -597,7 +554,7 @@ async fn a_standalone_server_keeps_its_data_across_pod_deletion() -> Result<()> 
     let r =
         ReplicationFixture::start("repl-alone", "solo", &spec("valkey/valkey:9.1", 0, "")).await?;
     r.wait_ready(FORM).await?;
-    let (name, ip) = primary(&r).await?;
+    let (name, ip) = r.primary().await?;
     let mut conn = r.connect(&ip).await?;
     let mut written = std::collections::BTreeMap::new();
     for n in 0..300 {
@@ -634,9 +591,10 @@ async fn a_standalone_server_keeps_its_data_across_pod_deletion() -> Result<()> 
         }
     })
     .await?;
-    let (now, now_ip) = primary(&r).await?;
+    let (now, now_ip) = r.primary().await?;
     check(now == name, format!("the primary is {now}"))?;
-    wait_service_names(&r, &now_ip, Duration::from_secs(30)).await?;
+    r.wait_service_names(&now_ip, Duration::from_secs(30))
+        .await?;
     let missing = r.missing(written.iter()).await?;
     check(
         missing.is_empty(),
@@ -671,7 +629,7 @@ async fn rolling_image_change(prefix: &str, from: &str, to: &str) -> Result<()> 
     use valkey_api::v1alpha1::{Role, ValkeyNode};
     let r = ReplicationFixture::start(prefix, "orders", &spec(from, 2, "")).await?;
     r.wait_ready(FORM).await?;
-    let (old, _) = primary(&r).await?;
+    let (old, _) = r.primary().await?;
     let before = r.write_confirmed("before-roll", 100).await?;
     let record = Record::start(
         r.ns.api::<ValkeyNode>(),
@@ -682,25 +640,7 @@ async fn rolling_image_change(prefix: &str, from: &str, to: &str) -> Result<()> 
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let started = Instant::now();
     r.patch_spec(serde_json::json!({"image": to})).await?;
-    wait_until(Duration::from_secs(480), "the roll finished", || async {
-        let replication = r.get().await?;
-        let ready = replication.status.as_ref().is_some_and(|s| {
-            s.state == Some(valkey_api::v1alpha1::ReplicationState::Ready)
-                && s.observed_generation == replication.metadata.generation
-                && s.ready_replicas == 2
-        });
-        let rolled = r.nodes().await?.iter().all(|m| {
-            m.status.as_ref().is_some_and(|s| {
-                s.current_revision.is_some() && s.current_revision == s.desired_revision
-            })
-        });
-        Ok(if ready && rolled {
-            Poll::Ready(())
-        } else {
-            Poll::NotYet(describe_status(&replication))
-        })
-    })
-    .await?;
+    r.wait_done(Duration::from_secs(480)).await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let acks = writer.stop().await;
 
@@ -755,16 +695,9 @@ async fn rolling_image_change(prefix: &str, from: &str, to: &str) -> Result<()> 
             .unwrap_or_default();
         check(image == to, format!("{} runs {image}", node.name_any()))?;
     }
-    check_roles(&r).await?;
+    r.check_roles().await?;
     check_losses(&r, &acks, &before).await?;
     Ok(())
-}
-
-fn describe_status(r: &valkey_api::v1alpha1::ValkeyReplication) -> String {
-    match &r.status {
-        None => "no status".into(),
-        Some(s) => format!("{:?} {:?}: {:?}", s.state, s.reason, s.message),
-    }
 }
 
 /// The primary cut from the operator and the node-controller (the host) only: its replicas
@@ -781,7 +714,7 @@ async fn a_primary_its_replicas_still_hear_is_never_replaced() -> Result<()> {
     )
     .await?;
     r.wait_ready(FORM).await?;
-    let (old, _) = primary(&r).await?;
+    let (old, _) = r.primary().await?;
     let before = r.write_confirmed("before-cut", 100).await?;
     let record = Record::start(r.api(), None).await?;
     let pod = r.pod_of(&old).await?;
@@ -821,10 +754,11 @@ async fn a_primary_its_replicas_still_hear_is_never_replaced() -> Result<()> {
         .filter_map(|v| v.object.status.as_ref().and_then(|s| s.message.clone()))
         .collect();
     eprintln!("status messages during the cut: {messages:?}");
-    let (now, now_ip) = primary(&r).await?;
+    let (now, now_ip) = r.primary().await?;
     check(now == old, format!("the primary is {now}"))?;
-    wait_service_names(&r, &now_ip, Duration::from_secs(30)).await?;
-    check_roles(&r).await?;
+    r.wait_service_names(&now_ip, Duration::from_secs(30))
+        .await?;
+    r.check_roles().await?;
     let missing = r.missing(before.iter()).await?;
     check(missing.is_empty(), format!("lost {missing:?}"))?;
     Ok(())

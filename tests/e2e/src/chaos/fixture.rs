@@ -1,0 +1,231 @@
+//! What a scenario runs on, of either kind: everything the harness asks of it, answered the way
+//! the kind allows. A scenario's run branches on its kind here only.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use valkey_api::v1alpha1::{ClusterState, Role};
+
+use super::writer::{Acks, ReplicatedWriter};
+use super::{Kind, Operation};
+use crate::cluster::{Acknowledged, ClusterFixture};
+use crate::operator::ControllerProcess;
+use crate::replication::{self, ReplicationFixture, ServiceWriter};
+use crate::{E2eError, Poll, Result, TestNamespace, wait_until};
+
+/// A ValkeyCluster or a ValkeyReplication under test.
+pub enum Fixture {
+    Cluster(ClusterFixture),
+    Replication(ReplicationFixture),
+}
+
+impl Fixture {
+    /// Starts the namespace, both controllers and the object `chaos` of `kind` with `spec`.
+    pub async fn start(kind: Kind, prefix: &str, spec: &str) -> Result<Self> {
+        Ok(match kind {
+            Kind::Cluster => Fixture::Cluster(ClusterFixture::start(prefix, "chaos", spec).await?),
+            Kind::Replication => {
+                Fixture::Replication(ReplicationFixture::start(prefix, "chaos", spec).await?)
+            }
+        })
+    }
+
+    pub fn ns(&self) -> &TestNamespace {
+        match self {
+            Fixture::Cluster(c) => &c.ns,
+            Fixture::Replication(r) => &r.ns,
+        }
+    }
+
+    /// The cluster, for the faults only a cluster has.
+    pub fn cluster(&self) -> Result<&ClusterFixture> {
+        match self {
+            Fixture::Cluster(c) => Ok(c),
+            Fixture::Replication(_) => Err(E2eError::Check(
+                "a fault for clusters only, on a replication".to_owned(),
+            )),
+        }
+    }
+
+    /// Waits until the object is Ready. A replication is waited for as after a change: writes
+    /// and reads go through its Service, which follows its status a moment later.
+    pub async fn wait_ready(&self, within: Duration) -> Result<()> {
+        match self {
+            Fixture::Cluster(c) => c.wait_ready(within).await.map(|_| ()),
+            Fixture::Replication(r) => r.wait_done(within).await,
+        }
+    }
+
+    /// Writes `count` keys `<prefix>:<n>` before the scenario, every one acknowledged.
+    pub async fn write_keys(&self, prefix: &str, count: usize) -> Result<BTreeMap<String, String>> {
+        match self {
+            Fixture::Cluster(c) => c.write_keys(prefix, count as u64).await,
+            // Through the read/write Service, as every client of a replication writes.
+            Fixture::Replication(r) => r.write_confirmed(prefix, count).await,
+        }
+    }
+
+    /// A writer that reaches the primaries as a client of the kind does: a cluster client that
+    /// follows MOVED, or the read/write Service.
+    pub async fn start_writer(&self, prefix: &str) -> Result<Writer> {
+        Ok(match self {
+            Fixture::Cluster(c) => Writer::Cluster(cluster_writer(c, prefix).await?),
+            Fixture::Replication(r) => Writer::Service(r.start_writer(prefix).await?),
+        })
+    }
+
+    /// Starts the operation: a merge patch of the spec.
+    pub async fn apply(&self, operation: &Operation) -> Result<()> {
+        let patch = match operation {
+            Operation::Idle => return Ok(()),
+            Operation::Shards(n) => serde_json::json!({ "shards": n }),
+            Operation::Replicas(n) => serde_json::json!({ "replicas": n }),
+            Operation::Image(image) => serde_json::json!({ "image": image }),
+            // Members are named `<name>-<index>`.
+            Operation::Primary(index) => {
+                serde_json::json!({ "primary": format!("{}-{index}", self.name()) })
+            }
+        };
+        match self {
+            Fixture::Cluster(c) => c.patch_spec(patch).await.map(|_| ()),
+            Fixture::Replication(r) => r.patch_spec(patch).await.map(|_| ()),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Fixture::Cluster(c) => &c.name,
+            Fixture::Replication(r) => &r.name,
+        }
+    }
+
+    /// The pod of a primary: for a cluster any member Valkey says is one, for a replication the
+    /// one its status names (the one its read/write Service selects).
+    pub async fn primary_pod(&self) -> Result<String> {
+        match self {
+            Fixture::Cluster(c) => {
+                let primary = c.member_with_role(Role::Primary).await?;
+                primary
+                    .status
+                    .and_then(|s| s.pod_name)
+                    .ok_or_else(|| E2eError::Check("the primary has no pod".to_owned()))
+            }
+            Fixture::Replication(r) => r.pod_of(&r.primary().await?.0).await,
+        }
+    }
+
+    /// Kills the cluster-controller (SIGKILL) and starts it again with the flags it had.
+    pub async fn restart_cluster_controller(&mut self) -> Result<()> {
+        let (controller, ns, args) = match self {
+            Fixture::Cluster(c) => (&mut c.cluster_controller, &c.ns, &[][..]),
+            Fixture::Replication(r) => (
+                &mut r.cluster_controller,
+                &r.ns,
+                replication::CLUSTER_CONTROLLER_ARGS,
+            ),
+        };
+        controller.kill().await?;
+        *controller = ControllerProcess::start("cluster-controller", ns, args).await?;
+        Ok(())
+    }
+
+    /// Waits until the object is Ready for its spec with every member on its desired revision.
+    pub async fn wait_done(&self, within: Duration) -> Result<()> {
+        match self {
+            Fixture::Cluster(c) => wait_cluster_done(c, within).await,
+            Fixture::Replication(r) => r.wait_done(within).await,
+        }
+    }
+
+    /// The keys of `expected` that do not read back with their value.
+    pub async fn missing<'a>(
+        &self,
+        expected: impl Iterator<Item = (&'a String, &'a String)>,
+    ) -> Result<Vec<String>> {
+        match self {
+            Fixture::Cluster(c) => c.missing(expected).await,
+            Fixture::Replication(r) => r.missing(expected).await,
+        }
+    }
+
+    /// The kind's own consistency check: `valkey-cli --cluster check` against one member, as the
+    /// operator's tools would run it; for a replication, one primary and every other member its
+    /// replica, on Valkey's word. Why it failed, if it did, in a line for the report (the details,
+    /// many lines, go to stderr).
+    pub async fn check(&self) -> Option<String> {
+        let failed = |check: &str, details: String| {
+            eprintln!("{} {check}: {details}", self.ns().name);
+            Some(format!("{check} failed"))
+        };
+        match self {
+            Fixture::Cluster(c) => match c.cluster_check().await {
+                Ok(out) if out.contains("[OK] All 16384 slots covered") => None,
+                Ok(out) => failed("valkey-cli --cluster check", out),
+                Err(e) => failed("valkey-cli --cluster check", e.to_string()),
+            },
+            Fixture::Replication(r) => match r.check_roles().await {
+                Ok(()) => None,
+                Err(e) => failed("the roles check", e.to_string()),
+            },
+        }
+    }
+}
+
+async fn cluster_writer(c: &ClusterFixture, prefix: &str) -> Result<ReplicatedWriter> {
+    let conn = c.client().await?;
+    let seeds = c.seed_urls().await?;
+    let password = c.password().await?;
+    let connect: super::writer::Connect = std::sync::Arc::new(move || {
+        let (seeds, password) = (seeds.clone(), password.clone());
+        Box::pin(async move { crate::cluster::connect(seeds, password).await.ok() })
+    });
+    Ok(ReplicatedWriter::start(prefix, conn, connect))
+}
+
+/// Waits until the cluster is Ready for its spec with every member on its desired revision.
+async fn wait_cluster_done(c: &ClusterFixture, within: Duration) -> Result<()> {
+    wait_until(within, "Ready, every member rolled", || async {
+        let cluster = c.api().get(&c.name).await?;
+        let ready = cluster.status.as_ref().is_some_and(|s| {
+            s.state == Some(ClusterState::Ready)
+                && s.observed_generation == cluster.metadata.generation
+                && s.ready_shards == cluster.spec.shards
+        });
+        let wanted = usize::try_from(cluster.spec.shards * (cluster.spec.replicas + 1));
+        let rolled = crate::members_rolled(&c.nodes().await?, wanted.unwrap_or(0));
+        Ok(if ready && rolled {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet(format!(
+                "{:?}",
+                cluster.status.map(|s| (s.state, s.reason, s.message))
+            ))
+        })
+    })
+    .await
+}
+
+/// The running writer of either kind; both count the same [`Acks`].
+pub enum Writer {
+    Cluster(ReplicatedWriter),
+    Service(ServiceWriter),
+}
+
+impl Writer {
+    /// Stops the writer and returns what it saw.
+    pub async fn stop(self) -> Acks {
+        match self {
+            Writer::Cluster(w) => w.stop().await,
+            Writer::Service(w) => w.stop().await,
+        }
+    }
+}
+
+impl Acknowledged for Writer {
+    async fn acknowledged(&self) -> usize {
+        match self {
+            Writer::Cluster(w) => w.acked().await,
+            Writer::Service(w) => w.acked().await,
+        }
+    }
+}
