@@ -151,14 +151,18 @@ impl<E: Clone> Kept<E> {
     }
 }
 
-/// A short fingerprint of the operator's password (none: empty), to know when an engine made
-/// with it is outdated.
-pub fn credentials_fingerprint(credentials: &Credentials) -> String {
-    credentials
+/// A short fingerprint of what an engine is made with: the operator's password (none: empty) and,
+/// with TLS, the CA it verifies the servers against. An engine made with others is outdated.
+pub fn engine_fingerprint(credentials: &Credentials, trust: Option<&Trust>) -> String {
+    let mut fingerprint = credentials
         .password
         .as_ref()
         .map(|p| auth::fingerprint(p.expose()))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    if let Some(trust) = trust {
+        fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
+    }
+    fingerprint
 }
 
 pub struct Context {
@@ -235,11 +239,7 @@ impl Context {
         credentials: &Credentials,
         trust: Option<&Trust>,
     ) -> Engine<RedisClient> {
-        let mut fingerprint = credentials_fingerprint(credentials);
-        if let Some(trust) = trust {
-            fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
-        }
-        self.kept.engine(key, fingerprint, || {
+        self.kept.engine(key, engine_fingerprint(credentials, trust), || {
             let client = RedisClient::new(RedisClientConfig {
                 credentials: credentials.clone(),
                 trust: trust.cloned(),

@@ -10,12 +10,13 @@ use kube::runtime::reflector::Store;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
 use plumbing::leader::Claims;
+use plumbing::valkey_tls::Trust;
 use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::controller::context::{ClusterMemory, Kept, Settings, credentials_fingerprint};
+use crate::controller::context::{ClusterMemory, Kept, Settings, engine_fingerprint};
 use crate::controller::error::Error;
 use crate::replication::engine::Engine;
 
@@ -61,15 +62,21 @@ impl Context {
         self.kept.memory(key)
     }
 
-    /// The replication's engine, made anew when the operator's password changed.
-    pub fn engine(&self, key: &ObjectKey, credentials: &Credentials) -> Engine<RedisClient> {
-        self.kept
-            .engine(key, credentials_fingerprint(credentials), || {
-                Engine::new(RedisClient::new(RedisClientConfig {
-                    credentials: credentials.clone(),
-                    ..RedisClientConfig::default()
-                }))
-            })
+    /// The replication's engine, made anew when the operator's password or the CA it verifies
+    /// the servers against (`trust`, with TLS) changed.
+    pub fn engine(
+        &self,
+        key: &ObjectKey,
+        credentials: &Credentials,
+        trust: Option<&Trust>,
+    ) -> Engine<RedisClient> {
+        self.kept.engine(key, engine_fingerprint(credentials, trust), || {
+            Engine::new(RedisClient::new(RedisClientConfig {
+                credentials: credentials.clone(),
+                trust: trust.cloned(),
+                ..RedisClientConfig::default()
+            }))
+        })
     }
 }
 

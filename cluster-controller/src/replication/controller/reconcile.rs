@@ -23,12 +23,12 @@ use crate::controller::error::{Error, api_error};
 use crate::controller::labels::FIELD_MANAGER;
 use crate::controller::reconcile::{after_step, claim_for};
 use crate::controller::secrets::{self, Parent, Tools};
-use crate::controller::status::Problem;
-use crate::controller::{access, members};
+use crate::controller::{access, members, tls};
 use crate::engine::Outcome as StepOutcome;
 use crate::replication::engine::{Action, Decision, decide, health};
 
-/// How soon a replication whose Secrets are missing is looked at again.
+/// How soon a replication whose Secrets (its own, or its TLS certificate) are missing is looked
+/// at again.
 const RETRY_AUTH_PROBLEM: Duration = Duration::from_secs(15);
 /// The field manager of the annotation that asks the node-controller to look at once.
 const OBSERVE_MANAGER: &str = "valkey-replication-controller-observe";
@@ -76,24 +76,38 @@ pub async fn pass(
         }
     };
 
-    if replication.spec.tls.enabled {
-        // Accepted by the API, not served for this kind yet: never run plain what was asked to be
-        // TLS.
-        let outcome = Outcome::Problem {
-            problem: Problem {
-                reason: crate::controller::tls::TLS_NOT_SUPPORTED.into(),
-                message: "spec.tls.enabled is set, but this version of the operator serves TLS for ValkeyClusters only, not yet for a ValkeyReplication; no member is created or changed until it is off.".into(),
-            },
-            health: None,
-        };
-        let password = status.and_then(|s| s.password_secret_name.as_deref());
-        let new = report::status_of(replication, &outcome, recorded.as_deref(), password);
-        report::write_status(ctx, replication, new).await?;
-        return Ok(Requeue::await_change());
-    }
+    // TLS as for a cluster: the same Secrets, certificate and CA (see `controller::tls`).
+    let served = match tls::unsupported(&replication.spec.tls) {
+        Some(problem) => Err(problem),
+        None => {
+            tls::ensure_for(
+                &tools,
+                &parent,
+                &replication.spec.tls,
+                tls::DEFAULT_CERTIFICATE_LIFETIME,
+            )
+            .await?
+        }
+    };
+    let served = match served {
+        Ok(served) => served,
+        Err(problem) => {
+            let outcome = Outcome::Problem {
+                problem,
+                health: None,
+            };
+            let password = status.and_then(|s| s.password_secret_name.as_deref());
+            let new = report::status_of(replication, &outcome, recorded.as_deref(), password);
+            report::write_status(ctx, replication, new).await?;
+            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
+        }
+    };
+    let mut node_auth = auth.node.clone();
+    node_auth.tls = served.as_ref().map(|s| s.node.clone());
+    let trust = served.as_ref().map(|s| &s.trust);
 
     let existing = observe::member_nodes(&ctx.nodes, replication);
-    let desired = desired::members(replication, &auth.node);
+    let desired = desired::members(replication, &node_auth);
     let api: Api<ValkeyNode> = Api::namespaced(
         ctx.client.clone(),
         &replication.namespace().unwrap_or_default(),
@@ -110,8 +124,8 @@ pub async fn pass(
     .await?;
 
     let members = observe::engine_members(&existing);
-    let engine = ctx.engine(key, &auth.credentials);
-    let refused = access::sync(&memory, engine.client(), &auth, &members, None).await;
+    let engine = ctx.engine(key, &auth.credentials, trust);
+    let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
     let spec = desired::spec(replication);
     let observed = engine.observe(&members, spec.fence_user.as_deref()).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::cluster::{ClusterFixture, ready_pod_ip, tls_command};
+use e2e::replication::ReplicationFixture;
 use e2e::{E2eError, Poll, Result, check, wait_until};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -387,4 +388,70 @@ async fn cli_cluster_check(
             "valkey-cli --cluster check failed: {text}"
         )))
     }
+}
+
+/// A ValkeyReplication with `spec.tls.enabled`: every member refuses plain clients and answers TLS
+/// ones verified against the CA the operator issued for it (`<name>-tls`); the replica's link to
+/// the primary is up (replication runs over TLS, as nothing plain is served), and a write the
+/// replica confirmed (`WAIT 1`) is read back from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_replication_serves_only_tls_and_replicates_over_it() -> Result<()> {
+    let r = ReplicationFixture::start(
+        "tls-repl",
+        "orders",
+        "{image: 'valkey/valkey:9.1', replicas: 1, tls: {enabled: true}}",
+    )
+    .await?;
+    r.wait_ready(READY).await?;
+    let ca = r
+        .ns
+        .api::<Secret>()
+        .get("orders-tls")
+        .await?
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .map(|v| v.0)
+        .ok_or_else(|| E2eError::Check("Secret orders-tls has no ca.crt".into()))?;
+    let password = r.password().await?;
+    let (primary, primary_ip) = r.primary().await?;
+    let mut replica_ip = None;
+    for node in r.nodes().await? {
+        let name = node.name_any();
+        let ip = r.ip_of(&name).await?;
+        let plain = r.command_on(&ip, &["PING"]).await;
+        check(
+            plain.is_err(),
+            format!("{name}: a plain client was answered: {plain:?}"),
+        )?;
+        let pong = tls_command(&ip, &ca, password.as_deref(), &["PING"]).await?;
+        check(pong == "PONG", format!("{name}: PING over TLS answered {pong}"))?;
+        if name != primary {
+            replica_ip = Some(ip);
+        }
+    }
+    let replica_ip = replica_ip.ok_or_else(|| E2eError::Check("no replica".into()))?;
+    wait_until(Duration::from_secs(60), "the replica's link is up", || {
+        let (ip, ca, password) = (replica_ip.clone(), ca.clone(), password.clone());
+        async move {
+            let info = tls_command(&ip, &ca, password.as_deref(), &["INFO", "replication"]).await?;
+            Ok(
+                if info.lines().any(|l| l.trim() == "master_link_status:up") {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(info)
+                },
+            )
+        }
+    })
+    .await?;
+    let set = tls_command(&primary_ip, &ca, password.as_deref(), &["SET", "tls:k", "v"]).await?;
+    check(set == "OK", format!("SET over TLS answered {set}"))?;
+    let confirmed =
+        tls_command(&primary_ip, &ca, password.as_deref(), &["WAIT", "1", "5000"]).await?;
+    check(
+        confirmed == "1",
+        format!("WAIT 1: {confirmed} replicas confirmed"),
+    )?;
+    let read = tls_command(&replica_ip, &ca, password.as_deref(), &["GET", "tls:k"]).await?;
+    check(read == "v", format!("the replica read back {read:?}"))
 }
