@@ -239,20 +239,21 @@ impl Context {
         credentials: &Credentials,
         trust: Option<&Trust>,
     ) -> Engine<RedisClient> {
-        self.kept.engine(key, engine_fingerprint(credentials, trust), || {
-            let client = RedisClient::new(RedisClientConfig {
-                credentials: credentials.clone(),
-                trust: trust.cloned(),
-                ..RedisClientConfig::default()
-            });
-            // The replication user is fenced (off in the ACL file at every start), with the
-            // clients' authentication on or off.
-            let config = EngineConfig {
-                fence_user: Some(REPLICATION_USER.to_owned()),
-                ..EngineConfig::for_credentials(credentials)
-            };
-            Engine::new(client, config)
-        })
+        self.kept
+            .engine(key, engine_fingerprint(credentials, trust), || {
+                let client = RedisClient::new(RedisClientConfig {
+                    credentials: credentials.clone(),
+                    trust: trust.cloned(),
+                    ..RedisClientConfig::default()
+                });
+                // The replication user is fenced (off in the ACL file at every start), with the
+                // clients' authentication on or off.
+                let config = EngineConfig {
+                    fence_user: Some(REPLICATION_USER.to_owned()),
+                    ..EngineConfig::for_credentials(credentials)
+                };
+                Engine::new(client, config)
+            })
     }
 
     /// How many clusters have an engine: what `forget` must bring down.

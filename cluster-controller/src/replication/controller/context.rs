@@ -70,13 +70,14 @@ impl Context {
         credentials: &Credentials,
         trust: Option<&Trust>,
     ) -> Engine<RedisClient> {
-        self.kept.engine(key, engine_fingerprint(credentials, trust), || {
-            Engine::new(RedisClient::new(RedisClientConfig {
-                credentials: credentials.clone(),
-                trust: trust.cloned(),
-                ..RedisClientConfig::default()
-            }))
-        })
+        self.kept
+            .engine(key, engine_fingerprint(credentials, trust), || {
+                Engine::new(RedisClient::new(RedisClientConfig {
+                    credentials: credentials.clone(),
+                    trust: trust.cloned(),
+                    ..RedisClientConfig::default()
+                }))
+            })
     }
 }
 

@@ -403,15 +403,14 @@ async fn a_tls_replication_serves_only_tls_and_replicates_over_it() -> Result<()
     )
     .await?;
     r.wait_ready(READY).await?;
-    let ca = r
-        .ns
-        .api::<Secret>()
-        .get("orders-tls")
-        .await?
-        .data
-        .and_then(|d| d.get("ca.crt").cloned())
-        .map(|v| v.0)
-        .ok_or_else(|| E2eError::Check("Secret orders-tls has no ca.crt".into()))?;
+    let ca =
+        r.ns.api::<Secret>()
+            .get("orders-tls")
+            .await?
+            .data
+            .and_then(|d| d.get("ca.crt").cloned())
+            .map(|v| v.0)
+            .ok_or_else(|| E2eError::Check("Secret orders-tls has no ca.crt".into()))?;
     let password = r.password().await?;
     let (primary, primary_ip) = r.primary().await?;
     let mut replica_ip = None;
@@ -424,7 +423,10 @@ async fn a_tls_replication_serves_only_tls_and_replicates_over_it() -> Result<()
             format!("{name}: a plain client was answered: {plain:?}"),
         )?;
         let pong = tls_command(&ip, &ca, password.as_deref(), &["PING"]).await?;
-        check(pong == "PONG", format!("{name}: PING over TLS answered {pong}"))?;
+        check(
+            pong == "PONG",
+            format!("{name}: PING over TLS answered {pong}"),
+        )?;
         if name != primary {
             replica_ip = Some(ip);
         }
@@ -444,10 +446,21 @@ async fn a_tls_replication_serves_only_tls_and_replicates_over_it() -> Result<()
         }
     })
     .await?;
-    let set = tls_command(&primary_ip, &ca, password.as_deref(), &["SET", "tls:k", "v"]).await?;
+    let set = tls_command(
+        &primary_ip,
+        &ca,
+        password.as_deref(),
+        &["SET", "tls:k", "v"],
+    )
+    .await?;
     check(set == "OK", format!("SET over TLS answered {set}"))?;
-    let confirmed =
-        tls_command(&primary_ip, &ca, password.as_deref(), &["WAIT", "1", "5000"]).await?;
+    let confirmed = tls_command(
+        &primary_ip,
+        &ca,
+        password.as_deref(),
+        &["WAIT", "1", "5000"],
+    )
+    .await?;
     check(
         confirmed == "1",
         format!("WAIT 1: {confirmed} replicas confirmed"),
