@@ -23,6 +23,7 @@ use crate::controller::error::{Error, api_error};
 use crate::controller::labels::FIELD_MANAGER;
 use crate::controller::reconcile::{after_step, claim_for};
 use crate::controller::secrets::{self, Parent, Tools};
+use crate::controller::status::Problem;
 use crate::controller::{access, members, tls};
 use crate::engine::Outcome as StepOutcome;
 use crate::replication::engine::{Action, Decision, decide, health};
@@ -36,6 +37,27 @@ const OBSERVE_MANAGER: &str = "valkey-replication-controller-observe";
 /// The Lease a cluster-controller holds while it drives the replication `name`.
 pub fn claim_name(name: &str) -> String {
     format!("{name}-replication-controller")
+}
+
+/// Reports what a person must fix before the pass can go on (a Secret, a TLS setting), keeping the
+/// recorded primary and the password Secret's name, and looks again soon.
+async fn stop_for(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    problem: Problem,
+    recorded: Option<&str>,
+) -> Result<Requeue, Error> {
+    let outcome = Outcome::Problem {
+        problem,
+        health: None,
+    };
+    let password = replication
+        .status
+        .as_ref()
+        .and_then(|s| s.password_secret_name.as_deref());
+    let new = report::status_of(replication, &outcome, recorded, password);
+    report::write_status(ctx, replication, new).await?;
+    Ok(Requeue::requeue(RETRY_AUTH_PROBLEM))
 }
 
 pub async fn pass(
@@ -64,16 +86,7 @@ pub async fn pass(
     let recorded = status.and_then(|s| s.primary.clone());
     let auth = match secrets::ensure_for(&tools, &parent, &memory).await? {
         Ok(auth) => auth,
-        Err(problem) => {
-            let outcome = Outcome::Problem {
-                problem,
-                health: None,
-            };
-            let password = status.and_then(|s| s.password_secret_name.as_deref());
-            let new = report::status_of(replication, &outcome, recorded.as_deref(), password);
-            report::write_status(ctx, replication, new).await?;
-            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
-        }
+        Err(problem) => return stop_for(ctx, replication, problem, recorded.as_deref()).await,
     };
 
     // TLS as for a cluster: the same Secrets, certificate and CA (see `controller::tls`).
@@ -91,16 +104,7 @@ pub async fn pass(
     };
     let served = match served {
         Ok(served) => served,
-        Err(problem) => {
-            let outcome = Outcome::Problem {
-                problem,
-                health: None,
-            };
-            let password = status.and_then(|s| s.password_secret_name.as_deref());
-            let new = report::status_of(replication, &outcome, recorded.as_deref(), password);
-            report::write_status(ctx, replication, new).await?;
-            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
-        }
+        Err(problem) => return stop_for(ctx, replication, problem, recorded.as_deref()).await,
     };
     let mut node_auth = auth.node.clone();
     node_auth.tls = served.as_ref().map(|s| s.node.clone());

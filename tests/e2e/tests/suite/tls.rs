@@ -84,21 +84,7 @@ async fn a_tls_cluster_serves_only_tls_verified_against_its_ca() -> Result<()> {
             continue;
         }
         let ip = status.pod_ip.unwrap_or_default();
-        wait_until(Duration::from_secs(60), "the replica's link is up", || {
-            let (ip, ca, password) = (ip.clone(), ca.clone(), password.clone());
-            async move {
-                let info =
-                    tls_command(&ip, &ca, password.as_deref(), &["INFO", "replication"]).await?;
-                Ok(
-                    if info.lines().any(|l| l.trim() == "master_link_status:up") {
-                        Poll::Ready(())
-                    } else {
-                        Poll::NotYet(info)
-                    },
-                )
-            }
-        })
-        .await?;
+        wait_link_up(&ip, &ca, password.as_deref()).await?;
     }
 
     // A cluster client over TLS (following MOVED across both shards) writes and reads back.
@@ -134,6 +120,25 @@ async fn a_tls_cluster_serves_only_tls_verified_against_its_ca() -> Result<()> {
     )?;
     eprintln!("TLS cluster checked after {:?}", started.elapsed());
     Ok(())
+}
+
+/// Waits until the replica at `ip` says, over TLS, that its link to its primary is up.
+async fn wait_link_up(ip: &str, ca: &[u8], password: Option<&str>) -> Result<()> {
+    wait_until(
+        Duration::from_secs(60),
+        "the replica's link is up",
+        || async move {
+            let info = tls_command(ip, ca, password, &["INFO", "replication"]).await?;
+            Ok(
+                if info.lines().any(|l| l.trim() == "master_link_status:up") {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(info)
+                },
+            )
+        },
+    )
+    .await
 }
 
 /// A CA the cluster's servers were not issued by.
@@ -432,20 +437,7 @@ async fn a_tls_replication_serves_only_tls_and_replicates_over_it() -> Result<()
         }
     }
     let replica_ip = replica_ip.ok_or_else(|| E2eError::Check("no replica".into()))?;
-    wait_until(Duration::from_secs(60), "the replica's link is up", || {
-        let (ip, ca, password) = (replica_ip.clone(), ca.clone(), password.clone());
-        async move {
-            let info = tls_command(&ip, &ca, password.as_deref(), &["INFO", "replication"]).await?;
-            Ok(
-                if info.lines().any(|l| l.trim() == "master_link_status:up") {
-                    Poll::Ready(())
-                } else {
-                    Poll::NotYet(info)
-                },
-            )
-        }
-    })
-    .await?;
+    wait_link_up(&replica_ip, &ca, password.as_deref()).await?;
     let set = tls_command(
         &primary_ip,
         &ca,
