@@ -33,9 +33,14 @@ help:
 
 ## ---- build and generated files ----------------------------------------------------------------
 
-.PHONY: build generate check-generated lint
+.PHONY: build generate check-generated lint previous-release
 build:
 	$(CARGO) build --workspace --bins
+
+# The previous release's chart and controllers (hack/previous-release.env), for the upgrade test.
+# It leaves that release's binaries in target/debug: `build` must run after it.
+previous-release: localkube-prereqs
+	bash $(ROOT)/hack/previous-release.sh
 
 # The CRDs are crd() of the compiled API types; the reference comes from the same schema.
 GENERATE := $(ROOT)/target/debug/valkey-api-generate
@@ -56,7 +61,7 @@ lint:
 .PHONY: test unit e2e
 # Everything the issues ask to be tested. With KUBECONFIG set, the end-to-end tests run on that
 # cluster; without it they start the local control plane and stop it (checking nothing is left).
-test: check-generated lint lint-dockerfiles localkube-check localkube-tools build unit
+test: check-generated lint lint-dockerfiles localkube-check localkube-tools previous-release build unit
 ifeq ($(strip $(KUBECONFIG)),)
 	$(MAKE) localkube localkube-images
 	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Affinity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use valkey_api::v1alpha1::{
-    NodeCredentials, NodeTls, ServerSettings, SlotsLostPolicy, ValkeyCluster, ValkeyNode,
-    ValkeyNodeSpec,
+    NodeCredentials, NodeExporter, NodeTls, ServerSettings, SlotsLostPolicy, ValkeyCluster,
+    ValkeyNode, ValkeyNodeSpec,
 };
 
 use super::auth::{
@@ -218,6 +218,10 @@ pub fn server_node(
             affinity: parts.affinity,
             persistence: Some(settings.persistence.clone()),
             config: Some(server_config(settings, parts.mode)),
+            exporter: settings.metrics.enabled.then(|| NodeExporter {
+                image: settings.metrics.image.clone(),
+                resources: settings.metrics.resources.clone(),
+            }),
             pod_labels: Some(pod_labels),
             pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
             credentials,

@@ -18,7 +18,7 @@
 //! | the cluster's NetworkPolicy | [`network`] | yes |
 //! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`serving`] builds) | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
-//! | status and Events | [`report`] ([`status`] computes) | yes |
+//! | status and Events | [`report`] ([`status`] computes, [`progress`] counts) | yes |
 //! | what can fail | [`error`] | |
 
 pub mod access;
@@ -35,6 +35,7 @@ pub mod members;
 pub mod network;
 pub mod observe;
 pub mod placement;
+pub mod progress;
 pub mod reconcile;
 pub mod report;
 pub mod secrets;

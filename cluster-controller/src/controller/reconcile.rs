@@ -101,14 +101,18 @@ pub async fn pass(
         );
     }
     if let Some(health) = pass.health.as_ref().filter(|h| h.nodes > 0) {
-        let left = i64::try_from(health.slots_to_move).unwrap_or(i64::MAX);
-        ctx.metrics.set_work_left(
-            super::CONTROLLER,
-            key.namespace(),
-            key.name(),
-            "slots_to_move",
-            left,
-        );
+        for (work, left) in [
+            ("slots_to_move", health.slots_to_move),
+            ("members_to_restart", health.members_to_restart),
+        ] {
+            ctx.metrics.set_work_left(
+                super::CONTROLLER,
+                key.namespace(),
+                key.name(),
+                work,
+                i64::try_from(left).unwrap_or(i64::MAX),
+            );
+        }
     }
 
     report::decision_events(ctx, cluster, &pass).await;

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::v1alpha1::{ClusterState, ValkeyClusterStatus};
 
+use super::progress::{self, WorkLeft};
 use crate::engine::{Decision, Health, Reason};
 
 pub const READY: &str = "Ready";
@@ -140,6 +141,19 @@ pub fn compute(
             || previous.map_or(0, |s| s.ready_shards),
             |h| to_i32(h.ready_shards),
         ),
+        // A pass that could not look at Valkey learnt nothing about the work left.
+        progress: match &health {
+            Some(h) => progress::next(
+                previous.and_then(|s| s.progress.as_ref()),
+                WorkLeft {
+                    slots_to_move: h.slots_to_move,
+                    members_to_restart: h.members_to_restart,
+                    shards_now: h.shards,
+                    shards_wanted: h.shards_wanted,
+                },
+            ),
+            None => previous.and_then(|s| s.progress.clone()),
+        },
         password_secret_name: password_secret.map(str::to_owned),
         // The members' nodes: the caller sets them from the pass; otherwise they stand.
         node_ids: previous.and_then(|s| s.node_ids.clone()),

@@ -277,6 +277,10 @@ pub struct Health {
     pub nodes: usize,
     /// Slots that still have to move to reach the wanted shards (0 when balanced).
     pub slots_to_move: usize,
+    /// Staying members that run another revision than their spec asks for (a roll's work left).
+    pub members_to_restart: usize,
+    /// Shards the spec wants.
+    pub shards_wanted: u32,
 }
 
 /// The outcome of [`super::decide`].

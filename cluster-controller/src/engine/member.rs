@@ -55,7 +55,8 @@ impl Member {
         self.is_outdated() && self.allowed_revision == self.desired_revision
     }
 
-    fn is_outdated(&self) -> bool {
+    /// Runs another revision than its spec asks for, released to restart or not.
+    pub fn is_outdated(&self) -> bool {
         matches!((&self.current_revision, &self.desired_revision),
             (Some(current), Some(desired)) if current != desired)
     }

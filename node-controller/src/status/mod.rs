@@ -4,12 +4,16 @@
 
 use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::v1alpha1::{Role, ValkeyNodeStatus};
 
 use crate::live::apply::Outcome;
 use crate::names::REVISION_ANNOTATION;
 use crate::probe::Answer;
+
+/// The pod label that carries its node's zone (set by the API server's PodTopologyLabels admission).
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 pub const READY: &str = valkey_api::contract::READY_CONDITION;
 pub const WORKLOAD_READY: &str = "WorkloadReady";
@@ -219,6 +223,8 @@ pub fn compute(
         pod_ip: pod.and_then(|p| p.status.as_ref()?.pod_ip.clone()),
         pod_name: pod.and_then(|p| p.metadata.name.clone()),
         node_name: pod.and_then(|p| p.spec.as_ref()?.node_name.clone()),
+        // The API server copies the node's zone onto the pod at binding, so no Node is read.
+        zone: pod.and_then(|p| p.labels().get(ZONE_LABEL).cloned()),
         // Kept while the server does not answer: the build needs it to tell live settings apart.
         valkey_version: match &o.valkey {
             Some(Answer::Pong { server, .. }) if server.version.is_some() => server.version.clone(),

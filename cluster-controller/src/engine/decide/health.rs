@@ -90,5 +90,12 @@ pub(super) fn health(t: &Topology) -> Health {
         replicas_in_sync,
         nodes: t.live.len(),
         slots_to_move: super::slots::slots_to_move(t),
+        members_to_restart: t
+            .members
+            .iter()
+            .filter(|m| t.desired.place(m) == crate::engine::member::Place::Staying)
+            .filter(|m| m.is_outdated())
+            .count(),
+        shards_wanted: t.desired.shards,
     }
 }

@@ -6,6 +6,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::v1alpha1::{ReplicationState, ValkeyReplicationStatus};
 
+use crate::controller::progress::{self, WorkLeft};
 use crate::controller::status::{Problem, Summary, summary_conditions};
 use crate::replication::engine::{Decision, Health, Reason};
 
@@ -118,6 +119,17 @@ pub fn compute(
             || previous.map_or(0, |s| s.ready_replicas),
             |h| i32::try_from(h.replicas_in_step).unwrap_or(i32::MAX),
         ),
+        // Only rolls take long in a replication: members restarted of members to restart.
+        progress: match health {
+            Some(h) => progress::next(
+                previous.and_then(|s| s.progress.as_ref()),
+                WorkLeft {
+                    members_to_restart: usize::try_from(h.members_to_restart).unwrap_or(usize::MAX),
+                    ..WorkLeft::default()
+                },
+            ),
+            None => previous.and_then(|s| s.progress.clone()),
+        },
         password_secret_name: password_secret.map(str::to_owned),
         conditions: Some(conditions),
         observed_generation: generation,
@@ -152,6 +164,7 @@ mod tests {
             replicas_wanted: 2,
             replicas_in_step: in_step,
             answering: 3,
+            members_to_restart: 0,
         }
     }
 

@@ -155,6 +155,9 @@ pub struct Health {
     pub replicas_in_step: u32,
     /// Members that answered.
     pub answering: u32,
+    /// Members the spec keeps that run another revision than their spec asks for (a roll's
+    /// work left).
+    pub members_to_restart: u32,
 }
 
 /// The one next step.

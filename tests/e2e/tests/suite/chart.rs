@@ -116,11 +116,19 @@ struct Release {
 }
 
 impl Release {
-    /// `helm install` with values given as `key=value` pairs (`--set`).
+    /// `helm install` of this checkout's chart with values given as `key=value` pairs (`--set`).
     async fn install(name: &str, namespace: &str, set: &[String]) -> Result<Self> {
-        let mut args = vec!["install", name, "-n", namespace];
-        let chart = chart();
-        args.push(&chart);
+        Self::install_chart(name, namespace, &chart(), set).await
+    }
+
+    /// `helm install` of the chart at `chart` (a directory).
+    async fn install_chart(
+        name: &str,
+        namespace: &str,
+        chart: &str,
+        set: &[String],
+    ) -> Result<Self> {
+        let mut args = vec!["install", name, "-n", namespace, chart];
         for s in set {
             args.extend(["--set", s.as_str()]);
         }
@@ -1088,5 +1096,248 @@ async fn two_releases_split_the_controllers_and_upgrade_independently() -> Resul
     wait_cluster_ready(&ns, "split").await?;
     steps.done("new cluster-controller leads, cluster Ready");
     drop((nodes, clusters));
+    Ok(())
+}
+
+// ---- upgrading from the previous release -------------------------------------------------------
+
+/// The previous release (`hack/previous-release.env`): its chart as `make previous-release`
+/// unpacked it, and the image tag of its controllers (on localkube, the `previous` images that
+/// target builds from the same commit).
+struct PreviousRelease {
+    version: String,
+    chart: String,
+    tag: String,
+}
+
+impl PreviousRelease {
+    fn find() -> Result<Self> {
+        let env_file = e2e::repo_root().join("hack/previous-release.env");
+        let env = std::fs::read_to_string(&env_file)
+            .map_err(|e| E2eError::Check(format!("{}: {e}", env_file.display())))?;
+        let version = env
+            .lines()
+            .find_map(|l| l.strip_prefix("PREVIOUS_RELEASE_VERSION="))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                E2eError::Check(format!(
+                    "no PREVIOUS_RELEASE_VERSION in {}",
+                    env_file.display()
+                ))
+            })?
+            .to_owned();
+        let chart = e2e::repo_root().join("target/previous-release/src/charts/valkey-operator");
+        check(
+            chart.join("Chart.yaml").is_file(),
+            format!(
+                "{} is missing: run `make previous-release`",
+                chart.display()
+            ),
+        )?;
+        let tag = if is_localkube() {
+            let bin = localkube_dir().join(format!("images/{CLUSTER}-previous/bin/{CLUSTER}"));
+            check(
+                bin.is_file(),
+                format!("{} is missing: run `make previous-release`", bin.display()),
+            )?;
+            "previous".to_owned()
+        } else {
+            version.clone()
+        };
+        Ok(Self {
+            version,
+            chart: chart.display().to_string(),
+            tag,
+        })
+    }
+}
+
+/// Each Valkey pod of cluster `name`: its UID and the restarts of each container.
+async fn valkey_pods(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("valkey.io/cluster={name}")))
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .map(|p| {
+            let restarts: Vec<String> = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.clone())
+                .unwrap_or_default()
+                .iter()
+                .map(|c| format!("{}={}", c.name, c.restart_count))
+                .collect();
+            (
+                p.name_any(),
+                format!(
+                    "uid {} restarts {}",
+                    p.uid().unwrap_or_default(),
+                    restarts.join(",")
+                ),
+            )
+        })
+        .collect())
+}
+
+/// Each ValkeyNode's generation and the pod revision its node-controller wants.
+async fn node_revisions(ns: &TestNamespace) -> Result<BTreeMap<String, String>> {
+    let nodes = ns
+        .api::<valkey_api::v1alpha1::ValkeyNode>()
+        .list(&ListParams::default())
+        .await?;
+    Ok(nodes
+        .items
+        .iter()
+        .map(|n| {
+            let status = n.status.clone().unwrap_or_default();
+            (
+                n.name_any(),
+                format!(
+                    "generation {:?} desired {:?} current {:?}",
+                    n.metadata.generation, status.desired_revision, status.current_revision
+                ),
+            )
+        })
+        .collect())
+}
+
+/// `helm upgrade` from the previous release to this checkout with a cluster running, as a user
+/// does it (`helm upgrade` with their values): the CRDs become this checkout's, the new
+/// controllers take over and scale the cluster, and not one Valkey pod of the running cluster
+/// restarts, nor does any ValkeyNode ask for a new pod revision.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_from_the_previous_release_restarts_no_valkey_pod() -> Result<()> {
+    let _turn = e2e::pool::heavy().await;
+    let mut steps = Steps::new("upgrade");
+    require_controller_images()?;
+    let previous = PreviousRelease::find()?;
+    install_crds().await?;
+    let ns = TestNamespace::create("chart-upgrade").await?;
+    let mut old_values = watching(&ns.name);
+    // The previous controllers must not apply their older CRDs here: on a shared cluster that
+    // would take this checkout's newer fields away from every test running beside this one. The
+    // CRDs this test checks are the ones the new cluster-controller applies.
+    old_values.push("crds.apply=false".into());
+    for c in ["nodeController", "clusterController"] {
+        old_values.push(format!("{c}.image.tag={}", previous.tag));
+    }
+    let release = Release::install_chart("up", &ns.name, &previous.chart, &old_values).await?;
+    wait_controller(&ns, &release, NODE, 1).await?;
+    wait_controller(&ns, &release, CLUSTER, 1).await?;
+    ns.apply(&cluster_manifest("up", 2, 1)).await?;
+    wait_cluster_ready(&ns, "up").await?;
+    steps.done(&format!(
+        "release {} installed, 2x1 cluster Ready",
+        previous.version
+    ));
+    let pods_before = valkey_pods(&ns, "up").await?;
+    let nodes_before = node_revisions(&ns).await?;
+    check(
+        pods_before.len() == 4 && nodes_before.len() == 4,
+        format!("a 2x1 cluster has 4 pods and ValkeyNodes: {pods_before:?} {nodes_before:?}"),
+    )?;
+
+    // The upgrade a user runs: this chart, their own values again (not --reuse-values, which
+    // would drop every value the new chart added).
+    let chart = chart();
+    let mut args = vec!["upgrade", "up", chart.as_str(), "-n", ns.name.as_str()];
+    let new_values = watching(&ns.name);
+    for s in &new_values {
+        args.extend(["--set", s.as_str()]);
+    }
+    helm(&args).await?;
+    for component in [NODE, CLUSTER] {
+        wait_rollout(&ns, &release.object(component)).await?;
+        let pods = wait_controller(&ns, &release, component, 1).await?;
+        let image = pods[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        check(
+            !image.ends_with(&format!(":{}", previous.tag)),
+            format!("{component} still runs {image} after the upgrade"),
+        )?;
+    }
+    steps.done("upgraded, both controllers rolled");
+
+    // This checkout's CRDs, applied by the new cluster-controller: the fields the previous
+    // release did not have are there.
+    for (crd, field) in [
+        ("valkeyclusters.valkey.io", "progress"),
+        ("valkeynodes.valkey.io", "exporter"),
+    ] {
+        let json = kubectl(&["get", "crd", crd, "-o", "json"]).await?;
+        let managers = kubectl(&[
+            "get",
+            "crd",
+            crd,
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[*].manager}",
+        ])
+        .await?;
+        check(
+            json.contains(&format!("\"{field}\"")) && managers.contains("valkey-operator-crds"),
+            format!(
+                "CRD {crd}: field {field} present {}, managers {managers}",
+                json.contains(field)
+            ),
+        )?;
+    }
+
+    // The new cluster-controller acts (progress is a status field the previous one never
+    // wrote), and scaling out leaves the running members' pods alone.
+    ns.kubectl(&[
+        "patch",
+        "valkeycluster",
+        "up",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"shards":3}}"#,
+    ])
+    .await?;
+    wait_cluster(
+        &ns,
+        "up",
+        CLUSTER_READY,
+        "3 shards Ready, scale-out complete",
+        |c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.state == Some(ClusterState::Ready)
+                    && s.shards == 3
+                    && s.progress.as_ref().is_some_and(|p| p.done == p.total)
+            })
+        },
+    )
+    .await?;
+    steps.done("the new controllers scaled the cluster to 3 shards");
+
+    let pods_after = valkey_pods(&ns, "up").await?;
+    let nodes_after = node_revisions(&ns).await?;
+    for (name, before) in &pods_before {
+        check(
+            pods_after.get(name) == Some(before),
+            format!(
+                "pod {name} changed across the upgrade: {before} → {:?}",
+                pods_after.get(name)
+            ),
+        )?;
+    }
+    for (name, before) in &nodes_before {
+        check(
+            nodes_after.get(name) == Some(before),
+            format!(
+                "ValkeyNode {name} changed across the upgrade: {before} → {:?}",
+                nodes_after.get(name)
+            ),
+        )?;
+    }
+    drop(release);
     Ok(())
 }

@@ -96,6 +96,13 @@ pub fn health(
         replicas_wanted: spec.replicas,
         replicas_in_step: u32::try_from(in_step).unwrap_or(u32::MAX),
         answering: u32::try_from(view.live().count()).unwrap_or(u32::MAX),
+        members_to_restart: u32::try_from(
+            members
+                .iter()
+                .filter(|m| m.index <= spec.replicas && m.is_outdated())
+                .count(),
+        )
+        .unwrap_or(u32::MAX),
     }
 }
 

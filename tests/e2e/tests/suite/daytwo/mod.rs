@@ -3,6 +3,7 @@
 
 mod live_config;
 mod memory;
+mod progress;
 mod quick_start;
 mod readiness;
 mod scaling;
