@@ -101,10 +101,11 @@ pub async fn pass(
         );
     }
     if let Some(health) = pass.health.as_ref().filter(|h| h.nodes > 0) {
-        for (work, left) in [
-            ("slots_to_move", health.slots_to_move),
-            ("members_to_restart", health.members_to_restart),
-        ] {
+        let slots = health.slots_to_move.map(|left| ("slots_to_move", left));
+        for (work, left) in slots
+            .into_iter()
+            .chain([("members_to_restart", health.members_to_restart)])
+        {
             ctx.metrics.set_work_left(
                 super::CONTROLLER,
                 key.namespace(),

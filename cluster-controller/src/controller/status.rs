@@ -141,12 +141,13 @@ pub fn compute(
             || previous.map_or(0, |s| s.ready_shards),
             |h| to_i32(h.ready_shards),
         ),
-        // A pass that could not look at Valkey learnt nothing about the work left.
-        progress: match &health {
-            Some(h) => progress::next(
+        // A pass that could not look at Valkey, or could not count the slots left (a migration
+        // in flight), learnt nothing about the work left.
+        progress: match health.as_ref().and_then(|h| Some((h, h.slots_to_move?))) {
+            Some((h, slots_to_move)) => progress::next(
                 previous.and_then(|s| s.progress.as_ref()),
                 WorkLeft {
-                    slots_to_move: h.slots_to_move,
+                    slots_to_move,
                     members_to_restart: h.members_to_restart,
                     shards_now: h.shards,
                     shards_wanted: h.shards_wanted,
@@ -229,8 +230,32 @@ mod tests {
             replicas_wanted: 3,
             replicas_in_sync: 3,
             nodes: 6,
+            slots_to_move: Some(0),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_pass_that_cannot_count_the_slots_left_keeps_the_progress() {
+        let d = Decision::Wait {
+            reason: Reason::MigratingSlots,
+            message: "moving slots".into(),
+        };
+        let moving = |left: Option<usize>| Health {
+            shards: 5,
+            shards_wanted: 5,
+            slots_to_move: left,
+            ..health()
+        };
+        let start = decided(None, &d, Some(moving(Some(6553))), 1);
+        let in_flight = decided(Some(&start), &d, Some(moving(None)), 2);
+        assert_eq!(
+            in_flight.progress, start.progress,
+            "a migration in flight must not read as nothing left"
+        );
+        let later = decided(Some(&in_flight), &d, Some(moving(Some(4368))), 3);
+        let p = later.progress.unwrap_or_else(|| panic!("no progress"));
+        assert_eq!((p.done, p.total), (2185, 6553));
     }
 
     /// The status after a pass that decided `decision`, at generation 1, without a password Secret.

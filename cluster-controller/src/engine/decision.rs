@@ -275,8 +275,10 @@ pub struct Health {
     pub replicas_wanted: u32,
     pub replicas_in_sync: u32,
     pub nodes: usize,
-    /// Slots that still have to move to reach the wanted shards (0 when balanced).
-    pub slots_to_move: usize,
+    /// Slots that still have to move to reach the wanted shards (0 when balanced); `None` while
+    /// the primaries' own views of their slots overlap (a migration in flight), when no count
+    /// is possible.
+    pub slots_to_move: Option<usize>,
     /// Staying members that run another revision than their spec asks for (a roll's work left).
     pub members_to_restart: usize,
     /// Shards the spec wants.

@@ -318,9 +318,12 @@ fn target_shards(t: &Topology) -> BTreeSet<u32> {
     (0..t.desired.shards).collect()
 }
 
-/// How many slots still have to move for the wanted shards to hold them evenly (progress).
-pub(super) fn slots_to_move(t: &Topology) -> usize {
-    rebalance::plan(&by_shard(t), &target_shards(t)).map_or(0, |plan| plan.moved_slots())
+/// How many slots still have to move for the wanted shards to hold them evenly (progress);
+/// `None` when no plan can be made, as while a migrating slot is claimed by both its primaries.
+pub(super) fn slots_to_move(t: &Topology) -> Option<usize> {
+    rebalance::plan(&by_shard(t), &target_shards(t))
+        .ok()
+        .map(|plan| plan.moved_slots())
 }
 
 /// Moves slots until the wanted shards hold them evenly; leaving shards give all of theirs.

@@ -1266,30 +1266,45 @@ async fn an_upgrade_from_the_previous_release_restarts_no_valkey_pod() -> Result
     }
     steps.done("upgraded, both controllers rolled");
 
-    // This checkout's CRDs, applied by the new cluster-controller: the fields the previous
-    // release did not have are there.
+    // This checkout's CRDs, applied by the new cluster-controller once it leads: the fields the
+    // previous release did not have are there, under the operator's field manager.
     for (crd, field) in [
         ("valkeyclusters.valkey.io", "progress"),
         ("valkeynodes.valkey.io", "exporter"),
     ] {
-        let json = kubectl(&["get", "crd", crd, "-o", "json"]).await?;
-        let managers = kubectl(&[
-            "get",
-            "crd",
-            crd,
-            "--show-managed-fields",
-            "-o",
-            "jsonpath={.metadata.managedFields[*].manager}",
-        ])
+        wait_until(
+            Duration::from_secs(90),
+            &format!("CRD {crd} applied by the new cluster-controller"),
+            || async move {
+                let json = kubectl(&["get", "crd", crd, "-o", "json"]).await?;
+                let managers = kubectl(&[
+                    "get",
+                    "crd",
+                    crd,
+                    "--show-managed-fields",
+                    "-o",
+                    "jsonpath={.metadata.managedFields[*].manager}",
+                ])
+                .await?;
+                let has_field = json.contains(&format!("\"{field}\""));
+                Ok(
+                    if has_field
+                        && managers
+                            .split_whitespace()
+                            .any(|m| m == "valkey-operator-crds")
+                    {
+                        Poll::Ready(())
+                    } else {
+                        Poll::NotYet(format!(
+                            "field {field} present {has_field}, managers {managers}"
+                        ))
+                    },
+                )
+            },
+        )
         .await?;
-        check(
-            json.contains(&format!("\"{field}\"")) && managers.contains("valkey-operator-crds"),
-            format!(
-                "CRD {crd}: field {field} present {}, managers {managers}",
-                json.contains(field)
-            ),
-        )?;
     }
+    steps.done("CRDs applied by the new cluster-controller");
 
     // The new cluster-controller acts (progress is a status field the previous one never
     // wrote), and scaling out leaves the running members' pods alone.
