@@ -24,8 +24,14 @@ if [[ -f $STAMP && -d $OUT/src/charts/valkey-operator ]]; then
 	log "$PREVIOUS_RELEASE_VERSION ($COMMIT) up to date"
 	exit 0
 fi
-git -C "$ROOT" cat-file -e "$COMMIT^{commit}" 2>/dev/null ||
-	die "commit $COMMIT (release $PREVIOUS_RELEASE_VERSION) is not in this clone; a shallow clone needs 'git fetch --unshallow'"
+have_commit() { git -C "$ROOT" cat-file -e "$COMMIT^{commit}" 2>/dev/null; }
+# A shallow clone lacks the release commit: fetch just that commit from where it came from.
+if ! have_commit && git -C "$ROOT" remote get-url origin >/dev/null 2>&1; then
+	log "fetching $COMMIT from origin (shallow clone)"
+	git -C "$ROOT" fetch --quiet --depth=1 origin "$COMMIT" || true
+fi
+have_commit ||
+	die "commit $COMMIT (release $PREVIOUS_RELEASE_VERSION) is not in this clone and could not be fetched; 'git fetch --unshallow' brings it"
 
 log "unpacking $PREVIOUS_RELEASE_VERSION ($COMMIT) into $OUT/src"
 rm -rf "$OUT/src"
