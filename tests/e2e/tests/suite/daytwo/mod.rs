@@ -7,6 +7,7 @@ mod progress;
 mod quick_start;
 mod readiness;
 mod scaling;
+mod spread;
 mod upgrade;
 
 use std::time::Duration;
