@@ -8,6 +8,7 @@ mod quick_start;
 mod readiness;
 mod scaling;
 mod upgrade;
+mod volumes;
 
 use std::time::Duration;
 
