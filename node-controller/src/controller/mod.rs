@@ -7,6 +7,7 @@
 //! | build the children | [`crate::render`] | no |
 //! | the credentials Secret | [`secrets`] | yes |
 //! | apply the children | [`apply`] | yes |
+//! | the data volume: applied, grown, reported | [`volume`] | yes |
 //! | the children from the caches | [`observe`] | no (caches) |
 //! | Valkey's own answer | [`crate::probe`] | no (Valkey) |
 //! | status and Events | [`report`] ([`crate::status`] computes) | yes |
@@ -23,6 +24,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod report;
 pub mod secrets;
+pub mod volume;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};

@@ -8,19 +8,76 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::names::NODE_LABEL;
-use crate::status::{self, PvcState, WorkloadState};
+use crate::render::volume;
+use crate::status::{self, PvcState, Resize, ResizeStep, WorkloadState};
 
-pub fn pvc_phase(store: &Store<PersistentVolumeClaim>, namespace: &str, name: &str) -> PvcState {
-    match store.get(&ObjectRef::new(name).within(namespace)) {
-        None => PvcState::Missing,
-        Some(pvc) => PvcState::Phase {
+pub fn pvc_state(store: &Store<PersistentVolumeClaim>, namespace: &str, name: &str) -> PvcState {
+    let live = store.get(&ObjectRef::new(name).within(namespace));
+    pvc_state_of(name, live.as_deref())
+}
+
+/// What the claim's status says: its phase, and a resize in progress when it asks for more
+/// than its volume holds.
+pub fn pvc_state_of(name: &str, pvc: Option<&PersistentVolumeClaim>) -> PvcState {
+    let Some(pvc) = pvc else {
+        return PvcState::Missing;
+    };
+    let status = pvc.status.as_ref();
+    let phase = status
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_else(|| "Pending".into());
+    if phase != "Bound" {
+        return PvcState::Phase {
             name: name.to_owned(),
-            phase: pvc
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_else(|| "Pending".into()),
-        },
+            phase,
+        };
+    }
+    let (request, capacity) = (volume::request(pvc), volume::capacity(pvc));
+    let resize = match (request, capacity) {
+        (Some(to), Some(from)) if volume::larger(request, capacity) => Some(Resize {
+            from: from.0.clone(),
+            to: to.0.clone(),
+            step: resize_step(pvc),
+        }),
+        _ => None,
+    };
+    PvcState::Bound {
+        name: name.to_owned(),
+        resize,
+    }
+}
+
+/// The step of a resize, from `allocatedResourceStatuses` (set by resizers since Kubernetes
+/// 1.32), else from the older conditions.
+fn resize_step(pvc: &PersistentVolumeClaim) -> ResizeStep {
+    let status = pvc.status.as_ref();
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let condition = |type_: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+    };
+    let failure = || {
+        ["ControllerResizeError", "NodeResizeError"]
+            .iter()
+            .find_map(|t| condition(t).and_then(|c| c.message.clone()))
+            .unwrap_or_else(|| "the storage found the new size infeasible".to_owned())
+    };
+    let allocated = status
+        .and_then(|s| s.allocated_resource_statuses.as_ref())
+        .and_then(|a| a.get("storage"))
+        .map(String::as_str);
+    match allocated {
+        Some("ControllerResizeInfeasible" | "NodeResizeInfeasible") => {
+            ResizeStep::Failed(failure())
+        }
+        Some("NodeResizePending" | "NodeResizeInProgress") => ResizeStep::FileSystem,
+        Some(_) => ResizeStep::Controller,
+        None if condition("FileSystemResizePending").is_some() => ResizeStep::FileSystem,
+        None if condition("Resizing").is_some() => ResizeStep::Controller,
+        None => ResizeStep::Pending,
     }
 }
 
@@ -167,6 +224,78 @@ mod tests {
             !rolled_out(&[on("b", "r2", false)], "ns", "m", "r2"),
             "another node's pod"
         );
+    }
+
+    fn claim(status: &str) -> PersistentVolumeClaim {
+        serde_yaml::from_str(&format!(
+            "metadata: {{name: data}}\nspec: {{resources: {{requests: {{storage: 2Gi}}}}}}\nstatus: {status}"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn step(status: &str) -> Option<ResizeStep> {
+        match pvc_state_of("data", Some(&claim(status))) {
+            PvcState::Bound { resize, .. } => resize.map(|r| r.step),
+            other => panic!("not bound: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_claim_tells_how_far_its_growth_is() {
+        assert_eq!(
+            pvc_state_of("data", Some(&claim("{phase: Pending}"))),
+            PvcState::Phase {
+                name: "data".into(),
+                phase: "Pending".into()
+            }
+        );
+        assert_eq!(pvc_state_of("data", None), PvcState::Missing);
+        assert_eq!(step("{phase: Bound, capacity: {storage: 2Gi}}"), None);
+        assert_eq!(
+            step("{phase: Bound, capacity: {storage: 2048Mi}}"),
+            None,
+            "the same size"
+        );
+        assert_eq!(
+            step("{phase: Bound, capacity: {storage: 1Gi}}"),
+            Some(ResizeStep::Pending)
+        );
+        assert_eq!(
+            step(
+                "{phase: Bound, capacity: {storage: 1Gi}, allocatedResourceStatuses: {storage: ControllerResizeInProgress}}"
+            ),
+            Some(ResizeStep::Controller)
+        );
+        assert_eq!(
+            step(
+                "{phase: Bound, capacity: {storage: 1Gi}, allocatedResourceStatuses: {storage: NodeResizePending}}"
+            ),
+            Some(ResizeStep::FileSystem)
+        );
+        assert_eq!(
+            step(
+                "{phase: Bound, capacity: {storage: 1Gi}, conditions: [{type: FileSystemResizePending, status: 'True'}]}"
+            ),
+            Some(ResizeStep::FileSystem),
+            "as resizers before allocatedResourceStatuses said it"
+        );
+        assert_eq!(
+            step(
+                "{phase: Bound, capacity: {storage: 1Gi}, allocatedResourceStatuses: {storage: ControllerResizeInfeasible}, conditions: [{type: ControllerResizeError, status: 'True', message: disk too big}]}"
+            ),
+            Some(ResizeStep::Failed("disk too big".into()))
+        );
+        let PvcState::Bound {
+            resize: Some(resize),
+            ..
+        } = pvc_state_of(
+            "data",
+            Some(&claim("{phase: Bound, capacity: {storage: 1Gi}}")),
+        )
+        else {
+            panic!("no resize")
+        };
+        assert_eq!((resize.from.as_str(), resize.to.as_str()), ("1Gi", "2Gi"));
     }
 
     #[test]

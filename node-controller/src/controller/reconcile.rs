@@ -1,7 +1,7 @@
 //! One pass over a ValkeyNode, stage by stage: build (pure, [`crate::render`]) → secrets (the
-//! credentials to PING with) → apply (ConfigMap, PVC, workload; only what changed) → observe (the
-//! children from the caches, and Valkey itself) → report (status and Events) → label (the pod's
-//! role). Each stage is a module of its own.
+//! credentials to PING with) → apply (ConfigMap, PVC, workload; only what changed; the PVC
+//! through [`super::volume`]) → observe (the children from the caches, and Valkey itself) →
+//! report (status and Events) → label (the pod's role). Each stage is a module of its own.
 
 use std::time::Duration;
 
@@ -16,12 +16,12 @@ use valkey_api::v1alpha1::ValkeyNode;
 use super::apply::{self, invalid};
 use super::context::Context;
 use super::error::Error;
-use super::{label, observe, report, secrets};
+use super::{label, observe, report, secrets, volume};
 use crate::live::{self, apply::Outcome};
 use crate::names::ChildNames;
 use crate::probe::{self, Answer};
 use crate::render::{self, Workload};
-use crate::status::{self, Observed, PvcState, WorkloadState};
+use crate::status::{self, Observed, WorkloadState};
 
 /// How often a ready node is re-read: Valkey announces a failover through no Kubernetes event.
 const REREAD_READY: Duration = Duration::from_secs(10);
@@ -118,18 +118,11 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         observe::rolled_out(&pods, namespace, &name, &children.revision),
     );
     apply::child(ctx, node, key, &children.config_map, &stores.config_maps).await?;
+    // A claim the API refuses to change (an immutable field, a class that cannot grow) is said
+    // in the status, and the node runs on the volume that is.
     let pvc_state = match &children.pvc {
         None => None,
-        Some(pvc) => Some(
-            match invalid(apply::child(ctx, node, key, pvc, &stores.pvcs).await)? {
-                None => observe::pvc_phase(&stores.pvcs, namespace, &names.pvc),
-                // An immutable field (storage class) or a shrink: say so and run on the volume that is.
-                Some(why) => PvcState::Rejected(format!(
-                    "The API refused the change to {}: {why}",
-                    names.pvc
-                )),
-            },
-        ),
+        Some(pvc) => Some(volume::sync(ctx, node, key, pvc).await?),
     };
     let applied = match &children.workload {
         Workload::StatefulSet(sts) => {

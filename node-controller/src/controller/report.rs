@@ -70,6 +70,20 @@ async fn announce(
             format!("Valkey now reports role {now} (was {before})."),
         ));
     }
+    // A volume that cannot reach its size needs a person: one Warning when that starts.
+    let pvc = |s: Option<&ValkeyNodeStatus>| {
+        s.and_then(|s| s.conditions.as_deref())
+            .and_then(|c| plumbing::conditions::find_condition(c, status::PVC_READY))
+            .cloned()
+    };
+    if let Some(now) = pvc(Some(status))
+        && let Some(reason) = [status::EXPANSION_NOT_SUPPORTED, status::RESIZE_FAILED]
+            .into_iter()
+            .find(|r| *r == now.reason)
+        && pvc(previous).map(|c| c.reason).as_deref() != Some(reason)
+    {
+        events.push((true, reason, now.message));
+    }
     for (warning, reason, note) in events {
         if warning {
             ctx.events.warning(node, reason, "Observe", &note).await;

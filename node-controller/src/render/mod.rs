@@ -11,6 +11,7 @@
 mod config;
 pub mod memory;
 mod pod;
+pub mod volume;
 
 use std::collections::BTreeMap;
 

@@ -418,6 +418,28 @@ fn the_revision_follows_what_shapes_the_pod() {
 }
 
 #[test]
+fn a_larger_volume_grows_the_claim_and_restarts_nothing() {
+    let base = node(STATEFUL);
+    let before = build(&base).unwrap_or_else(|e| panic!("{e}"));
+    let mut n = base;
+    if let Some(p) = n.spec.persistence.as_mut() {
+        p.size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("5Gi".into());
+    }
+    let after = build(&n).unwrap_or_else(|e| panic!("{e}"));
+    let size = |c: &Children| {
+        c.pvc
+            .as_ref()
+            .and_then(volume::request)
+            .map(|q| q.0.clone())
+    };
+    assert_eq!(size(&before).as_deref(), Some("2Gi"));
+    assert_eq!(size(&after).as_deref(), Some("5Gi"));
+    assert_eq!(after.revision, before.revision, "the pod's revision stays");
+    assert_eq!(after.workload, before.workload, "the workload is untouched");
+    assert_eq!(after.config_map, before.config_map);
+}
+
+#[test]
 fn a_deployment_waits_paused_for_its_revision() {
     let paused = |allowed: Option<&str>| {
         let mut n = node(CACHE);

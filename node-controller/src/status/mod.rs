@@ -55,8 +55,46 @@ pub enum WorkloadState {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PvcState {
     Missing,
-    Phase { name: String, phase: String },
+    /// Not bound (yet, or any more).
+    Phase {
+        name: String,
+        phase: String,
+    },
+    /// Bound; `resize` when it asks for more than its volume holds.
+    Bound {
+        name: String,
+        resize: Option<Resize>,
+    },
     Rejected(String),
+    /// The API refused to grow the claim: its StorageClass (if any) does not allow expansion.
+    ExpansionNotSupported {
+        name: String,
+        class: Option<String>,
+        wanted: String,
+        holds: String,
+        answer: String,
+    },
+}
+
+/// A claim growing from what its volume holds to what it asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resize {
+    pub from: String,
+    pub to: String,
+    pub step: ResizeStep,
+}
+
+/// How far a resize is, as the claim's status tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResizeStep {
+    /// No resizer has taken it up yet.
+    Pending,
+    /// The storage grows the volume.
+    Controller,
+    /// The volume has grown; the kubelet grows its file system next.
+    FileSystem,
+    /// The storage gave up; its words.
+    Failed(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,9 +158,28 @@ pub fn compute(
         None => {
             conditions.remove(PVC_READY);
         }
-        Some(PvcState::Phase { name, phase }) if phase == "Bound" => {
+        Some(PvcState::Bound { name, resize: None }) => {
             conditions.set(PVC_READY, true, "Bound", &format!("{name} is bound."))
         }
+        Some(PvcState::Bound {
+            name,
+            resize: Some(resize),
+        }) => {
+            let (ok, reason, message) = resize_condition(name, resize);
+            conditions.set(PVC_READY, ok, reason, &message)
+        }
+        Some(PvcState::ExpansionNotSupported {
+            name,
+            class,
+            wanted,
+            holds,
+            answer,
+        }) => conditions.set(
+            PVC_READY,
+            false,
+            EXPANSION_NOT_SUPPORTED,
+            &expansion_not_supported(name, class.as_deref(), wanted, holds, answer),
+        ),
         Some(PvcState::Phase { name, phase }) => conditions.set(
             PVC_READY,
             false,
@@ -235,6 +292,70 @@ pub fn compute(
         conditions: Some(conditions.list),
         observed_generation: o.generation,
     }
+}
+
+/// The reasons of PersistentVolumeClaimReady that need a person: the volume cannot reach its size.
+pub const EXPANSION_NOT_SUPPORTED: &str = "VolumeExpansionNotSupported";
+pub const RESIZE_FAILED: &str = "VolumeResizeFailed";
+
+/// PersistentVolumeClaimReady while a claim grows: True (the volume serves all along) unless the
+/// storage gave up.
+fn resize_condition(name: &str, r: &Resize) -> (bool, &'static str, String) {
+    let (from, to) = (&r.from, &r.to);
+    match &r.step {
+        ResizeStep::Pending => (
+            true,
+            "VolumeResizePending",
+            format!(
+                "{name} asks for {to} and its volume holds {from}; waiting for the storage's \
+                 resizer to grow it. The pod keeps running on it."
+            ),
+        ),
+        ResizeStep::Controller => (
+            true,
+            "VolumeResizing",
+            format!("{name} is growing from {from} to {to}; the pod keeps running on it."),
+        ),
+        ResizeStep::FileSystem => (
+            true,
+            "FileSystemResizePending",
+            format!(
+                "The volume of {name} has grown to {to}; the kubelet grows its file system next \
+                 (storage that cannot do that online waits for the pod's next restart, which the \
+                 operator does not force). Until then the pod sees {from}."
+            ),
+        ),
+        ResizeStep::Failed(why) => (
+            false,
+            RESIZE_FAILED,
+            format!(
+                "{name} could not grow from {from} to {to}: {why}. It keeps serving at {from}; \
+                 the storage's resizer retries."
+            ),
+        ),
+    }
+}
+
+fn expansion_not_supported(
+    name: &str,
+    class: Option<&str>,
+    wanted: &str,
+    holds: &str,
+    answer: &str,
+) -> String {
+    let why = match class {
+        Some(class) => format!(
+            "its StorageClass {class} does not allow volume expansion. If that storage can grow, \
+             set allowVolumeExpansion: true on StorageClass {class} and the volume grows in place"
+        ),
+        None => "it has no StorageClass, and only a claim of a class that allows volume \
+                 expansion can grow"
+            .to_owned(),
+    };
+    format!(
+        "{name} cannot grow to {wanted}: {why}. It stays at {holds}; nothing else of the node \
+         changes and no pod restarts. (The API server: {answer})"
+    )
 }
 
 /// The conditions being built, with what every entry shares.

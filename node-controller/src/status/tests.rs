@@ -266,3 +266,68 @@ fn the_ready_condition_quotes_what_valkey_answered_ready_pod_or_not() {
     let s = compute(None, &observed(Some(&pod(READY_POD)), None), &at(1));
     assert_eq!(condition(&s, READY).reason, "ValkeyNotResponding");
 }
+
+#[test]
+fn a_growing_volume_serves_on_and_one_that_cannot_grow_says_why() {
+    let p = pod(READY_POD);
+    let pong = || {
+        Some(Answer::Pong {
+            role: Some(Role::Primary),
+            server: Default::default(),
+        })
+    };
+    let with = |pvc: PvcState| {
+        let mut o = observed(Some(&p), pong());
+        o.pvc = Some(pvc);
+        compute(None, &o, &at(1))
+    };
+    let growing = |step: ResizeStep| PvcState::Bound {
+        name: "valkey-n-data".into(),
+        resize: Some(Resize {
+            from: "1Gi".into(),
+            to: "2Gi".into(),
+            step,
+        }),
+    };
+    for (step, reason) in [
+        (ResizeStep::Pending, "VolumeResizePending"),
+        (ResizeStep::Controller, "VolumeResizing"),
+        (ResizeStep::FileSystem, "FileSystemResizePending"),
+    ] {
+        let s = with(growing(step));
+        let c = condition(&s, PVC_READY);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", reason));
+        assert!(c.message.contains("2Gi"), "{}", c.message);
+        assert!(s.ready, "a growing volume keeps the node ready");
+    }
+    let s = with(growing(ResizeStep::Failed("disk too big".into())));
+    let c = condition(&s, PVC_READY);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", RESIZE_FAILED)
+    );
+    assert!(c.message.contains("disk too big"), "{}", c.message);
+
+    let s = with(PvcState::ExpansionNotSupported {
+        name: "valkey-n-data".into(),
+        class: Some("slow".into()),
+        wanted: "2Gi".into(),
+        holds: "1Gi".into(),
+        answer: "forbidden: the storageclass must support resize".into(),
+    });
+    let c = condition(&s, PVC_READY);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", EXPANSION_NOT_SUPPORTED)
+    );
+    for words in [
+        "StorageClass slow",
+        "allowVolumeExpansion: true",
+        "stays at 1Gi",
+        "no pod restarts",
+    ] {
+        assert!(c.message.contains(words), "{words:?} not in {}", c.message);
+    }
+    assert!(s.ready, "the node runs on the volume it has");
+    assert_eq!(s.desired_revision.as_deref(), Some("r1"));
+}

@@ -3,6 +3,7 @@
 mod backoff;
 mod config;
 mod envvars;
+mod expand;
 mod images;
 mod network;
 mod node;

@@ -1,7 +1,8 @@
 //! The default StorageClass `local` and its provisioner: a PVC the scheduler placed on one of
 //! our nodes (annotation `volume.kubernetes.io/selected-node`) gets a hostPath PV in the state
 //! directory, pinned to that node; kube-controller-manager binds them. Released PVs are deleted
-//! with their directory.
+//! with their directory. The class allows expansion: a bound claim that asks for more grows in
+//! place (see [`crate::expand`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -49,15 +50,28 @@ pub fn storage_class() -> StorageClass {
         provisioner: PROVISIONER.into(),
         reclaim_policy: Some("Delete".into()),
         volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        allow_volume_expansion: Some(true),
         ..Default::default()
     }
 }
 
+/// Creates the class, or lets an existing one (made before the provisioner could expand)
+/// allow expansion: the only one of its settings the API lets change.
 pub async fn ensure_storage_class(client: &kube::Client) -> Result<(), StorageError> {
     let api: Api<StorageClass> = Api::all(client.clone());
     match api.create(&PostParams::default(), &storage_class()).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api.get(CLASS_NAME).await?;
+            if existing.provisioner == PROVISIONER && existing.allow_volume_expansion != Some(true)
+            {
+                let patch = serde_json::json!({"allowVolumeExpansion": true});
+                api.patch(CLASS_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                tracing::info!(class = CLASS_NAME, "the StorageClass now allows expansion");
+            }
+            Ok(())
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -163,7 +177,7 @@ async fn provision(client: &kube::Client, pv: PersistentVolume) -> Result<(), St
     }
 }
 
-fn ours(pv: &PersistentVolume) -> bool {
+pub fn provisioned_by_us(pv: &PersistentVolume) -> bool {
     pv.metadata
         .annotations
         .as_ref()
@@ -182,7 +196,7 @@ async fn reclaim(
         .as_ref()
         .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
         == Some("Delete");
-    if !(ours(pv) && released && delete) || pv.metadata.deletion_timestamp.is_some() {
+    if !(provisioned_by_us(pv) && released && delete) || pv.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
     let name = pv.metadata.name.clone().unwrap_or_default();
@@ -245,6 +259,9 @@ pub async fn run(client: kube::Client, settings: Settings, mut shutdown: watch::
                         && let Err(e) = provision(&client, pv).await
                     {
                         tracing::warn!(error = %e, "provisioning a volume");
+                    }
+                    if let Err(e) = crate::expand::expand(&client, &pvc, &our_classes).await {
+                        tracing::warn!(error = %e, "expanding a volume");
                     }
                 }
                 Some(Err(e)) => {

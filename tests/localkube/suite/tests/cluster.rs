@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 
-const WITH_VOLUME_READY: Duration = Duration::from_secs(180);
+pub const WITH_VOLUME_READY: Duration = Duration::from_secs(180);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_are_ready_in_three_zones() -> Result<()> {
@@ -81,7 +81,7 @@ async fn nodes_are_ready_in_three_zones() -> Result<()> {
     }
 }
 
-fn valkey_statefulset(name: &str, image: &str) -> String {
+pub fn valkey_statefulset(name: &str, image: &str) -> String {
     format!(
         r#"
 apiVersion: apps/v1

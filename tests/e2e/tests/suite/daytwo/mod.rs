@@ -9,6 +9,7 @@ mod readiness;
 mod scaling;
 mod spread;
 mod upgrade;
+mod volumes;
 
 use std::time::Duration;
 
