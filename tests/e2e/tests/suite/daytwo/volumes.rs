@@ -89,10 +89,22 @@ async fn raising_the_size_grows_every_volume_in_place_keeping_data_and_pods() ->
         .map(|n| (n.name_any(), n.status.and_then(|s| s.desired_revision)))
         .collect();
 
+    let claims = c.ns.api::<PersistentVolumeClaim>();
+    let initial: Vec<(String, String)> = claims
+        .list(&ListParams::default().labels("valkey.io/node"))
+        .await?
+        .items
+        .iter()
+        .map(sizes)
+        .collect();
+    check(
+        initial.len() == 4 && initial.iter().all(|(r, c)| r == "1Gi" && c == "1Gi"),
+        format!("the claims before: {initial:?}"),
+    )?;
+
     c.patch_spec(json!({"persistence": {"size": "2Gi"}}))
         .await?;
     let started = std::time::Instant::now();
-    let claims = c.ns.api::<PersistentVolumeClaim>();
     wait_until(GROW, "every member's claim asks for and holds 2Gi", || {
         let claims = claims.clone();
         async move {
