@@ -215,6 +215,18 @@ const DATA: &[&[&str]] = &[
     &["ACL", "WHOAMI"],
 ];
 
+/// What the probes, the node-controller and the metrics exporter send as the healthcheck user.
+const EXPORTER_READS: &[&[&str]] = &[
+    &["PING"],
+    &["INFO", "replication"],
+    &["INFO", "ALL"],
+    &["CONFIG", "GET", "maxmemory"],
+    &["SLOWLOG", "GET", "1"],
+    &["SLOWLOG", "LEN"],
+    &["LATENCY", "LATEST"],
+    &["CLUSTER", "INFO"],
+];
+
 async fn rights_on(binary: Binary, subnet: u8) {
     let set = users(
         &[CLIENT_PASSWORD],
@@ -307,15 +319,34 @@ async fn rights_on(binary: Binary, subnet: u8) {
         "the operator may do more than it needs: {wrong:#?}"
     );
 
-    // Health checks: PING and INFO only.
+    // Health checks and the exporter: PING, INFO, CONFIG GET and the read-only introspection the
+    // exporter runs; no data, no topology, nothing that resets or changes what it reads.
     let health = client(Some("healthcheck"), Some("hc-secret"));
+    let wrong = refused(&health, at, EXPORTER_READS).await;
+    assert!(wrong.is_empty(), "the healthcheck user lacks: {wrong:#?}");
+    let wrong = not_refused(
+        &health,
+        at,
+        &[
+            &["GET", "k"],
+            &["KEYS", "*"],
+            &["SCAN", "0"],
+            &["CLUSTER", "NODES"],
+            &["CLUSTER", "RESET"],
+            &["SLOWLOG", "RESET"],
+            &["LATENCY", "RESET"],
+            &["CLIENT", "LIST"],
+            &["CLIENT", "SETNAME", "x"],
+            &["CLIENT", "KILL", "ID", "1"],
+            &["ACL", "LIST"],
+            &["FLUSHALL"],
+        ],
+    )
+    .await;
     assert!(
-        refused(&health, at, &[&["PING"], &["INFO", "replication"]])
-            .await
-            .is_empty()
+        wrong.is_empty(),
+        "the healthcheck user may do more than it needs: {wrong:#?}"
     );
-    let wrong = not_refused(&health, at, &[&["GET", "k"], &["CLUSTER", "NODES"]]).await;
-    assert!(wrong.is_empty(), "{wrong:#?}");
 
     // Replication starts fenced.
     let replication = client(Some("replication"), Some("rep-secret"));
@@ -540,4 +571,205 @@ async fn a_server_without_the_operators_users_is_brought_in_through_the_default_
             .any(|(m, why)| m == "m" && why.contains("locked out")),
         "{report:?}"
     );
+}
+
+/// The Redis exporter: `REDIS_EXPORTER`, or the image localkube's image table holds; copied for
+/// the test `tag` alone (a binary being written cannot be started by another test).
+fn exporter_binary(tag: u8) -> PathBuf {
+    let path = std::env::var_os("REDIS_EXPORTER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../.localkube/images/redis_exporter/bin/redis_exporter")
+        });
+    assert!(
+        path.is_file(),
+        "{} not found: run `make localkube-tools` (its image table holds the exporter), or set \
+         REDIS_EXPORTER to a redis_exporter binary",
+        path.display()
+    );
+    // A copy outside `.localkube/`, whose processes `localkube stop` sweeps.
+    let dir = std::env::temp_dir()
+        .join("valkey-engine-tests")
+        .join(format!("exporter-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let copy = dir.join("redis_exporter");
+    std::fs::copy(&path, &copy).unwrap_or_else(|e| panic!("copying {}: {e}", path.display()));
+    copy
+}
+
+/// A child process killed when dropped, its stderr in a file.
+struct Exporter {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` over plain HTTP/1.0: the body, or what went wrong.
+async fn http_get(at: SocketAddr, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(at)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {at}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut reply))
+        .await
+        .map_err(|_| "no reply within 10 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    Ok(reply
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or(reply))
+}
+
+/// The commands the server's ACL log holds refusals of (`ACL LOG`: what was refused, to whom).
+async fn refused_commands(admin: &RedisClient, at: SocketAddr) -> Vec<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    match run(admin, at, &["ACL", "LOG"]).await {
+        Ok(Value::Array(entries)) => entries
+            .iter()
+            .map(|entry| match entry {
+                Value::Array(fields) => fields
+                    .chunks(2)
+                    .filter(|kv| {
+                        kv.len() == 2 && matches!(text(&kv[0]).as_str(), "object" | "username")
+                    })
+                    .map(|kv| text(&kv[1]))
+                    .collect::<Vec<_>>()
+                    .join(" by "),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        other => vec![format!("ACL LOG answered {other:?}")],
+    }
+}
+
+/// The exporter, set up as the node-controller sets it up (its login in the address, never in
+/// its password setting; no client name), reads everything it asks for as the healthcheck user:
+/// the server refuses it nothing (its ACL log stays empty), and the metrics the dashboards graph
+/// are there. And its `/scrape` endpoint, asked to read another address, sends that address no
+/// password.
+async fn the_exporter_on(binary: Binary, subnet: u8) {
+    let file = users(&[CLIENT_PASSWORD], &[]).acl_file() + TEST_ADMIN;
+    let mut one = start(&format!("exporter{subnet}"), &binary, subnet, &file);
+    let health = client(Some("healthcheck"), Some("hc-secret"));
+    wait_up(&mut one, &health).await;
+    let at = one.address;
+    let admin = client(Some("testadmin"), Some("testadmin"));
+    run(&admin, at, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    run(&admin, at, &["ACL", "LOG", "RESET"])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let ip = at.ip();
+    let metrics_at = SocketAddr::new(ip, 9121);
+    let log = one._dir.join("exporter.log");
+    let stderr = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
+    let child = std::process::Command::new(exporter_binary(subnet))
+        .args([
+            format!("--web.listen-address={metrics_at}"),
+            "--set-client-name=false".to_owned(),
+        ])
+        .env("REDIS_ADDR", format!("redis://healthcheck:hc-secret@{at}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting the exporter: {e}"));
+    let exporter = Exporter { child, log };
+
+    // Twice: some of what the exporter reads, it reads from the second scrape on.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut scrapes = Vec::new();
+    while scrapes.len() < 2 {
+        match http_get(metrics_at, "/metrics").await {
+            Ok(body) if body.lines().any(|l| l == "redis_up 1") => scrapes.push(body),
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no redis_up 1 from the exporter: {other:?}\n{}",
+                    std::fs::read_to_string(&exporter.log).unwrap_or_default()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let refused = refused_commands(&admin, at).await;
+    assert!(
+        refused.is_empty(),
+        "the server refused the exporter: {refused:?}"
+    );
+    let log_text = std::fs::read_to_string(&exporter.log).unwrap_or_default();
+    assert!(
+        !log_text.contains("level=error"),
+        "the exporter logged errors:\n{log_text}"
+    );
+    let metrics = &scrapes[1];
+    for name in [
+        "redis_exporter_last_scrape_error{err=\"\"} 0",
+        "redis_cluster_slots_assigned 16384",
+        "redis_connected_slaves 0",
+        "redis_slowlog_length",
+        "redis_memory_used_bytes",
+        "redis_commands_processed_total",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name} is not served:\n{metrics}"
+        );
+    }
+
+    // `/scrape?target=` another address: the exporter connects there, but sends no password.
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let trap = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let heard = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut heard = Vec::new();
+        if let Ok(Ok((mut stream, _))) =
+            tokio::time::timeout(Duration::from_secs(10), listener.accept()).await
+        {
+            let mut buf = [0u8; 4096];
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await
+            {
+                heard.extend_from_slice(&buf[..n]);
+            }
+        }
+        String::from_utf8_lossy(&heard).into_owned()
+    });
+    let _ = http_get(metrics_at, &format!("/scrape?target=redis://{trap}")).await;
+    let heard = heard.await.unwrap_or_default();
+    assert!(
+        !heard.contains("hc-secret") && !heard.to_uppercase().contains("AUTH"),
+        "the exporter sent another address a login: {heard:?}"
+    );
+    drop(exporter);
+}
+
+#[tokio::test]
+async fn the_exporter_is_refused_nothing_and_leaks_no_password_on_9() {
+    the_exporter_on(servers::valkey_9(), 205).await;
+}
+
+#[tokio::test]
+async fn the_exporter_is_refused_nothing_and_leaks_no_password_on_8() {
+    the_exporter_on(servers::valkey_8(), 206).await;
 }

@@ -39,6 +39,13 @@ pub const TLS_CA_KEY: &str = "ca.crt";
 /// The plain-text client port beside TLS, when `spec.tls.plaintextPort` asks for one.
 pub const PLAINTEXT_PORT: u16 = 6380;
 
+/// The port of the exporter container `spec.exporter` adds (Prometheus metrics at `/metrics`), and
+/// its name in the pod, which PodMonitors and Services select.
+pub const METRICS_PORT: u16 = 9121;
+pub const METRICS_PORT_NAME: &str = "metrics";
+/// The name of the exporter's container in the pod.
+pub const EXPORTER_CONTAINER: &str = "exporter";
+
 /// The condition a ValkeyNode is ready by.
 pub const READY_CONDITION: &str = "Ready";
 

@@ -9,7 +9,7 @@ use crate::valkey::Version;
 pub const DEFAULT_USER: &str = "default";
 /// The cluster-controller's own commands: topology, slot moves, INFO, and the users.
 pub const OPERATOR_USER: &str = "operator";
-/// Probes and the node-controller: PING and INFO.
+/// Probes, the node-controller and the metrics exporter: PING, INFO and what the exporter reads.
 pub const HEALTHCHECK_USER: &str = "healthcheck";
 /// Replicas syncing from their primary, and Valkey 9's slot imports between primaries. Fenced:
 /// off whenever a server starts, turned on by the engine once the server is settled.
@@ -49,10 +49,16 @@ pub const OPERATOR_RULES: &str = "~* &* -@all +@connection +ping +info +dbsize +
 pub const OPERATOR_RULES_9: &str =
     "+cluster|migrateslots +cluster|getslotmigrations +cluster|cancelslotmigrations";
 
-/// Health checks and the node-controller: PING and INFO, and CONFIG GET/SET, with which the
-/// node-controller sets the settings Valkey changes at runtime on the running server (the
-/// ValkeyNode contract's live config); no keys, no channels.
-pub const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info +config|get +config|set";
+/// Health checks, the node-controller and the metrics exporter: PING and INFO, and CONFIG
+/// GET/SET, with which the node-controller sets the settings Valkey changes at runtime on the
+/// running server (the ValkeyNode contract's live config); then what the exporter reads beside
+/// INFO and CONFIG GET (Redis exporter 1.45 against Valkey 8.0 and 9.1, every command it sent
+/// and was refused): SLOWLOG GET/LEN, LATENCY LATEST and, in cluster mode, CLUSTER INFO. All
+/// read only; no keys, no channels. (It would also name its connection with CLIENT SETNAME: the
+/// node-controller turns that off rather than grant it.) A change here reaches running servers
+/// live, like any change of users: no pod restarts for it.
+pub const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info +config|get +config|set \
++slowlog|get +slowlog|len +latency|latest +cluster|info";
 
 /// Replication: a replica's PSYNC/SYNC/REPLCONF, and, on Valkey 9, the stream of an atomic slot
 /// import, which the importing primary runs as this user: the data commands that rebuild the

@@ -17,6 +17,7 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::auth;
 use super::error::Error;
+use super::monitoring::KindPresence;
 use super::reconcile;
 use crate::access::rights::REPLICATION_USER;
 use crate::access::{AccessState, OperatorPasswords};
@@ -55,6 +56,8 @@ pub struct ClusterMemory {
     other_holder: Mutex<Option<String>>,
     /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
     network: Mutex<Option<String>>,
+    /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
+    pod_monitor: Mutex<Option<String>>,
 }
 
 impl ClusterMemory {
@@ -83,6 +86,17 @@ impl ClusterMemory {
 
     pub fn remember_network(&self, applied: String) {
         *self.network.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
+    }
+
+    pub fn pod_monitor_applied(&self) -> Option<String> {
+        self.pod_monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn remember_pod_monitor(&self, applied: String) {
+        *self.pod_monitor.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
     }
 
     pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
@@ -182,6 +196,8 @@ pub struct Context {
     pub claims: Claims,
     /// Per cluster: the fingerprint of the Services and budgets last applied, and when.
     serving: Mutex<HashMap<ObjectKey, (String, Instant)>>,
+    /// Whether the PodMonitor kind exists, as last found out.
+    pub pod_monitors: KindPresence,
 }
 
 /// How long applied Services and budgets are trusted to be as applied before they are sent again
@@ -207,6 +223,7 @@ impl Context {
             action_failures: Backoff::default(),
             settings,
             serving: Mutex::new(HashMap::new()),
+            pod_monitors: KindPresence::default(),
         }
     }
 

@@ -261,6 +261,32 @@ mod tests {
     use super::*;
     use crate::controller::fixtures::{CLUSTER, cluster};
 
+    /// `spec.metrics` becomes every member's exporter; off (the default), no member has one, so
+    /// their pods stay as they were.
+    #[test]
+    fn metrics_give_every_member_an_exporter_and_none_by_default() {
+        let auth = NodeAuth::of("cache");
+        assert!(
+            members(&cluster(CLUSTER), &auth)
+                .iter()
+                .all(|m| m.node.spec.exporter.is_none())
+        );
+        let metered = cluster(&format!(
+            "{CLUSTER}  metrics: {{enabled: true, image: \"oliver006/redis_exporter:v1.62.0\"}}\n"
+        ));
+        let all = members(&metered, &auth);
+        assert_eq!(all.len(), 6);
+        for member in &all {
+            let exporter = member.node.spec.exporter.clone();
+            assert_eq!(
+                exporter.map(|e| e.image),
+                Some("oliver006/redis_exporter:v1.62.0".to_owned()),
+                "{}",
+                member.name
+            );
+        }
+    }
+
     #[test]
     fn a_member_node_names_its_place_and_carries_the_cluster_settings() {
         let auth = NodeAuth::of("cache");

@@ -30,16 +30,15 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
     let (store, writer) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
-    (
-        Context::new(
-            client,
-            events,
-            plumbing::Metrics::default(),
-            store,
-            Default::default(),
-            claims,
-        ),
-        api,
-        writer,
-    )
+    let ctx = Context::new(
+        client,
+        events,
+        plumbing::Metrics::default(),
+        store,
+        Default::default(),
+        claims,
+    );
+    // No PodMonitor kind: scripted passes make no discovery request (see `monitoring`).
+    ctx.pod_monitors.assume(false);
+    (ctx, api, writer)
 }

@@ -16,6 +16,7 @@
 //! | the cluster bus's own port, recorded on the cluster | [`bus`] | yes |
 //! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::tls`] issues) | yes |
 //! | the cluster's NetworkPolicy | [`network`] | yes |
+//! | the PodMonitor of its members' exporters (both kinds) | [`monitoring`] | yes |
 //! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`serving`] builds) | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | status and Events | [`report`] ([`status`] computes, [`progress`] counts) | yes |
@@ -32,6 +33,7 @@ pub mod error;
 pub mod fixtures;
 pub mod labels;
 pub mod members;
+pub mod monitoring;
 pub mod network;
 pub mod observe;
 pub mod placement;

@@ -1,7 +1,8 @@
 //! The network stage: the cluster's NetworkPolicy (`spec.networkPolicy`, on by default). Its
 //! members' pods accept the cluster bus only from each other, and the client port only from each
 //! other (replication, slot moves), from the peers the spec names (by default every pod of the
-//! cluster's namespace) and from the operator's own pods. Egress is not restricted.
+//! cluster's namespace) and from the operator's own pods; with `spec.metrics` on, the exporters'
+//! port from anywhere. Egress is not restricted.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use valkey_api::contract::VALKEY_PORT;
+use valkey_api::contract::{METRICS_PORT, VALKEY_PORT};
 use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
 use super::bus;
@@ -59,6 +60,25 @@ pub fn desired_policy(
             ..Default::default()
         });
     }
+    let mut ingress = vec![
+        NetworkPolicyIngressRule {
+            from: Some(vec![members]),
+            ports: Some(vec![tcp(bus::port(cluster))]),
+        },
+        NetworkPolicyIngressRule {
+            from: Some(clients),
+            ports: Some(vec![tcp(VALKEY_PORT)]),
+        },
+    ];
+    if cluster.spec.metrics.enabled {
+        // The exporters' port, from anywhere: where Prometheus runs is the platform's choice. It
+        // serves metrics only, and no password leaves through it (see the node-controller's
+        // exporter).
+        ingress.push(NetworkPolicyIngressRule {
+            from: None,
+            ports: Some(vec![tcp(METRICS_PORT)]),
+        });
+    }
     Some(NetworkPolicy {
         metadata: ObjectMeta {
             name: Some(policy_name(&name)),
@@ -79,16 +99,7 @@ pub fn desired_policy(
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(selector([(CLUSTER_LABEL, name.as_str())])),
             policy_types: Some(vec!["Ingress".into()]),
-            ingress: Some(vec![
-                NetworkPolicyIngressRule {
-                    from: Some(vec![members]),
-                    ports: Some(vec![tcp(bus::port(cluster))]),
-                },
-                NetworkPolicyIngressRule {
-                    from: Some(clients),
-                    ports: Some(vec![tcp(VALKEY_PORT)]),
-                },
-            ]),
+            ingress: Some(ingress),
             ..Default::default()
         }),
     })
@@ -249,5 +260,21 @@ mod tests {
         );
         let off = format!("{CLUSTER}  networkPolicy: {{enabled: false}}\n");
         assert!(desired_policy(&cluster(&off), None).is_none());
+    }
+
+    #[test]
+    fn with_metrics_on_the_exporters_port_is_open_and_nothing_else_changes() {
+        let plain = desired_policy(&cluster(CLUSTER), None).unwrap_or_else(|| panic!("on"));
+        let metered = format!("{CLUSTER}  metrics: {{enabled: true}}\n");
+        let policy = desired_policy(&cluster(&metered), None).unwrap_or_else(|| panic!("on"));
+        let rules = rules(&policy);
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            rules[..2],
+            self::rules(&plain)[..],
+            "the other rules as they were"
+        );
+        assert_eq!(port(&rules[2]), Some(IntOrString::Int(9121)));
+        assert!(rules[2].from.is_none(), "from anywhere");
     }
 }

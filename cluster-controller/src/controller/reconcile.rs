@@ -17,7 +17,9 @@ use valkey_api::v1alpha1::ValkeyCluster;
 use super::context::{ClusterMemory, Context};
 use super::error::{Error, api_error};
 use super::status::Problem;
-use super::{access, apply, bus, desired, network, observe, report, secrets, tls};
+use super::{
+    access, apply, bus, desired, labels, monitoring, network, observe, report, secrets, tls,
+};
 use crate::engine::{Decision, EngineError, Pass};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
@@ -76,6 +78,14 @@ pub async fn pass(
     // them (a chart without their RBAC) is logged and retried, and holds nothing else back.
     if let Err(error) = apply::serving_objects(ctx, cluster, key, &existing).await {
         tracing::warn!(%error, "the client Services or disruption budgets could not be applied");
+    }
+    if let Some(parent) = monitoring::Parent::of(cluster, "cluster", labels::CLUSTER_LABEL) {
+        let desired = monitoring::desired(&parent, &cluster.spec.metrics);
+        let monitored =
+            monitoring::ensure(&ctx.client, &ctx.pod_monitors, &parent, desired, &memory).await;
+        if let Err(error) = monitored {
+            tracing::warn!(%error, "the PodMonitor could not be applied");
+        }
     }
 
     let topology = match desired::topology(cluster) {

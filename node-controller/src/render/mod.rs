@@ -9,6 +9,7 @@
 //! character, so no value can add a line.
 
 mod config;
+mod exporter;
 pub mod memory;
 mod pod;
 pub mod volume;

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT};
 use valkey_api::v1alpha1::ValkeyNodeSpec;
 
+use super::exporter::Exporter;
 use crate::names::{ChildNames, NODE_LABEL, labels};
 
 /// Where the pod sees its volumes.
@@ -37,6 +38,10 @@ pub struct PodTemplate {
     pub ping: Vec<String>,
     pub mounts: Vec<Value>,
     pub volumes: Vec<Value>,
+    /// The exporter container, when `spec.exporter` asks for one. Left out of the fingerprint
+    /// when absent, so that a node without one keeps the revision it had before exporters existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exporter: Option<Exporter>,
 }
 
 impl PodTemplate {
@@ -133,6 +138,7 @@ impl PodTemplate {
             ping,
             mounts,
             volumes,
+            exporter: Exporter::of(spec),
         }
     }
 

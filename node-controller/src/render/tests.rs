@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use valkey_api::v1alpha1::ValkeyNode;
 
+use super::exporter;
 use super::*;
 
 fn node(yaml: &str) -> ValkeyNode {
@@ -604,4 +605,206 @@ fn a_tls_node_serves_tls_only_and_mounts_only_the_three_tls_keys() {
     assert!(valkey_conf(&plain).lines().any(|l| l == "port 6379"));
     assert!(!valkey_conf(&plain).contains("tls-"));
     assert!(!plain.live.contains_key("tls-auto-reload-interval"));
+}
+
+/// STATEFUL with the exporter the cluster-controller asks for when metrics are on.
+fn with_exporter(yaml: &str) -> ValkeyNode {
+    let with = yaml.replace(
+        "  allowedRevision: \"\"",
+        "  exporter: {image: \"oliver006/redis_exporter:v1.45.0\", resources: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 64Mi}}}\n  allowedRevision: \"\"",
+    );
+    assert_ne!(with, yaml);
+    node(&with)
+}
+
+fn exporter_container(children: &Children) -> k8s_openapi::api::core::v1::Container {
+    pod_template(children)
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "exporter").cloned())
+        .unwrap_or_else(|| panic!("no exporter container"))
+}
+
+#[test]
+fn a_statefulset_with_an_exporter_over_tls_matches_golden() {
+    let tls = STATEFUL.replace(
+        "  allowedRevision: \"\"",
+        "  tls: {secretName: cache-tls}\n  allowedRevision: \"\"",
+    );
+    let children = build(&with_exporter(&tls)).unwrap_or_else(|e| panic!("{e}"));
+    assert_golden("statefulset-exporter-tls.yaml", &children);
+}
+
+/// Nodes without an exporter render exactly as before exporters existed: the same revision, so
+/// an operator upgrade restarts no pod. These are the revisions of the golden files of release
+/// 0.1.0.
+#[test]
+fn a_node_without_an_exporter_keeps_the_revision_it_had_before_exporters() {
+    let rev = |yaml: &str| {
+        build(&node(yaml))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .revision
+    };
+    assert_eq!(rev(STATEFUL), "c6d05fa78c");
+    assert_eq!(rev(CACHE), "1f160a442c");
+    let children = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    let spec = pod_template(&children).spec.clone().unwrap_or_default();
+    assert_eq!(
+        spec.containers
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["valkey"]
+    );
+}
+
+#[test]
+fn the_exporter_reads_the_local_server_as_the_nodes_user_with_the_password_from_the_secret() {
+    let children = build(&with_exporter(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    let exporter = exporter_container(&children);
+    assert_eq!(
+        exporter.image.as_deref(),
+        Some("oliver006/redis_exporter:v1.45.0")
+    );
+    let port = exporter
+        .ports
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.name.unwrap_or_default(), p.container_port))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        port,
+        [(
+            valkey_api::contract::METRICS_PORT_NAME.to_owned(),
+            i32::from(valkey_api::contract::METRICS_PORT)
+        )]
+    );
+    let limits = exporter.resources.as_ref().and_then(|r| r.limits.clone());
+    assert_eq!(
+        limits
+            .as_ref()
+            .and_then(|l| l.get("memory"))
+            .map(|q| q.0.as_str()),
+        Some("64Mi")
+    );
+
+    // The password: from the Secret into a variable, from the variable into the address, which
+    // only the exporter's own server is read with (never the exporter's password setting, which
+    // its /scrape endpoint would send to any address it is given).
+    let env = exporter.env.clone().unwrap_or_default();
+    let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [exporter::PASSWORD_ENV, "REDIS_ADDR"],
+        "order matters for $(VAR)"
+    );
+    let key = env[0]
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .map(|k| (k.name.as_str(), k.key.as_str()));
+    assert_eq!(key, Some(("cache-acl", "password")));
+    assert_eq!(
+        env[1].value.as_deref(),
+        Some("redis://healthcheck:$(VALKEY_EXPORTER_PASSWORD)@localhost:6379")
+    );
+    assert!(
+        !env.iter()
+            .any(|e| matches!(e.name.as_str(), "REDIS_PASSWORD" | "REDIS_USER")),
+        "{names:?}"
+    );
+    let args = exporter.args.clone().unwrap_or_default();
+    assert!(exporter.command.is_none(), "the image's own entrypoint");
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.contains("password") || a.contains("redis.addr")),
+        "{args:?}"
+    );
+    assert!(args.iter().any(|a| a == "--set-client-name=false"));
+    assert!(
+        exporter.volume_mounts.is_none(),
+        "the exporter mounts nothing"
+    );
+
+    let probe = exporter
+        .readiness_probe
+        .as_ref()
+        .and_then(|p| p.http_get.as_ref())
+        .unwrap_or_else(|| panic!("no readiness probe"));
+    assert_eq!(probe.path.as_deref(), Some("/health"));
+    assert_eq!(
+        probe.port,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into())
+    );
+    let sc = exporter.security_context.clone().unwrap_or_default();
+    assert_eq!(
+        (sc.read_only_root_filesystem, sc.allow_privilege_escalation),
+        (Some(true), Some(false))
+    );
+    // The Valkey container is the one it was.
+    let spec = pod_template(&children).spec.clone().unwrap_or_default();
+    assert_eq!(spec.containers[0].name, "valkey");
+}
+
+#[test]
+fn over_tls_the_exporter_speaks_tls_to_the_local_server() {
+    let tls = STATEFUL.replace(
+        "  allowedRevision: \"\"",
+        "  tls: {secretName: cache-tls}\n  allowedRevision: \"\"",
+    );
+    let children = build(&with_exporter(&tls)).unwrap_or_else(|e| panic!("{e}"));
+    let exporter = exporter_container(&children);
+    let addr = exporter
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.name == "REDIS_ADDR")
+        .and_then(|e| e.value);
+    assert_eq!(
+        addr.as_deref(),
+        Some("rediss://healthcheck:$(VALKEY_EXPORTER_PASSWORD)@localhost:6379")
+    );
+    assert!(
+        exporter
+            .args
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a == "--skip-tls-verification")
+    );
+
+    // Without credentials, no login and no variable.
+    let mut open = with_exporter(STATEFUL);
+    open.spec.credentials = None;
+    let children = build(&open).unwrap_or_else(|e| panic!("{e}"));
+    let env = exporter_container(&children).env.unwrap_or_default();
+    assert_eq!(env.len(), 1);
+    assert_eq!(env[0].value.as_deref(), Some("redis://localhost:6379"));
+}
+
+#[test]
+fn adding_removing_or_changing_the_exporter_changes_the_revision() {
+    let rev = |n: &ValkeyNode| build(n).unwrap_or_else(|e| panic!("{e}")).revision;
+    let without = rev(&node(STATEFUL));
+    let with = with_exporter(STATEFUL);
+    let original = rev(&with);
+    assert_ne!(original, without, "added");
+    let mut image = with.clone();
+    if let Some(e) = image.spec.exporter.as_mut() {
+        e.image = "oliver006/redis_exporter:v1.62.0".into();
+    }
+    assert_ne!(rev(&image), original, "image");
+    let mut resources = with.clone();
+    if let Some(e) = resources.spec.exporter.as_mut() {
+        e.resources = None;
+    }
+    assert_ne!(rev(&resources), original, "resources");
+    let mut removed = with;
+    removed.spec.exporter = None;
+    assert_eq!(
+        rev(&removed),
+        without,
+        "removed: back to the revision without one"
+    );
 }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use plumbing::conditions::{ConditionStatus, set_condition};
+use valkey_api::contract::EXPORTER_CONTAINER;
 use valkey_api::v1alpha1::{Role, ValkeyNodeStatus};
 
 use crate::live::apply::Outcome;
@@ -408,18 +409,18 @@ fn ready_reason(
     if let Some((reason, message)) = unschedulable(pod) {
         return (reason, format!("Pod {name} cannot be scheduled: {message}"));
     }
-    if let Some(waiting) = waiting_state(pod) {
+    if let Some((container, waiting)) = waiting_state(pod) {
         let reason = waiting
             .reason
             .clone()
             .unwrap_or_else(|| "ContainerWaiting".into());
         let detail = waiting.message.clone().unwrap_or_default();
-        let exit = last_exit_code(pod)
+        let exit = last_exit_code(pod, container)
             .map(|c| format!(" (last exit code {c})"))
             .unwrap_or_default();
         return (
             reason.clone(),
-            format!("Container valkey of pod {name} is waiting: {reason}{exit}. {detail}")
+            format!("Container {container} of pod {name} is waiting: {reason}{exit}. {detail}")
                 .trim()
                 .to_owned(),
         );
@@ -499,22 +500,30 @@ fn unschedulable(pod: &Pod) -> Option<(String, String)> {
     ))
 }
 
-fn waiting_state(pod: &Pod) -> Option<&ContainerStateWaiting> {
+/// The first container of the pod that waits: Valkey's, else the exporter's (a wrong exporter
+/// image keeps the pod from being ready as surely as a wrong Valkey image, and says so the same
+/// way, so a parent sees that the pod cannot run).
+/// The name of Valkey's container in the pod.
+const VALKEY_CONTAINER: &str = "valkey";
+
+fn waiting_state(pod: &Pod) -> Option<(&str, &ContainerStateWaiting)> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    statuses
+    [VALKEY_CONTAINER, EXPORTER_CONTAINER]
         .iter()
-        .find(|s| s.name == "valkey")?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()
+        .find_map(|name| {
+            let status = statuses.iter().find(|s| s.name == *name)?;
+            Some((
+                status.name.as_str(),
+                status.state.as_ref()?.waiting.as_ref()?,
+            ))
+        })
 }
 
-fn last_exit_code(pod: &Pod) -> Option<i32> {
+fn last_exit_code(pod: &Pod, container: &str) -> Option<i32> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     let last = statuses
         .iter()
-        .find(|s| s.name == "valkey")?
+        .find(|s| s.name == container)?
         .last_state
         .as_ref()?;
     Some(last.terminated.as_ref()?.exit_code)

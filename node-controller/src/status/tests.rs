@@ -143,6 +143,33 @@ status:
     }
 }
 
+/// An exporter that cannot start keeps the pod from being ready: the reason names it, so a parent
+/// sees a pod that cannot run (and rolls the fix) rather than one that is slow to start.
+#[test]
+fn a_waiting_exporter_gives_its_reason_after_a_running_valkey() {
+    let p = pod(r#"
+metadata: {name: valkey-n-0}
+status:
+  phase: Running
+  conditions: [{type: PodScheduled, status: "True"}, {type: Ready, status: "False"}]
+  containerStatuses:
+    - {name: valkey, image: x, imageID: "", ready: true, restartCount: 0, state: {running: {}}}
+    - {name: exporter, image: y, imageID: "", ready: false, restartCount: 0, state: {waiting: {reason: ImagePullBackOff, message: no such image}}}
+"#);
+    let s = compute(None, &observed(Some(&p), None), &at(1));
+    let c = condition(&s, READY);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "ImagePullBackOff")
+    );
+    assert!(
+        c.message.contains("Container exporter of pod valkey-n-0"),
+        "{}",
+        c.message
+    );
+    assert!(valkey_api::contract::POD_CANNOT_RUN_REASONS.contains(&c.reason.as_str()));
+}
+
 #[test]
 fn an_unschedulable_pod_gives_the_schedulers_message() {
     let p = pod(r#"

@@ -170,3 +170,59 @@ pub fn grants(docs: &[Value], component: &str) -> BTreeMap<String, Vec<String>> 
     }
     out
 }
+
+/// The chart's Grafana dashboard, as the file the ConfigMap carries.
+pub fn dashboard() -> Result<serde_json::Value> {
+    let path = chart_dir().join("dashboards/valkey.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| E2eError::Check(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| E2eError::Check(format!("{} is not JSON: {e}", path.display())))
+}
+
+/// Every exporter metric (`redis_*`) the queries of a dashboard name: its panels' targets and its
+/// variables.
+pub fn dashboard_metrics(dashboard: &serde_json::Value) -> std::collections::BTreeSet<String> {
+    let mut queries = Vec::new();
+    collect_queries(dashboard, &mut queries);
+    queries
+        .iter()
+        .flat_map(|q| q.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')))
+        .filter(|token| token.starts_with("redis_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn collect_queries(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("expr" | "query" | "definition", serde_json::Value::String(q)) => {
+                        out.push(q.clone())
+                    }
+                    _ => collect_queries(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for v in items {
+                collect_queries(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The metric names the Redis exporter 1.45 serves for Valkey, as captured in the chart's tests.
+pub fn exporter_metric_names() -> Result<std::collections::BTreeSet<String>> {
+    let path = chart_dir().join("tests/redis-exporter-1.45-metrics.txt");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| E2eError::Check(format!("{}: {e}", path.display())))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect())
+}

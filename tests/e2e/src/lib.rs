@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod cluster;
 pub mod faults;
 pub mod helm;
+pub mod metrics;
 pub mod operator;
 pub mod pool;
 pub mod record;

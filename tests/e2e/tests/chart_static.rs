@@ -4,7 +4,8 @@
 //! `UPDATE_GOLDEN=1` rewrites the golden files.
 
 use e2e::helm::{
-    chart, chart_dir, documents, field, golden_variants, grants, helm, helm_fails, render, text,
+    chart, chart_dir, dashboard, dashboard_metrics, documents, exporter_metric_names, field,
+    golden_variants, grants, helm, helm_fails, render, text,
 };
 use e2e::{E2eError, Result, check};
 use serde_yaml::Value;
@@ -297,4 +298,107 @@ async fn the_valkey_node_policy_lets_only_the_cluster_controller_write() -> Resu
         "no cluster-controller, no policy naming it",
     )?;
     Ok(())
+}
+
+/// The dashboard ConfigMap: on by default with the sidecar's label, valid JSON with the
+/// namespace, cluster and pod variables, graphing only metrics the exporter serves (and the ones
+/// a platform team looks at first); off, moved and labelled by values.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grafana_dashboard_is_valid_and_graphs_only_what_the_exporter_serves() -> Result<()> {
+    let dashboard_of = |docs: &[Value]| -> Option<Value> {
+        docs.iter()
+            .find(|d| {
+                text(d, &["kind"]) == "ConfigMap"
+                    && text(d, &["metadata", "name"]).ends_with("-grafana-dashboard")
+            })
+            .cloned()
+    };
+    let docs = documents(&render(&[]).await?)?;
+    let config_map =
+        dashboard_of(&docs).ok_or_else(|| E2eError::Check("no dashboard ConfigMap".into()))?;
+    check(
+        text(&config_map, &["metadata", "labels", "grafana_dashboard"]) == "1"
+            && text(&config_map, &["metadata", "namespace"]) == "valkey-operator-system",
+        format!("the sidecar's label, in the release's namespace: {config_map:?}"),
+    )?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text(&config_map, &["data", "valkey.json"]))
+            .map_err(|e| E2eError::Check(format!("the dashboard is not JSON: {e}")))?;
+    check(
+        json == dashboard()?,
+        "the ConfigMap carries the chart's file",
+    )?;
+    let variables: Vec<&str> = json["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for wanted in ["namespace", "cluster", "pod"] {
+        check(
+            variables.contains(&wanted),
+            format!("no {wanted} variable: {variables:?}"),
+        )?;
+    }
+    let used = dashboard_metrics(&json);
+    let served = exporter_metric_names()?;
+    let unknown: Vec<&String> = used.difference(&served).collect();
+    check(
+        unknown.is_empty(),
+        format!("the dashboard names metrics the exporter does not serve: {unknown:?}"),
+    )?;
+    for metric in [
+        "redis_up",
+        "redis_memory_used_bytes",
+        "redis_memory_max_bytes",
+        "redis_commands_processed_total",
+        "redis_connected_clients",
+        "redis_keyspace_hits_total",
+        "redis_keyspace_misses_total",
+        "redis_master_repl_offset",
+        "redis_connected_slave_offset_bytes",
+        "redis_connected_slaves",
+        "redis_master_link_up",
+        "redis_db_keys",
+        "redis_evicted_keys_total",
+        "redis_expired_keys_total",
+    ] {
+        check(
+            used.contains(metric),
+            format!("the dashboard does not graph {metric}"),
+        )?;
+    }
+
+    let off = documents(&render(&["--set", "grafanaDashboard.enabled=false"]).await?)?;
+    check(
+        dashboard_of(&off).is_none(),
+        "grafanaDashboard.enabled=false",
+    )?;
+    let moved = documents(
+        &render(&[
+            "--set",
+            "grafanaDashboard.namespace=monitoring",
+            "--set",
+            "grafanaDashboard.annotations.grafana_folder=Valkey",
+        ])
+        .await?,
+    )?;
+    let moved = dashboard_of(&moved).ok_or_else(|| E2eError::Check("no moved dashboard".into()))?;
+    check(
+        text(&moved, &["metadata", "namespace"]) == "monitoring"
+            && text(&moved, &["metadata", "annotations", "grafana_folder"]) == "Valkey",
+        format!("namespace and annotations from values: {moved:?}"),
+    )?;
+    let stderr = helm_fails(&[
+        "template",
+        "x",
+        chart().as_str(),
+        "--set",
+        "grafanaDashboard.enabeld=true",
+    ])
+    .await?;
+    check(
+        stderr.contains("enabeld") && stderr.contains("grafanaDashboard"),
+        format!("a typo under grafanaDashboard names the key: {stderr}"),
+    )
 }

@@ -18,6 +18,7 @@ use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::controller::context::{ClusterMemory, Kept, Settings, engine_fingerprint};
 use crate::controller::error::Error;
+use crate::controller::monitoring::KindPresence;
 use crate::replication::engine::Engine;
 
 pub struct Context {
@@ -35,6 +36,8 @@ pub struct Context {
     /// Per replication: one engine per operator password (it keeps connections between passes),
     /// and the memory (its servers' users, the operator's passwords, the other holder).
     kept: Kept<Engine<RedisClient>>,
+    /// Whether the PodMonitor kind exists, as last found out.
+    pub pod_monitors: KindPresence,
 }
 
 impl Context {
@@ -55,6 +58,7 @@ impl Context {
             claims,
             action_failures: Backoff::default(),
             kept: Kept::default(),
+            pod_monitors: KindPresence::default(),
         }
     }
 

@@ -113,6 +113,30 @@ mod tests {
     use super::*;
     use crate::replication::controller::fixtures::{REPLICATION, replication};
 
+    /// `spec.metrics` reaches every member as its exporter, exactly as for a cluster (both go
+    /// through `server_node`); off, the members have none.
+    #[test]
+    fn metrics_give_every_member_an_exporter_and_none_when_off() {
+        let auth = NodeAuth::of("orders");
+        let plain = members(&replication(REPLICATION), &auth);
+        assert!(plain.iter().all(|m| m.node.spec.exporter.is_none()));
+        let metered = replication(&format!(
+            "{REPLICATION}  metrics: {{enabled: true, resources: {{limits: {{memory: 64Mi}}}}}}\n"
+        ));
+        let members = members(&metered, &auth);
+        assert_eq!(members.len(), 3);
+        for member in &members {
+            let exporter = member
+                .node
+                .spec
+                .exporter
+                .clone()
+                .unwrap_or_else(|| panic!("{} has no exporter", member.name));
+            assert_eq!(exporter.image, "oliver006/redis_exporter:v1.45.0");
+            assert!(exporter.resources.is_some_and(|r| r.limits.is_some()));
+        }
+    }
+
     #[test]
     fn every_member_starts_as_a_replica_of_nothing_and_keeps_apart_from_the_others() {
         let r = replication(REPLICATION);

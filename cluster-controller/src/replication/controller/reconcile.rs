@@ -24,7 +24,7 @@ use crate::controller::labels::FIELD_MANAGER;
 use crate::controller::reconcile::{after_step, claim_for};
 use crate::controller::secrets::{self, Parent, Tools};
 use crate::controller::status::Problem;
-use crate::controller::{access, members, tls};
+use crate::controller::{access, members, monitoring, tls};
 use crate::engine::Outcome as StepOutcome;
 use crate::replication::engine::{Action, Decision, decide, health};
 
@@ -165,6 +165,14 @@ pub async fn pass(
     };
     poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
     apply_services(ctx, replication, primary.as_deref()).await?;
+    if let Some(parent) = monitoring::Parent::of(replication, "replication", REPLICATION_LABEL) {
+        let desired = monitoring::desired(&parent, &replication.spec.metrics);
+        let monitored =
+            monitoring::ensure(&ctx.client, &ctx.pod_monitors, &parent, desired, &memory).await;
+        if let Err(error) = monitored {
+            tracing::warn!(%error, "the PodMonitor could not be applied");
+        }
+    }
 
     let failed = match (&result, decision.action()) {
         (Some(Err(error)), Some(action)) => {

@@ -532,6 +532,11 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("patch", "networkpolicies.networking.k8s.io", true),
         e("delete", "networkpolicies.networking.k8s.io", true),
         e("list", "networkpolicies.networking.k8s.io", false),
+        e("create", "podmonitors.monitoring.coreos.com", true),
+        e("patch", "podmonitors.monitoring.coreos.com", true),
+        e("delete", "podmonitors.monitoring.coreos.com", true),
+        e("list", "podmonitors.monitoring.coreos.com", false),
+        e("create", "servicemonitors.monitoring.coreos.com", false),
     ];
     let node_controller = [
         e("list", "valkeynodes.valkey.io", true),

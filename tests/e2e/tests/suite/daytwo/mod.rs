@@ -3,6 +3,7 @@
 
 mod live_config;
 mod memory;
+mod metrics;
 mod progress;
 mod quick_start;
 mod readiness;
