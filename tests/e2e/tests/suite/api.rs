@@ -108,7 +108,8 @@ async fn crds_are_established_and_print_the_seed_columns() -> Result<()> {
     )?;
 
     // Status is the controllers' to write; here the test writes it to see the columns print it.
-    let status = serde_json::json!({"status": {"state": "Ready", "reason": "ClusterHealthy", "readyShards": 3, "shards": 3}});
+    let status = serde_json::json!({"status": {"state": "Ready", "reason": "ClusterHealthy", "readyShards": 3, "shards": 3,
+        "progress": {"operation": "ScalingOut", "unit": "slots", "done": 6553, "total": 6553, "summary": "6553/6553 slots moved"}}});
     ns.api::<ValkeyCluster>()
         .patch_status(
             "cluster-sample",
@@ -124,7 +125,7 @@ async fn crds_are_established_and_print_the_seed_columns() -> Result<()> {
         .split_whitespace()
         .collect();
     check(
-        header == ["NAME", "STATE", "REASON", "READYSHARDS", "AGE"],
+        header == ["NAME", "STATE", "REASON", "READYSHARDS", "PROGRESS", "AGE"],
         format!("valkeycluster -o wide: {wide}"),
     )?;
     let row: Vec<&str> = lines
@@ -133,7 +134,18 @@ async fn crds_are_established_and_print_the_seed_columns() -> Result<()> {
         .split_whitespace()
         .collect();
     check(
-        row.get(..4) == Some(&["cluster-sample", "Ready", "ClusterHealthy", "3"][..]),
+        row.get(..7)
+            == Some(
+                &[
+                    "cluster-sample",
+                    "Ready",
+                    "ClusterHealthy",
+                    "3",
+                    "6553/6553",
+                    "slots",
+                    "moved",
+                ][..],
+            ),
         format!("valkeycluster row: {wide}"),
     )?;
     let narrow = ns.kubectl(&["get", "vkc"]).await?;

@@ -54,7 +54,7 @@ async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<
     )?;
     r.check_roles().await?;
 
-    // The views: NAME STATE PRIMARY READYREPLICAS AGE, and REASON with -o wide.
+    // The views: NAME STATE PRIMARY READYREPLICAS AGE, and REASON and PROGRESS with -o wide.
     let (header, table) = rows(&r, false).await?;
     check(
         header == ["NAME", "STATE", "PRIMARY", "READYREPLICAS", "AGE"],
@@ -74,7 +74,16 @@ async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<
     )?;
     let (header, table) = rows(&r, true).await?;
     check(
-        header == ["NAME", "STATE", "REASON", "PRIMARY", "READYREPLICAS", "AGE"],
+        header
+            == [
+                "NAME",
+                "STATE",
+                "REASON",
+                "PRIMARY",
+                "READYREPLICAS",
+                "PROGRESS",
+                "AGE",
+            ],
         format!("wide columns: {header:?}"),
     )?;
     check(
