@@ -53,9 +53,9 @@ async fn primaries_crowded_on_one_node_by_a_failover_are_spread_again() -> Resul
         .items
         .iter()
         .filter(|n| {
-            n.spec
+            !n.spec
                 .as_ref()
-                .is_none_or(|s| s.unschedulable != Some(true))
+                .is_some_and(|s| s.unschedulable == Some(true))
         })
         .map(|n| n.name_any())
         .collect();
