@@ -8,7 +8,6 @@ mod progress;
 mod quick_start;
 mod readiness;
 mod scaling;
-mod spread;
 mod upgrade;
 mod volumes;
 
