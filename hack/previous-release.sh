@@ -4,9 +4,9 @@
 # commit into localkube's image table as valkey-operator/{node,cluster}-controller:previous.
 #
 # It builds in this checkout's target/ (the dependencies are mostly the same, so only the
-# workspace's own crates compile), which leaves the old binaries in target/debug/: the caller runs
-# `cargo build --workspace --bins` afterwards (make test's `build` does), which links this
-# checkout's binaries there again. Skipped when the images of that commit are already there.
+# workspace's own crates compile); it then cleans the workspace crates it built, which share names
+# and hashes with this checkout's, so the next build (make test's `build`) compiles this
+# checkout's. Skipped when the images of that commit are already there.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,6 +45,15 @@ for c in node-controller cluster-controller; do
 	cp "$ROOT/target/debug/$c" "$dst/$c.tmp"
 	mv "$dst/$c.tmp" "$dst/$c"
 done
+# The old build left its workspace crates in target/ under the names and hashes this checkout's
+# have (cargo hashes a member by name, version and path relative to the workspace), with
+# fingerprints naming their sources relative to each crate: the next build would take them for
+# this checkout's and keep an old binary (the localkube kubelet, for one). Clean them all.
+members=$(cd "$ROOT" && cargo metadata --no-deps --format-version 1 |
+	python3 -c 'import json, sys; print(" ".join("-p " + p["name"] for p in json.load(sys.stdin)["packages"]))')
+log "cleaning the workspace crates it overwrote"
+# shellcheck disable=SC2086 # one word per -p and package name
+(cd "$ROOT" && cargo clean --quiet $members)
 rm -f "$LK"/images/.previous-release-*
 touch "$STAMP"
 log "images valkey-operator/{node,cluster}-controller:previous are release $PREVIOUS_RELEASE_VERSION"

@@ -650,8 +650,13 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         args.iter().any(|a| a == "--kinds=valkey-cluster"),
         format!("the clusters-only release runs {args:?}"),
     )?;
-    // kubectl itself for a sample of them, to show the reviews below answer as it does.
-    for (user, verb, resource, namespace, expected) in questions.iter().step_by(16) {
+    // kubectl itself for a sample of them, to show the reviews below answer as it does. kubectl
+    // resolves a resource through discovery, so it cannot ask about a kind whose CRD is not
+    // installed (the Prometheus Operator's, unless another test made it): those go to the
+    // reviews below only.
+    let served = |resource: &str| !resource.contains(".monitoring.coreos.com");
+    let sample = questions.iter().filter(|q| served(&q.2)).step_by(16);
+    for (user, verb, resource, namespace, expected) in sample {
         let allowed = can_i(user, verb, resource, namespace).await?;
         check(
             allowed == *expected,
