@@ -301,3 +301,53 @@ async fn a_shard_lost_with_persistence_off_waits_for_the_users_word() {
     );
     traffic::verify(&lab.addresses(), &kept).await;
 }
+
+/// A replica promoted by a planned failover, then restarted in place without persistence. The
+/// full sync that first made it a replica left an RDB file in its folder, which it loads: it
+/// comes back with that old snapshot and continues the snapshot's replication history, which
+/// its replica copied much further. It must not feed that replica; the replica takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_back_empty_in_place_hands_back_to_its_replica() {
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options("promoted", servers::valkey_9(), 120, options);
+    let mut keys = formed(&mut lab, THREE_BY_ONE).await;
+    let slots = myself(&lab, "c-0-0").await.slots;
+    assert_eq!(
+        value::text(&lab.command("c-0-1", &["CLUSTER", "FAILOVER"]).await).as_deref(),
+        Some("OK")
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(myself(&lab, "c-0-1").await.is_primary() && myself(&lab, "c-0-0").await.is_replica()) {
+        assert!(
+            Instant::now() < deadline,
+            "the planned failover did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    keys.extend(traffic::write_keys(&lab.addresses(), "after", 500).await);
+    lab.wait_replicas_caught_up(Duration::from_secs(20)).await;
+    let snapshot = lab.paths().0.join("c-0-1").join("dump.rdb");
+    assert!(
+        snapshot.exists(),
+        "{} is what it reloads",
+        snapshot.display()
+    );
+
+    lab.restart_in_place("c-0-1");
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        lab.forced
+            .iter()
+            .any(|l| l.contains("FAILOVER FORCE on c-0-0")),
+        "c-0-0 was made primary again: {:?}",
+        lab.history
+    );
+    assert_eq!(myself(&lab, "c-0-0").await.slots, slots);
+    lab.assert_topology().await;
+    traffic::verify(&lab.addresses(), &keys).await;
+}

@@ -146,6 +146,13 @@ fn server_config(
     let mut config = mode;
     if settings.persistence.enabled {
         config.insert("appendonly".to_owned(), "yes".to_owned());
+    } else {
+        // No persistence means no file a restarted server could load: a server restarted in
+        // place (same pod, same folder) would otherwise come back with an old snapshot, from a
+        // save point or from the full sync that made it a replica, and continue that old
+        // history as if it were current. The user may still ask for save points.
+        config.insert("save".to_owned(), String::new());
+        config.insert("rdb-del-sync-files".to_owned(), "yes".to_owned());
     }
     // Every server has the operator's users, with authentication on or off: the clients' access
     // is the ACL's business (and the NetworkPolicy's), so Valkey's protected mode, which refuses
@@ -320,6 +327,11 @@ mod tests {
             "persistence is on by default"
         );
         assert_eq!(
+            config.get("save"),
+            None,
+            "with persistence, Valkey's save points"
+        );
+        assert_eq!(
             config.get("aclfile").map(String::as_str),
             Some("/etc/valkey/credentials/users.acl")
         );
@@ -352,6 +364,32 @@ mod tests {
             Some(&["users.acl".to_owned(), "replication.conf".to_owned()][..]),
             "pods mount the ACL file and the replication login, not the operator's passwords"
         );
+    }
+
+    /// Without persistence a server keeps no file it could reload: an in-place restart must not
+    /// bring back an old snapshot as if it were its data. A user's own save points win.
+    #[test]
+    fn without_persistence_no_snapshot_is_left_to_reload() {
+        let cache = |yaml: &str| {
+            let node = desired_node(
+                &cluster(&format!("{yaml}  persistence: {{enabled: false}}\n")),
+                0,
+                0,
+                &NodeAuth::of("cache"),
+                None,
+            )
+            .unwrap_or_else(|| panic!("no node"));
+            node.spec.config.unwrap_or_default()
+        };
+        let config = cache(CLUSTER);
+        assert_eq!(config.get("save").map(String::as_str), Some(""));
+        assert_eq!(
+            config.get("rdb-del-sync-files").map(String::as_str),
+            Some("yes")
+        );
+        assert_eq!(config.get("appendonly"), None);
+        let own = cache(&CLUSTER.replace("config: {", "config: {save: \"900 1\", "));
+        assert_eq!(own.get("save").map(String::as_str), Some("900 1"));
     }
 
     #[test]

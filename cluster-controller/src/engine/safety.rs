@@ -52,6 +52,24 @@ impl ReplicationHistory {
     fn related(&self, other: &ReplicationHistory) -> bool {
         other.replid == self.replid || (!self.started_fresh() && other.replid == self.replid2)
     }
+
+    /// How far this node's data reaches into the history `id`: its own up to its offset, the
+    /// one it continued up to where it left it; `None` for a history it never followed.
+    fn reach(&self, id: &str) -> Option<i64> {
+        if self.replid == id {
+            Some(self.offset)
+        } else if !self.started_fresh() && self.replid2 == id {
+            Some(self.second_offset - 1)
+        } else {
+            None
+        }
+    }
+
+    /// The histories this node's data comes from: its own, and the one it continued.
+    fn ids(&self) -> impl Iterator<Item = &str> {
+        let continued = (!self.started_fresh()).then_some(self.replid2.as_str());
+        std::iter::once(self.replid.as_str()).chain(continued)
+    }
 }
 
 /// Whether `source` serving `replica` (a full resync, which empties the replica first) would
@@ -68,6 +86,26 @@ pub fn sync_would_lose(source: &ReplicationHistory, replica: &ReplicationHistory
         && source.started_fresh()
         && replica.offset > source.offset
         && replica.keys > source.keys
+}
+
+/// Whether `restarted`, a node known to have started since it last served (its data is what
+/// it loaded), lacks writes `replica` holds: [`sync_would_lose`], or the two share a history in
+/// which the replica went further than the restarted node's data reaches.
+///
+/// The second case is a node that loaded an old snapshot: an RDB file from an earlier full
+/// sync or a save point, with the replication id and offset of that moment. Valkey continues
+/// that history from the snapshot's offset, so the node looks related to a replica that copied
+/// far more of it, and a full resync would replace the replica's data with the snapshot's. For
+/// a node that did not restart (a replica promoted by a failover) the same shape is the tail
+/// asynchronous replication loses in any failover, which [`sync_would_lose`] accepts.
+pub fn restart_would_lose(restarted: &ReplicationHistory, replica: &ReplicationHistory) -> bool {
+    let further = replica.ids().any(|id| {
+        matches!(
+            (replica.reach(id), restarted.reach(id)),
+            (Some(theirs), Some(ours)) if theirs > ours
+        )
+    });
+    (further && replica.keys > 0) || sync_would_lose(restarted, replica)
 }
 
 /// The servers' failover settings, read with CONFIG GET: the user may set any of them in the
@@ -227,6 +265,58 @@ mod tests {
         // A primary restarted with its data (same keys) may serve its replica.
         let reloaded = history(NEW, ZERO, 0, 1000);
         assert!(!sync_would_lose(&reloaded, &history(OLD, ZERO, 5000, 1000)));
+    }
+
+    fn continued(
+        replid: &str,
+        replid2: &str,
+        second_offset: i64,
+        offset: i64,
+        keys: u64,
+    ) -> ReplicationHistory {
+        ReplicationHistory {
+            replid: replid.into(),
+            replid2: replid2.into(),
+            offset,
+            second_offset,
+            keys,
+        }
+    }
+
+    const SNAPSHOT: &str = "5b1c0b0e6f7f4f7e9d1c2b3a4f5e6d7c8b9a0f1e";
+
+    #[test]
+    fn a_node_restarted_from_an_old_snapshot_must_not_feed_a_replica_that_copied_more() {
+        // It loaded an RDB file of OLD at offset 0 (left by the full sync that made it a
+        // replica), so it continues OLD from there under a new id.
+        let reloaded = continued(SNAPSHOT, OLD, 1, 0, 0);
+        // Its replica copied OLD up to 11026, then followed NEW (it was promoted meanwhile).
+        let replica = continued(NEW, OLD, 11_027, 17_107, 501);
+        assert!(!sync_would_lose(&reloaded, &replica), "related by OLD");
+        assert!(restart_would_lose(&reloaded, &replica));
+        // The same replica, still on OLD, is also further.
+        assert!(restart_would_lose(
+            &reloaded,
+            &history(OLD, ZERO, 9_000, 400)
+        ));
+        // A replica that copied no further than the snapshot, or holds nothing, loses nothing.
+        assert!(!restart_would_lose(&reloaded, &history(OLD, ZERO, 0, 0)));
+        assert!(!restart_would_lose(
+            &continued(SNAPSHOT, OLD, 9_001, 9_000, 400),
+            &history(OLD, ZERO, 9_000, 400)
+        ));
+        // An empty restart is what sync_would_lose already finds.
+        let emptied = history(NEW, ZERO, 120, 3);
+        assert!(restart_would_lose(
+            &emptied,
+            &history(OLD, ZERO, 2_307_497, 1000)
+        ));
+        // A restart with its data and a history of its own (an append-only file) is not.
+        let from_aof = history(NEW, ZERO, 0, 1000);
+        assert!(!restart_would_lose(
+            &from_aof,
+            &history(OLD, ZERO, 5000, 1000)
+        ));
     }
 
     fn settings(node_timeout_ms: u64, validity_factor: u64) -> FailoverSettings {

@@ -267,6 +267,25 @@ fn valkey_conf_holds_the_config_as_given_then_what_the_pod_needs() {
 }
 
 #[test]
+fn an_empty_value_is_written_as_an_empty_argument() {
+    let mut n = node(CACHE);
+    n.spec.config = Some(BTreeMap::from([
+        ("save".to_owned(), String::new()),
+        ("rdb-del-sync-files".to_owned(), "yes".to_owned()),
+    ]));
+    let children = build(&n).unwrap_or_else(|e| panic!("{e}"));
+    let conf = valkey_conf(&children);
+    assert!(
+        conf.lines().any(|l| l == "save \"\""),
+        "no save \"\" line in:\n{conf}"
+    );
+    assert!(
+        conf.lines().any(|l| l == "rdb-del-sync-files yes"),
+        "{conf}"
+    );
+}
+
+#[test]
 fn without_maxmemory_the_memory_limit_sets_it_and_a_given_one_wins() {
     let mut n = node(STATEFUL);
     if let Some(config) = n.spec.config.as_mut() {

@@ -1,6 +1,7 @@
 //! A primary that came back without its data but with its identity: no persistence, and the
 //! same pod's server restarted with the same volume, so the same node id from nodes.conf and
-//! still the primary of its slots. Valkey sees nothing wrong (it was away for less than a node
+//! still the primary of its slots; empty, or with an old snapshot (an RDB file an earlier
+//! full sync left in its folder). Valkey sees nothing wrong (it was away for less than a node
 //! timeout), and its replica, whose link the replication fence keeps down, holds the shard's
 //! only copy of the data.
 //!
@@ -27,15 +28,21 @@ pub(super) fn emptied_primaries(t: &Topology) -> Option<Decision> {
         let Some(source) = primary.state.history() else {
             continue;
         };
+        // Its replication user still fenced: it started since it last served, and holds what
+        // it loaded (nothing, or an old snapshot).
+        let restarted = primary.state.replication_admitted() == Some(false);
+        let lacks = |h: &safety::ReplicationHistory| {
+            if restarted {
+                safety::restart_would_lose(&source, h)
+            } else {
+                safety::sync_would_lose(&source, h)
+            }
+        };
         let best = t
             .live
             .iter()
             .filter(|r| r.primary_id() == Some(primary.id()))
-            .filter(|r| {
-                r.state
-                    .history()
-                    .is_some_and(|h| safety::sync_would_lose(&source, &h))
-            })
+            .filter(|r| r.state.history().is_some_and(|h| lacks(&h)))
             .max_by_key(|r| {
                 (
                     r.staying(),
@@ -60,9 +67,9 @@ fn takes_over(primary: &Live, replica: &Live) -> Decision {
         },
         Reason::PrimaryRestartedEmpty,
         format!(
-            "{p} came back without its data ({pk} keys, a replication history of its own) while \
-             its replica {r} holds {rk} keys; {r} takes over before {p} can serve it, and {p} \
-             resyncs from {r} (writes {p} accepted since it came back are lost)",
+            "{p} came back without the data its replica {r} holds ({pk} keys, against {rk}, \
+             and less of their replication history); {r} takes over before {p} can serve it, and \
+             {p} resyncs from {r} (writes {p} accepted since it came back are lost)",
             p = primary.name(),
             pk = primary.state.keys(),
             r = replica.name(),

@@ -10,10 +10,10 @@
 //! node only when
 //! - no member replicates, at this node's address, a node id other than this node's (the node it
 //!   replaced), as far as any view knows;
-//! - no live replica of it holds data it lacks ([`safety::sync_would_lose`]);
-//! - and, when the servers keep no data across restarts and the node began a replication
-//!   history of its own (it restarted), no replica of it is out of the engine's sight: that
-//!   replica may hold what it lacks.
+//! - no live replica of it holds data it lacks ([`safety::restart_would_lose`]: it may have
+//!   come back empty, or from an old snapshot);
+//! - and, when the servers keep no data across restarts, no replica of it is out of the
+//!   engine's sight: that replica may hold what it lacks.
 //!
 //! (A new shard's primary must be admitted before it holds slots: Valkey 9 moves slots into it
 //! by logging in as the replication user.)
@@ -66,7 +66,9 @@ fn mistaken_for_another(t: &Topology, candidate: &Live<'_>) -> bool {
     })
 }
 
-/// Whether admitting `candidate` could let a replica with data it lacks resync from it.
+/// Whether admitting `candidate` could let a replica with data it lacks resync from it. The
+/// candidate started since it last served (its replication user is still fenced), so its data
+/// is whatever it loaded: none, or an old snapshot ([`safety::restart_would_lose`]).
 fn could_feed_a_richer_replica(t: &Topology, candidate: &Live<'_>) -> bool {
     let Some(source) = candidate.state.history() else {
         return true;
@@ -78,11 +80,11 @@ fn could_feed_a_richer_replica(t: &Topology, candidate: &Live<'_>) -> bool {
     if live_replicas.clone().any(|r| {
         r.state
             .history()
-            .is_none_or(|h| safety::sync_would_lose(&source, &h))
+            .is_none_or(|h| safety::restart_would_lose(&source, &h))
     }) {
         return true;
     }
-    if t.desired.persistent || !source.started_fresh() {
+    if t.desired.persistent {
         return false;
     }
     // Replicas of it that the views list but the engine cannot read.

@@ -2,7 +2,7 @@
 //! is lost. Every choice is a `Promote`; the Kubernetes side records the chosen member as the
 //! primary before the command runs, so a controller that dies between the two finds it.
 
-use crate::engine::safety::sync_would_lose;
+use crate::engine::safety::restart_would_lose;
 
 use super::super::decision::{Action, Decision, Reason};
 use super::{Live, View};
@@ -57,7 +57,7 @@ fn restarted(view: &View, recorded: Live<'_>) -> Decision {
     }
     let richer = view.live().find(|other| {
         other.name() != recorded.name()
-            && sync_would_lose(&recorded.state.history, &other.state.history)
+            && restart_would_lose(&recorded.state.history, &other.state.history)
     });
     let Some(richer) = richer else {
         return Decision::act(
