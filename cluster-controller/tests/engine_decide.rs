@@ -565,3 +565,62 @@ fn a_node_that_replaced_a_primary_at_its_address_stays_fenced() {
         "{decision}"
     );
 }
+
+/// The v9 capture's members placed on `nodes` (one zone per node, named after it), in the order
+/// of `v9_members`: c-0-0, c-0-1, c-1-0, c-1-1, c-2-0, c-2-1.
+fn placed_on(nodes: [&str; 6]) -> World {
+    let mut members = v9_members();
+    for (m, node) in members.iter_mut().zip(nodes) {
+        m.node_name = Some(node.to_owned());
+        m.zone = Some(format!("zone-{node}"));
+    }
+    World::new("v9", &v9_primary(), members, &["127.0.0.67"])
+}
+
+#[test]
+fn two_primaries_on_one_node_are_spread_by_a_planned_failover() {
+    // c-0-0 and c-1-0 share node a; their replicas run on nodes no primary uses.
+    let world = placed_on(["a", "b", "a", "d", "c", "a"]);
+    match world.decide(THREE_BY_ONE) {
+        Decision::Act {
+            action:
+                Action::Failover {
+                    on_replica,
+                    primary,
+                },
+            reason: Reason::SpreadingPrimaries,
+            message,
+            forced,
+        } => {
+            assert!(!forced, "a planned failover, announced as Normal");
+            assert!(
+                (on_replica.member == "c-0-1" && primary.member == "c-0-0")
+                    || (on_replica.member == "c-1-1" && primary.member == "c-1-0"),
+                "{on_replica:?} over {primary:?}"
+            );
+            assert!(message.contains("zone zone-a"), "{message}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn primaries_that_cannot_be_spread_further_are_left_alone() {
+    // Already apart.
+    let world = placed_on(["a", "b", "c", "d", "d", "a"]);
+    assert!(
+        matches!(world.decide(THREE_BY_ONE), Decision::Steady(_)),
+        "{}",
+        world.decide(THREE_BY_ONE)
+    );
+    // Two primaries share node a, but each replica would only move the crowding elsewhere.
+    let world = placed_on(["a", "c", "a", "c", "c", "a"]);
+    assert!(
+        matches!(world.decide(THREE_BY_ONE), Decision::Steady(_)),
+        "{}",
+        world.decide(THREE_BY_ONE)
+    );
+    // Without places nothing can be judged.
+    let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    assert!(matches!(world.decide(THREE_BY_ONE), Decision::Steady(_)));
+}

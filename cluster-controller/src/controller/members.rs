@@ -96,6 +96,8 @@ pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
         .filter(|_| current)
         .and_then(|s| s.desired_revision.clone());
     member.allowed_revision = node.spec.allowed_revision.clone().filter(|r| !r.is_empty());
+    member.node_name = status.and_then(|s| s.node_name.clone());
+    member.zone = status.and_then(|s| s.zone.clone());
     member
 }
 

@@ -218,6 +218,9 @@ pub enum Reason {
     IdentityConflict,
     /// Restarting a member as asked would lose its data (no replica, no persistence).
     RestartWouldLoseData,
+    /// Two primaries share a node or a zone; a replica elsewhere takes over with a planned
+    /// failover.
+    SpreadingPrimaries,
 }
 
 impl Reason {
@@ -249,6 +252,7 @@ impl Reason {
             Reason::ReplicaTooStale => "ReplicaTooStale",
             Reason::IdentityConflict => "IdentityConflict",
             Reason::RestartWouldLoseData => "RestartWouldLoseData",
+            Reason::SpreadingPrimaries => "SpreadingPrimaries",
         }
     }
 

@@ -27,6 +27,10 @@ pub struct Member {
     /// node, so a reused address or a stale status cannot make another node pass for it, and
     /// the node of a member that is down is never taken for a stranger.
     pub node_id: Option<NodeId>,
+    /// The Kubernetes node and zone the member's pod runs on (`status.nodeName`, `status.zone`),
+    /// when known: primaries are kept apart by them.
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
 }
 
 impl Member {
@@ -42,6 +46,8 @@ impl Member {
             desired_revision: None,
             allowed_revision: None,
             node_id: None,
+            node_name: None,
+            zone: None,
         }
     }
 

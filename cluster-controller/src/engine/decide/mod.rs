@@ -23,7 +23,8 @@
 //! 11. leaving members hand over, are forgotten, and deleted;
 //! 12. the cluster is whole (replicas in sync, `cluster_state:ok`, everyone connected);
 //! 13. outdated members restart one at a time;
-//! 14. otherwise the cluster is steady.
+//! 14. primaries that share a node or a zone are spread again, one planned failover at a time;
+//! 15. otherwise the cluster is steady.
 
 mod emptied;
 mod failure;
@@ -35,6 +36,7 @@ mod removal;
 mod replicas;
 mod rolling;
 mod slots;
+mod spread;
 mod takeover;
 mod topology;
 
@@ -75,6 +77,7 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         .or_else(|| removal::remove_leaving(&t))
         .or_else(|| health::gates(&t))
         .or_else(|| rolling::roll(&t))
+        .or_else(|| spread::spread_primaries(&t))
         .unwrap_or_else(|| Decision::Steady(health::health(&t)))
 }
 

@@ -8,6 +8,7 @@ mod progress;
 mod quick_start;
 mod readiness;
 mod scaling;
+mod spread;
 mod upgrade;
 mod volumes;
 
