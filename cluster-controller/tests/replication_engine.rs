@@ -126,6 +126,60 @@ async fn a_primary_restarted_empty_hands_over_without_auth_fence_on_valkey_8() {
     empty_restart(Options::default(), servers::valkey_8(), 204).await;
 }
 
+/// A replica made primary by a switchover, then killed and restarted in place without
+/// persistence, with the RDB file its first full sync left in its folder. It is no sync source
+/// for the members that copied more: the member with its writes takes over, as after an empty
+/// restart. (A member restarts parked, as a replica of nothing, so this mode already judged it
+/// right before `restart_would_lose`; the test keeps it so.)
+#[tokio::test]
+async fn a_promoted_replica_restarted_from_an_old_snapshot_hands_over() {
+    let options = Options {
+        persistence: false,
+        ..fenced()
+    };
+    let mut lab = formed("snapshot", servers::valkey_9(), 210, 2, options).await;
+    lab.write_confirmed(0, "before", 100).await;
+    lab.spec.preferred = Some("r-1".into());
+    lab.run_until(FORM, |s| {
+        s.decision == Decision::Steady && s.health.primary.as_deref() == Some("r-1")
+    })
+    .await;
+    let confirmed = lab.write_confirmed(1, "k", 300).await;
+    assert_eq!(confirmed.len(), 300);
+    let snapshot = lab.folder(1).join("dump.rdb");
+    assert!(
+        snapshot.exists(),
+        "{} is what it reloads",
+        snapshot.display()
+    );
+    // No preference any more: it would only send the primary back to r-1 once it is whole.
+    lab.spec.preferred = None;
+    lab.kill_and_restart(1);
+    let step = lab
+        .run_until(FORM, |s| {
+            s.decision == Decision::Steady && s.health.primary.as_deref() != Some("r-1")
+        })
+        .await;
+    assert!(
+        lab.forced.iter().any(|f| f.starts_with("PrimaryEmptied")),
+        "{:?}",
+        lab.history
+    );
+    let new = if step.health.primary.as_deref() == Some("r-0") {
+        0
+    } else {
+        2
+    };
+    assert!(
+        lab.missing(new, &confirmed).await.is_empty(),
+        "the new primary lost writes"
+    );
+    assert!(
+        lab.missing(1, &confirmed).await.is_empty(),
+        "the restarted member did not resync"
+    );
+}
+
 /// The primary dies and stays down: after `failover_after` of silence for everyone the replica
 /// with the most of its writes is promoted; the old one, back on a new address, replicates it.
 #[tokio::test]

@@ -140,6 +140,16 @@ impl ReplicationLab {
             .unwrap_or_else(|| panic!("no server {name}"))
     }
 
+    /// Member `i`'s data folder (its pod's volume).
+    #[allow(dead_code)]
+    pub fn folder(&self, i: u32) -> std::path::PathBuf {
+        let name = Self::name(i);
+        self.servers
+            .get(&name)
+            .map(|s| s.dir.clone())
+            .unwrap_or_else(|| panic!("no server {name}"))
+    }
+
     /// Where member `i`'s server listens (whatever the operator is told).
     pub fn address(&self, i: u32) -> SocketAddr {
         self.servers
