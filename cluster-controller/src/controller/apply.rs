@@ -121,7 +121,7 @@ pub async fn serving_objects(
     let fingerprint = hex::encode(sha2::Sha256::digest(
         serde_json::to_vec(&(&services, &budgets)).unwrap_or_default(),
     ));
-    if !ctx.serving_outdated(key, &fingerprint) {
+    if !ctx.serving.outdated(key, &fingerprint) {
         return Ok(());
     }
     let namespace = cluster.namespace().unwrap_or_default();
@@ -159,7 +159,7 @@ pub async fn serving_objects(
             Err(e) => return Err(api_error(format!("deleting PodDisruptionBudget {name}"))(e)),
         }
     }
-    ctx.remember_serving(key, fingerprint);
+    ctx.serving.remember(key, fingerprint);
     Ok(())
 }
 

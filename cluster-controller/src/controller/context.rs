@@ -194,8 +194,8 @@ pub struct Context {
     pub settings: Settings,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
-    /// Per cluster: the fingerprint of the Services and budgets last applied, and when.
-    serving: Mutex<HashMap<ObjectKey, (String, Instant)>>,
+    /// Per cluster: the Services and budgets last applied.
+    pub serving: Applied,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
 }
@@ -203,6 +203,32 @@ pub struct Context {
 /// How long applied Services and budgets are trusted to be as applied before they are sent again
 /// (nothing watches them: someone may have edited or deleted one).
 const SERVING_REFRESH: Duration = Duration::from_secs(300);
+
+/// Per parent, the fingerprint of the objects last applied beside its members (Services,
+/// budgets), and when: they are sent again only when they changed or were sent long ago.
+#[derive(Default)]
+pub struct Applied(Mutex<HashMap<ObjectKey, (String, Instant)>>);
+
+impl Applied {
+    /// Whether the objects must be applied: they changed, or were last applied long ago.
+    pub fn outdated(&self, key: &ObjectKey, fingerprint: &str) -> bool {
+        let applied = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        applied
+            .get(key)
+            .is_none_or(|(known, at)| known != fingerprint || at.elapsed() > SERVING_REFRESH)
+    }
+
+    pub fn remember(&self, key: &ObjectKey, fingerprint: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), (fingerprint, Instant::now()));
+    }
+
+    pub fn forget(&self, key: &ObjectKey) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+}
 
 impl Context {
     pub fn new(
@@ -222,7 +248,7 @@ impl Context {
             kept: Kept::default(),
             action_failures: Backoff::default(),
             settings,
-            serving: Mutex::new(HashMap::new()),
+            serving: Applied::default(),
             pod_monitors: KindPresence::default(),
         }
     }
@@ -230,22 +256,6 @@ impl Context {
     /// What the controller remembers of the cluster `key`.
     pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
         self.kept.memory(key)
-    }
-
-    /// Whether the cluster's Services and budgets must be applied: they changed, or were last
-    /// applied long ago.
-    pub fn serving_outdated(&self, key: &ObjectKey, fingerprint: &str) -> bool {
-        let serving = self.serving.lock().unwrap_or_else(|e| e.into_inner());
-        serving
-            .get(key)
-            .is_none_or(|(known, at)| known != fingerprint || at.elapsed() > SERVING_REFRESH)
-    }
-
-    pub fn remember_serving(&self, key: &ObjectKey, fingerprint: String) {
-        self.serving
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), (fingerprint, Instant::now()));
     }
 
     /// The cluster's engine, made anew when the operator's password or the CA it verifies the
@@ -291,9 +301,6 @@ impl Reconciler for Context {
     fn forget(&self, key: &ObjectKey) {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
-        self.serving
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.serving.forget(key);
     }
 }

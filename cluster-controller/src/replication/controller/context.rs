@@ -16,7 +16,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::controller::context::{ClusterMemory, Kept, Settings, engine_fingerprint};
+use crate::controller::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
 use crate::controller::error::Error;
 use crate::controller::monitoring::KindPresence;
 use crate::replication::engine::Engine;
@@ -38,6 +38,8 @@ pub struct Context {
     kept: Kept<Engine<RedisClient>>,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
+    /// Per replication: its disruption budget as last applied (nothing watches budgets).
+    pub budgets: Applied,
 }
 
 impl Context {
@@ -59,6 +61,7 @@ impl Context {
             action_failures: Backoff::default(),
             kept: Kept::default(),
             pod_monitors: KindPresence::default(),
+            budgets: Applied::default(),
         }
     }
 
@@ -100,5 +103,6 @@ impl Reconciler for Context {
     fn forget(&self, key: &ObjectKey) {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
+        self.budgets.forget(key);
     }
 }

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -165,6 +166,11 @@ pub async fn pass(
     };
     poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
     apply_services(ctx, replication, primary.as_deref()).await?;
+    // The budget serves drains, not the replication itself: a failure to apply it is logged and
+    // the pass goes on.
+    if let Err(error) = apply_budget(ctx, replication, key).await {
+        tracing::warn!(%error, "the disruption budget could not be applied");
+    }
     if let Some(parent) = monitoring::Parent::of(replication, "replication", REPLICATION_LABEL) {
         let desired = monitoring::desired(&parent, &replication.spec.metrics);
         let monitored =
@@ -256,6 +262,36 @@ async fn poke_changed_roles(
             tracing::debug!(%member, %error, "could not ask the node-controller to look");
         }
     }
+}
+
+/// The PodDisruptionBudget, applied when it changed since this process last sent it, and every
+/// few minutes in case someone edited or deleted it.
+async fn apply_budget(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    key: &ObjectKey,
+) -> Result<(), Error> {
+    let Some(budget) = services::budget(replication) else {
+        return Ok(());
+    };
+    let fingerprint = serde_json::to_string(&budget).unwrap_or_default();
+    if !ctx.budgets.outdated(key, &fingerprint) {
+        return Ok(());
+    }
+    let name = budget.name_any();
+    Api::<PodDisruptionBudget>::namespaced(
+        ctx.client.clone(),
+        &replication.namespace().unwrap_or_default(),
+    )
+    .patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&budget),
+    )
+    .await
+    .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
+    ctx.budgets.remember(key, fingerprint);
+    Ok(())
 }
 
 /// The read/write and read-only Services, applied when they differ from what the cache holds.

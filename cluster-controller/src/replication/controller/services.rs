@@ -2,11 +2,14 @@
 //! primary the operator recorded, and only while Valkey there says primary (the node-controller's
 //! `valkey.io/role` label); `<name>-replicas` (read only) selects every pod that Valkey says is a
 //! replica. An old primary back from a partition, or a member restarted alone, is never in the
-//! read/write Service. Pure builders; the reconcile applies them when they differ.
+//! read/write Service. Beside them a PodDisruptionBudget `<name>`: at most one member voluntarily
+//! down, so a drain cannot take the primary and its last replica together. Pure builders; the
+//! reconcile applies them when they differ.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use valkey_api::contract::replication::REPLICATION_LABEL;
@@ -14,7 +17,7 @@ use valkey_api::contract::{NODE_LABEL, ROLE_LABEL};
 use valkey_api::v1alpha1::{Role, ValkeyReplication};
 
 use crate::controller::labels::FIELD_MANAGER;
-use crate::controller::serving::valkey_port;
+use crate::controller::serving::{Owner, disruption_budget, valkey_port};
 
 /// `<replication>-replicas`.
 pub fn replicas_service_name(replication: &str) -> String {
@@ -67,6 +70,26 @@ pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Optio
         service(name.clone(), read_write),
         service(replicas_service_name(&name), read_only),
     ])
+}
+
+/// The replication's PodDisruptionBudget `<name>`, over every member.
+pub fn budget(replication: &ValkeyReplication) -> Option<PodDisruptionBudget> {
+    let name = replication.meta().name.clone()?;
+    let owner = Owner {
+        namespace: replication.namespace()?,
+        reference: replication.controller_owner_ref(&())?,
+        labels: BTreeMap::from([
+            ("app.kubernetes.io/name".to_owned(), "valkey".to_owned()),
+            ("app.kubernetes.io/instance".to_owned(), name.clone()),
+            (
+                "app.kubernetes.io/managed-by".to_owned(),
+                FIELD_MANAGER.to_owned(),
+            ),
+            (REPLICATION_LABEL.to_owned(), name.clone()),
+        ]),
+    };
+    let members = BTreeMap::from([(REPLICATION_LABEL.to_owned(), name.clone())]);
+    Some(disruption_budget(&owner, name, &BTreeMap::new(), &members))
 }
 
 /// Whether the Service as it is already says what `want` says (what this controller sets).
@@ -135,5 +158,31 @@ mod tests {
             panic!("no services");
         };
         assert!(!as_wanted(&rw, &moved), "a failover moves the selector");
+    }
+
+    #[test]
+    fn the_budget_lets_one_member_of_the_replication_out() {
+        let Some(budget) = budget(&replication(REPLICATION)) else {
+            panic!("no budget");
+        };
+        assert_eq!(budget.metadata.name.as_deref(), Some("orders"));
+        let spec = budget.spec.unwrap_or_default();
+        assert_eq!(
+            spec.max_unavailable,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+        );
+        assert_eq!(
+            spec.selector.and_then(|s| s.match_labels),
+            Some(BTreeMap::from([(
+                "valkey.io/replication".to_owned(),
+                "orders".to_owned()
+            )]))
+        );
+        assert!(
+            budget
+                .metadata
+                .owner_references
+                .is_some_and(|o| o.len() == 1)
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! with a writer that reaches the primary through the read/write Service and counts what a
 //! replica confirmed (`WAIT 1`). Each runs on Valkey 9.1 and 8.0 where the version matters.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::faults::{self, Endpoint};
@@ -11,8 +12,10 @@ use e2e::replication::{ReplicationFixture, check_losses};
 use e2e::{Poll, Result, check, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, EvictParams};
 use valkey_api::contract::ROLE_LABEL;
 
 /// Pods scheduled and started, the first primary chosen, two replicas synced.
@@ -147,7 +150,72 @@ async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<
         let keys = r.command_on(ip, &["DBSIZE"]).await?;
         check(keys == "200", format!("replica at {ip} holds {keys} keys"))?;
     }
-    Ok(())
+    one_member_out_at_a_time(&r).await
+}
+
+/// The replication's PodDisruptionBudget selects its members, and while one of them is out the
+/// API server refuses to evict another.
+async fn one_member_out_at_a_time(r: &ReplicationFixture) -> Result<()> {
+    let budgets = r.ns.api::<PodDisruptionBudget>();
+    let allowed = |want: i32, healthy: i32| {
+        let budgets = budgets.clone();
+        async move {
+            let budget = budgets.get_opt("orders").await?;
+            let status = budget.as_ref().and_then(|b| b.status.clone());
+            Ok(
+                match status
+                    .as_ref()
+                    .map(|s| (s.disruptions_allowed, s.current_healthy))
+                {
+                    Some((Some(a), Some(h))) if a == want && h == healthy => Poll::Ready(budget),
+                    _ => Poll::NotYet(format!("{status:?}")),
+                },
+            )
+        }
+    };
+    let budget = wait_until(
+        Duration::from_secs(60),
+        "the budget allows one disruption",
+        || allowed(1, 3),
+    )
+    .await?
+    .unwrap_or_default();
+    let spec = budget.spec.unwrap_or_default();
+    check(
+        spec.max_unavailable == Some(IntOrString::Int(1))
+            && spec.selector.and_then(|s| s.match_labels)
+                == Some(BTreeMap::from([(
+                    "valkey.io/replication".to_owned(),
+                    "orders".to_owned(),
+                )])),
+        format!("budget: {:?}", budget.metadata.name),
+    )?;
+    // One replica out (paused: NotReady for as long as the test wants); evicting the other is
+    // refused. Without the client's retries: the refusal (429) must be seen, not retried away.
+    let out = faults::pause(&r.ns.name, &r.pod_of("orders-1").await?).await?;
+    let counted = wait_until(
+        Duration::from_secs(60),
+        "the budget allows no disruption",
+        || allowed(0, 2),
+    )
+    .await;
+    let pods: kube::Api<Pod> =
+        kube::Api::namespaced(e2e::client_without_retries().await?, &r.ns.name);
+    let refused = match counted {
+        Ok(_) => Some(
+            pods.evict(&r.pod_of("orders-2").await?, &EvictParams::default())
+                .await,
+        ),
+        Err(_) => None,
+    };
+    out.undo().await?;
+    counted?;
+    match refused {
+        Some(Err(kube::Error::Api(status))) if status.code == 429 => Ok(()),
+        other => Err(e2e::E2eError::Check(format!(
+            "the eviction of a second member was not refused: {other:?}"
+        ))),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
