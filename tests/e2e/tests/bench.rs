@@ -162,10 +162,6 @@ async fn bench_scale_out_valkey_8_key_migration() -> Result<()> {
 async fn bench_resharding() -> Result<()> {
     use e2e::resharding::{Profile, report, run};
     let profile = Profile::from_env();
-    let mut results = Vec::new();
-    for image in &profile.images {
-        results.push(run(&profile, image).await?);
-    }
     let command = format!(
         "BENCH_KEYS={} BENCH_VALUE_BYTES={} BENCH_SEED={} BENCH_VERSIONS={} cargo test --workspace --test bench -- --ignored --nocapture bench_resharding",
         profile.keys,
@@ -178,8 +174,13 @@ async fn bench_resharding() -> Result<()> {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let report = report::build(&profile, &command, results);
-    report::write(&e2e::repo_root(), &report)?;
-    println!("{}", report::markdown(&report));
+    // Written after each version, so that a failure on one keeps the figures of those before.
+    let mut results = Vec::new();
+    for image in &profile.images {
+        results.push(run(&profile, image).await?);
+        let report = report::build(&profile, &command, results.clone());
+        report::write(&e2e::repo_root(), &report)?;
+        println!("{}", report::markdown(&report));
+    }
     Ok(())
 }

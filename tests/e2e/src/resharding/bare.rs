@@ -12,7 +12,7 @@ use valkey_api::v1alpha1::ValkeyNode;
 
 use super::view::{self, ClusterView};
 use crate::operator::{ControllerProcess, install_crds, wait_node};
-use crate::{E2eError, Poll, Result, TestNamespace, check, valkey, valkey_cmd, wait_until};
+use crate::{E2eError, Poll, Result, TestNamespace, check, valkey_cmd, wait_until};
 
 /// A new node: its pod scheduled, the process started, its probes passed.
 const NODE_READY: Duration = Duration::from_secs(120);
@@ -143,7 +143,7 @@ impl BareCluster {
     pub async fn meet(&self, member: &Member) -> Result<()> {
         let port = self.bus_port.to_string();
         for m in &self.members {
-            let mut conn = valkey(&m.ip, 6379).await?;
+            let mut conn = super::data::bulk_connection(&m.ip).await?;
             valkey_cmd(&mut conn, &["CLUSTER", "MEET", &member.ip, "6379", &port]).await?;
         }
         Ok(())
@@ -172,7 +172,7 @@ impl BareCluster {
                 args.extend([a.to_string(), b.to_string()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut conn = valkey(&member.ip, 6379).await?;
+            let mut conn = super::data::bulk_connection(&member.ip).await?;
             valkey_cmd(&mut conn, &args).await?;
         }
         wait_agreed(&self.ips(), layout, Duration::from_secs(60)).await?;
@@ -187,7 +187,7 @@ pub async fn wait_serving(ips: &[String]) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     'poll: loop {
         for ip in ips {
-            let mut conn = valkey(ip, 6379).await?;
+            let mut conn = super::data::bulk_connection(ip).await?;
             let info = valkey_cmd(&mut conn, &["CLUSTER", "INFO"]).await?;
             if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
                 if tokio::time::Instant::now() > deadline {

@@ -129,7 +129,8 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
-/// A connection to one server for bulk work: big pipelines may take a while under load.
+/// A connection to one server that waits long for replies: big pipelines take a while, and so
+/// may any command while the machine is busy (the default gives up after half a second).
 pub async fn bulk_connection(ip: &str) -> Result<MultiplexedConnection> {
     let err = |source| E2eError::Valkey {
         addr: ip.to_owned(),

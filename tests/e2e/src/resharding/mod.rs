@@ -25,7 +25,7 @@ use valkey_api::v1alpha1::{ClusterState, ValkeyNode};
 use self::bare::{BareCluster, Member};
 use self::data::Dataset;
 use crate::cluster::ClusterFixture;
-use crate::{E2eError, Poll, Result, check, valkey, valkey_cmd, wait_until};
+use crate::{E2eError, Poll, Result, check, valkey_cmd, wait_until};
 
 /// The operator's cluster name: its members are `reshard-<shard>-0`.
 const NAME: &str = "reshard";
@@ -162,7 +162,7 @@ struct Measured {
 async fn key_count(ips: &[String]) -> Result<u64> {
     let mut total = 0;
     for ip in ips {
-        let mut conn = valkey(ip, 6379).await?;
+        let mut conn = data::bulk_connection(ip).await?;
         total += valkey_cmd(&mut conn, &["DBSIZE"])
             .await?
             .parse::<u64>()
@@ -406,7 +406,7 @@ async fn direct_way(
             .ok_or_else(|| E2eError::Check("no member to remove".into()))?;
         let id = shards.last().map(|s| s.id.clone()).unwrap_or_default();
         for member in &c.members {
-            let mut conn = valkey(&member.ip, 6379).await?;
+            let mut conn = data::bulk_connection(&member.ip).await?;
             valkey_cmd(&mut conn, &["CLUSTER", "FORGET", &id]).await?;
         }
         c.delete_node(&leaving.name).await?;
@@ -497,7 +497,7 @@ fn moved_slots(before: &[Option<usize>], after: &[Option<usize>]) -> Result<Vec<
 
 /// The valkey version the server at `ip` reports.
 async fn valkey_version(ip: &str) -> Result<String> {
-    let mut conn = valkey(ip, 6379).await?;
+    let mut conn = data::bulk_connection(ip).await?;
     let info = valkey_cmd(&mut conn, &["INFO", "server"]).await?;
     Ok(info
         .lines()

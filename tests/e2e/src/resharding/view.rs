@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{E2eError, Result, valkey, valkey_cmd};
+use crate::{E2eError, Result, valkey_cmd};
 
 pub const SLOTS: usize = 16384;
 
@@ -119,7 +119,7 @@ impl ClusterView {
 
 /// CLUSTER NODES of the server at `ip` (default user, no password).
 pub async fn read(ip: &str) -> Result<ClusterView> {
-    let mut conn = valkey(ip, 6379).await?;
+    let mut conn = super::data::bulk_connection(ip).await?;
     ClusterView::parse(&valkey_cmd(&mut conn, &["CLUSTER", "NODES"]).await?)
 }
 
