@@ -105,7 +105,8 @@ endif
 
 .PHONY: bench
 # Speed and memory figures, printed: time to form a cluster, to scale it out with keys (Valkey 9
-# and 8 migration paths), the controllers' resident memory. On KUBECONFIG, else on localkube.
+# and 8 migration paths), the controllers' resident memory, resharding side by side with valkey-cli
+# (bench/README.md; writes bench/results/ and docs/benchmarks.md). On KUBECONFIG, else on localkube.
 bench: localkube-tools build
 ifeq ($(strip $(KUBECONFIG)),)
 	$(MAKE) localkube

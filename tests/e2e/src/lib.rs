@@ -14,6 +14,7 @@ pub mod operator;
 pub mod pool;
 pub mod record;
 pub mod replication;
+pub mod resharding;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -152,3 +152,35 @@ async fn bench_scale_out_valkey_9_atomic_migration() -> Result<()> {
 async fn bench_scale_out_valkey_8_key_migration() -> Result<()> {
     scale_out("valkey/valkey:8.0", 20_000).await
 }
+
+/// Resharding, side by side (`e2e::resharding`): the operator, valkey-cli and the limit, from 3
+/// shards to 4 and back, on each version of `BENCH_VERSIONS`; sizes from `BENCH_KEYS`,
+/// `BENCH_VALUE_BYTES`, `BENCH_SEED`. Writes `bench/results/resharding.json` and its section of
+/// `docs/benchmarks.md`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: make bench"]
+async fn bench_resharding() -> Result<()> {
+    use e2e::resharding::{Profile, report, run};
+    let profile = Profile::from_env();
+    let command = format!(
+        "BENCH_KEYS={} BENCH_VALUE_BYTES={} BENCH_SEED={} BENCH_VERSIONS={} cargo test --workspace --test bench -- --ignored --nocapture bench_resharding",
+        profile.keys,
+        profile.value_bytes,
+        profile.seed,
+        profile
+            .images
+            .iter()
+            .map(|i| i.rsplit(':').next().unwrap_or(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    // Written after each version, so that a failure on one keeps the figures of those before.
+    let mut results = Vec::new();
+    for image in &profile.images {
+        results.push(run(&profile, image).await?);
+        let report = report::build(&profile, &command, results.clone());
+        report::write(&e2e::repo_root(), &report)?;
+        println!("{}", report::markdown(&report));
+    }
+    Ok(())
+}
