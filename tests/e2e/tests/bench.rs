@@ -184,3 +184,115 @@ async fn bench_resharding() -> Result<()> {
     }
     Ok(())
 }
+
+/// One failover measurement, as `bench/results/failover.json` holds it.
+#[derive(serde::Serialize)]
+struct FailoverFigures {
+    valkey: &'static str,
+    fault: &'static str,
+    seed: u64,
+    /// The longest time between two acknowledged writes of the writer.
+    longest_gap_s: f64,
+    /// From the fault's end to the cluster Ready with every shard's replica back.
+    ready_after_s: f64,
+    plain_acked: usize,
+    plain_lost: usize,
+    wait_acked: usize,
+    wait_lost: usize,
+    check_ok: bool,
+}
+
+/// Failover with a writer running (the chaos harness's: a cluster client writing, plain and
+/// `WAIT 1`-acknowledged) on a 3×1 cluster with Valkey's default `cluster-node-timeout` (15 s):
+/// a primary's pod deleted, its process killed (the kubelet restarts it in place, with its
+/// data), and the primary cut off from every other pod and the host for 30 s. Figures: the
+/// longest write gap, and the time from the fault's end to Ready. `CHAOS_SEED` picks the moment
+/// each fault strikes. Writes `bench/results/failover.json` and its section of
+/// `docs/benchmarks.md`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: make bench"]
+async fn bench_failover() -> Result<()> {
+    use e2e::chaos::{self, Fault, Kind, Operation, Scenario};
+    let seed = chaos::seed_from_env();
+    let faults = [
+        ("primary pod deleted", Fault::DeletePrimaryPod),
+        ("primary process killed", Fault::RestartPrimaryInPlace),
+        (
+            "primary partitioned 30 s",
+            Fault::IsolatePrimary { seconds: 30 },
+        ),
+    ];
+    let mut figures = Vec::new();
+    let mut failures = Vec::new();
+    for valkey in ["9.1", "8.0"] {
+        for (i, (what, fault)) in faults.iter().enumerate() {
+            let on_9 = Scenario {
+                name: format!("failover-{i}"),
+                kind: Kind::Cluster,
+                spec: "{shards: 3, replicas: 1}".into(),
+                operation: Operation::Idle,
+                fault: fault.clone(),
+                window: Duration::from_secs(2),
+            };
+            let scenario = if valkey == "8.0" {
+                on_9.on_valkey_8()
+            } else {
+                on_9
+            };
+            let run_seed = seed.wrapping_add(figures.len() as u64);
+            let report = chaos::run(&scenario, run_seed).await?;
+            if let Some(failure) = &report.failure {
+                failures.push(format!("{valkey}, {what}: {failure}"));
+            }
+            figures.push(FailoverFigures {
+                valkey,
+                fault: what,
+                seed: run_seed,
+                longest_gap_s: report.longest_gap.as_secs_f64(),
+                ready_after_s: report.ready_after.as_secs_f64(),
+                plain_acked: report.plain_acked,
+                plain_lost: report.plain_lost,
+                wait_acked: report.replicated_acked,
+                wait_lost: report.replicated_lost,
+                check_ok: report.check_ok,
+            });
+        }
+    }
+    let mut body = vec![
+        "## Failover with a writer running".to_owned(),
+        String::new(),
+        format!(
+            "A 3×1 cluster, Valkey's default `cluster-node-timeout` (15 s), a cluster client \
+             writing throughout (plain and `WAIT 1`-acknowledged). Longest gap: the longest time \
+             between two acknowledged writes. Ready after: from the fault's end to the cluster \
+             Ready with every shard's replica back. Command: `CHAOS_SEED={seed} cargo test \
+             --workspace --test bench -- --ignored --nocapture bench_failover`; raw figures: \
+             [bench/results/failover.json](../bench/results/failover.json)."
+        ),
+        String::new(),
+        "| Valkey | fault | longest write gap (s) | Ready after (s) | plain acked / lost | WAIT acked / lost | cluster check |".to_owned(),
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |".to_owned(),
+    ];
+    body.extend(figures.iter().map(|f| {
+        format!(
+            "| {} | {} | {:.1} | {:.1} | {} / {} | {} / {} | {} |",
+            f.valkey,
+            f.fault,
+            f.longest_gap_s,
+            f.ready_after_s,
+            f.plain_acked,
+            f.plain_lost,
+            f.wait_acked,
+            f.wait_lost,
+            if f.check_ok { "ok" } else { "FAILED" }
+        )
+    }));
+    let body = body.join("\n");
+    println!("{body}");
+    e2e::bench::publish(&e2e::repo_root(), "failover", &figures, &body)?;
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(e2e::E2eError::Check(failures.join("; ")))
+    }
+}

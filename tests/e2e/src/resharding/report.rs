@@ -6,10 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{Profile, StepResult, VersionResult, WayResult};
-use crate::{E2eError, Result};
-
-const BEGIN: &str = "<!-- resharding: begin (written by `make bench`, bench_resharding; edits here are overwritten) -->";
-const END: &str = "<!-- resharding: end -->";
+use crate::Result;
 
 /// The goals of the issue, reported and never asserted: on Valkey 9 the operator at least 5
 /// times faster than valkey-cli and within 1.2 times the limit; before 9 no slower than
@@ -194,7 +191,6 @@ pub fn markdown(report: &Report) -> String {
     let m = &report.machine;
     let s = &report.sizes;
     let mut out = vec![
-        BEGIN.to_owned(),
         "## Resharding, side by side".into(),
         String::new(),
         format!(
@@ -252,56 +248,10 @@ pub fn markdown(report: &Report) -> String {
             out.extend(notes);
         }
     }
-    out.push(END.to_owned());
     out.join("\n") + "\n"
 }
 
-/// Writes the JSON and puts the section into `docs/benchmarks.md` (created when missing).
+/// Writes the JSON and puts the section into `docs/benchmarks.md`.
 pub fn write(root: &Path, report: &Report) -> Result<()> {
-    let io = |what: &Path, e: std::io::Error| E2eError::Check(format!("{}: {e}", what.display()));
-    let results = root.join("bench/results");
-    std::fs::create_dir_all(&results).map_err(|e| io(&results, e))?;
-    let json = results.join("resharding.json");
-    let text = serde_json::to_string_pretty(report)
-        .map_err(|e| E2eError::Check(format!("serializing the report: {e}")))?;
-    std::fs::write(&json, text + "\n").map_err(|e| io(&json, e))?;
-    let docs = root.join("docs/benchmarks.md");
-    let existing = std::fs::read_to_string(&docs).unwrap_or_else(|_| {
-        "# Benchmarks\n\nFigures `make bench` measured, each section written by the benchmark \
-         that measured it (see [bench/README.md](../bench/README.md)).\n\n"
-            .to_owned()
-    });
-    std::fs::write(&docs, replace_section(&existing, &markdown(report))).map_err(|e| io(&docs, e))
-}
-
-/// `doc` with the section between the markers replaced by `section` (appended when absent).
-fn replace_section(doc: &str, section: &str) -> String {
-    match (doc.find(BEGIN), doc.find(END)) {
-        (Some(begin), Some(end)) if end > begin => {
-            let after = &doc[end + END.len()..];
-            let after = after.strip_prefix('\n').unwrap_or(after);
-            format!("{}{section}{after}", &doc[..begin])
-        }
-        _ => format!(
-            "{}{}{section}",
-            doc,
-            if doc.ends_with("\n\n") { "" } else { "\n" }
-        ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_section_is_replaced_in_place() {
-        let doc = format!("# B\n\n{BEGIN}\nold\n{END}\n\n## Other\n");
-        let new = format!("{BEGIN}\nnew\n{END}\n");
-        assert_eq!(
-            replace_section(&doc, &new),
-            format!("# B\n\n{BEGIN}\nnew\n{END}\n\n## Other\n")
-        );
-        assert_eq!(replace_section("# B\n\n", &new), format!("# B\n\n{new}"));
-    }
+    crate::bench::publish(root, "resharding", report, &markdown(report))
 }
