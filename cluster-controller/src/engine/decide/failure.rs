@@ -18,7 +18,7 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
     // Only the staying members' views count: a leaving member that was already forgotten
     // keeps an ageing view of a cluster that no longer talks to it.
     for viewer in t.staying() {
-        for entry in viewer.view().nodes.iter().filter(|n| failing_owner(n)) {
+        for entry in viewer.view().nodes().iter().filter(|n| failing_owner(n)) {
             let slots = &entry.slots;
             if let Some(member) = t.by_id(&entry.id) {
                 return Some(Decision::wait(
@@ -100,7 +100,7 @@ pub(super) fn unreachable(t: &Topology) -> Option<Decision> {
 pub(super) fn strangers(t: &Topology) -> Option<Decision> {
     let mut strangers: Vec<&ClusterNode> = Vec::new();
     for viewer in t.staying() {
-        for entry in &viewer.view().nodes {
+        for entry in viewer.view().nodes() {
             if !entry.flags.handshake
                 && !t.answers(&entry.id)
                 && !t.may_be_down_member(&entry.id)

@@ -110,7 +110,7 @@ fn our_nodes<'a>(
 fn known_ids(state: &NodeState) -> BTreeSet<&NodeId> {
     state
         .nodes()
-        .nodes
+        .nodes()
         .iter()
         .filter(|n| !n.flags.handshake)
         .map(|n| &n.id)
@@ -122,7 +122,7 @@ fn is_fresh(state: &NodeState) -> bool {
     state.myself().slots.is_empty()
         && state
             .nodes()
-            .nodes
+            .nodes()
             .iter()
             .all(|n| n.flags.myself || n.flags.handshake)
 }

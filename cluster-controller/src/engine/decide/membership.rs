@@ -95,7 +95,7 @@ pub(super) fn meet(t: &Topology) -> Option<Decision> {
 fn seed<'t, 'a>(staying: &[&'t Live<'a>]) -> Option<&'t Live<'a>> {
     staying.iter().copied().min_by_key(|l| {
         let view = l.view();
-        let known = view.nodes.iter().filter(|n| !n.flags.handshake).count();
+        let known = view.nodes().iter().filter(|n| !n.flags.handshake).count();
         (
             std::cmp::Reverse(view.assigned_slots().count()),
             std::cmp::Reverse(known),

@@ -2,7 +2,7 @@
 //! what every live node believes. The rules of [`super`] read only this.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use crate::engine::decision::NodeRef;
 use crate::engine::member::{Desired, Member, Place};
@@ -70,16 +70,13 @@ impl<'a> Live<'a> {
 
     /// Its entry for `id`, unless that entry is only a handshake.
     pub fn entry(&self, id: &NodeId) -> Option<&'a ClusterNode> {
-        self.view()
-            .nodes
-            .iter()
-            .find(|n| &n.id == id && !n.flags.handshake)
+        self.view().with_id(id).find(|n| !n.flags.handshake)
     }
 
     /// True when it is in the middle of a handshake with whatever listens at `addr`.
     pub fn handshaking_with(&self, addr: SocketAddr) -> bool {
         self.view()
-            .nodes
+            .nodes()
             .iter()
             .any(|n| n.flags.handshake && at(n, addr))
     }
@@ -87,13 +84,7 @@ impl<'a> Live<'a> {
 
 /// True when the view's entry points at `addr` (same IP and port, address known).
 pub(super) fn at(entry: &ClusterNode, addr: SocketAddr) -> bool {
-    !entry.flags.noaddr
-        && entry.port == addr.port()
-        && entry
-            .ip
-            .as_deref()
-            .and_then(|ip| ip.parse::<IpAddr>().ok())
-            .is_some_and(|ip| ip == addr.ip())
+    !entry.flags.noaddr && entry.port == addr.port() && entry.ip_addr() == Some(addr.ip())
 }
 
 /// A member that is not live this pass, and why.
@@ -253,7 +244,7 @@ impl<'a> Topology<'a> {
     /// Every slot some live node's view assigns to someone.
     pub fn assigned_anywhere(&self) -> SlotSet {
         self.live.iter().fold(SlotSet::new(), |acc, l| {
-            acc.union(&l.view().assigned_slots())
+            acc.union(l.view().assigned_slots())
         })
     }
 
