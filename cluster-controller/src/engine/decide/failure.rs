@@ -69,10 +69,11 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
 }
 
 fn failing_owner(node: &ClusterNode) -> bool {
+    // The flags first: the slot set is 256 words to scan, for every line of every view.
     node.is_primary()
         && !node.flags.myself
-        && !node.slots.is_empty()
         && (node.flags.fail || node.flags.pfail)
+        && !node.slots.is_empty()
 }
 
 /// What waits for the staying members that are down: whatever needs the whole cluster (moving
@@ -118,9 +119,10 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
             continue;
         }
         let views: Vec<&ClusterNode> = t.staying().filter_map(|l| l.entry(id)).collect();
-        let slots = views
-            .iter()
-            .fold(SlotSet::new(), |acc, e| acc.union(&e.slots));
+        let mut slots = SlotSet::new();
+        for e in &views {
+            slots.union_with(&e.slots);
+        }
         let on = t
             .staying()
             .find(|l| l.entry(id).is_some())
