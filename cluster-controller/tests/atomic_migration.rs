@@ -26,7 +26,7 @@ fn observed(source_view: &str, target_view: Option<&str>, want: &str) -> Observe
     let source = nodes(source_view);
     let me = source.myself().unwrap();
     let target_line = source
-        .nodes
+        .nodes()
         .iter()
         .find(|n| n.hostname.as_deref() == Some("valkey-6.example.test"))
         .unwrap();

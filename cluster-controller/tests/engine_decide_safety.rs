@@ -360,12 +360,12 @@ fn a_member_down_does_not_stop_repairs_of_other_shards() {
             let keys = if name == "c-1-1" { 0 } else { s.keys() };
             let view = s
                 .nodes()
-                .nodes
+                .nodes()
                 .iter()
                 .filter(|n| n.id != id(C11))
                 .cloned()
                 .collect();
-            let nodes = cluster_nodes::ClusterNodes { nodes: view };
+            let nodes = cluster_nodes::ClusterNodes::new(view);
             **s = NodeState::new(
                 s.address(),
                 nodes,

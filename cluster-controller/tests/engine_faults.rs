@@ -92,7 +92,7 @@ async fn primary_back_empty_in_place(name: &str, binary: servers::Binary, subnet
     let mut lab = Lab::with_options(name, binary, subnet, options);
     let keys = formed(&mut lab, THREE_BY_ONE).await;
     let old_id = lab.node_id("c-0-0").await;
-    let slots = myself(&lab, "c-0-0").await.slots;
+    let slots = myself(&lab, "c-0-0").await.slots.clone();
 
     lab.restart_in_place("c-0-0");
     let started = Instant::now();
@@ -149,7 +149,7 @@ async fn one_member_down_does_not_stop_repairs_elsewhere() {
             .members
             .values()
             .filter_map(|r| r.state())
-            .all(|s| s.nodes().nodes.iter().all(|n| n.id.as_str() != old_id));
+            .all(|s| s.nodes().nodes().iter().all(|n| n.id.as_str() != old_id));
         repaired = attached && forgotten;
         repaired
     })
@@ -252,7 +252,7 @@ async fn a_shard_lost_with_persistence_off_waits_for_the_users_word() {
     };
     let mut lab = Lab::with_options("lost", servers::valkey_9(), 118, options);
     let keys = formed(&mut lab, THREE_BY_ONE).await;
-    let lost: SlotSet = myself(&lab, "c-1-0").await.slots;
+    let lost: SlotSet = myself(&lab, "c-1-0").await.slots.clone();
     for name in ["c-1-0", "c-1-1"] {
         lab.kill(name);
         lab.wipe(name);
@@ -315,7 +315,7 @@ async fn a_promoted_replica_back_empty_in_place_hands_back_to_its_replica() {
     };
     let mut lab = Lab::with_options("promoted", servers::valkey_9(), 120, options);
     let mut keys = formed(&mut lab, THREE_BY_ONE).await;
-    let slots = myself(&lab, "c-0-0").await.slots;
+    let slots = myself(&lab, "c-0-0").await.slots.clone();
     assert_eq!(
         value::text(&lab.command("c-0-1", &["CLUSTER", "FAILOVER"]).await).as_deref(),
         Some("OK")

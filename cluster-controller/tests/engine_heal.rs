@@ -123,7 +123,7 @@ async fn a_member_that_returns_empty_replaces_its_predecessor() {
     for member in lab.members.clone() {
         let nodes = lab.cluster_nodes(&member.name).await;
         assert!(
-            nodes.nodes.iter().all(|n| n.id.as_str() != old_id),
+            nodes.nodes().iter().all(|n| n.id.as_str() != old_id),
             "{} still knows the old id",
             member.name
         );

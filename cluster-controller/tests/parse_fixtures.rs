@@ -21,7 +21,7 @@ fn slots(text: &str) -> SlotSet {
 #[test]
 fn cluster_nodes_healthy_with_replicas_and_hostnames() {
     let view = nodes("v9/cluster_nodes_primary");
-    assert_eq!(view.nodes.len(), 7);
+    assert_eq!(view.nodes().len(), 7);
     let me = view.myself().unwrap();
     assert_eq!(me.ip.as_deref(), Some("127.0.0.61"));
     assert_eq!((me.port, me.bus_port), (7100, 17100));
@@ -31,20 +31,20 @@ fn cluster_nodes_healthy_with_replicas_and_hostnames() {
     assert_eq!((me.ping_sent, me.pong_received), (0, 0));
 
     assert_eq!(view.primaries().count(), 4);
-    assert_eq!(view.assigned_slots(), SlotSet::all());
+    assert_eq!(view.assigned_slots(), &SlotSet::all());
     for primary in view.primaries().filter(|p| !p.slots.is_empty()) {
         let replicas: Vec<_> = view.replicas_of(&primary.id).collect();
         assert_eq!(replicas.len(), 1, "{}", primary.id);
         assert!(replicas[0].is_replica() && replicas[0].link == LinkState::Connected);
     }
     let spare = view
-        .nodes
+        .nodes()
         .iter()
         .find(|n| n.hostname.as_deref() == Some("valkey-6.example.test"))
         .unwrap();
     assert!(spare.is_primary() && spare.slots.is_empty());
     assert!(
-        view.nodes
+        view.nodes()
             .iter()
             .all(|n| n.migrating.is_empty() && n.importing.is_empty())
     );
@@ -60,20 +60,20 @@ fn cluster_nodes_healthy_with_replicas_and_hostnames() {
 #[test]
 fn cluster_nodes_without_hostnames_on_8() {
     let view = nodes("v8/cluster_nodes_primary");
-    assert_eq!(view.nodes.len(), 4);
+    assert_eq!(view.nodes().len(), 4);
     assert!(
-        view.nodes
+        view.nodes()
             .iter()
             .all(|n| n.hostname.is_none() && n.is_healthy())
     );
-    assert_eq!(view.assigned_slots(), SlotSet::all());
+    assert_eq!(view.assigned_slots(), &SlotSet::all());
 }
 
 #[test]
 fn cluster_nodes_suspected_failed_and_failed_over() {
     for version in ["v9", "v8"] {
         let pfail = nodes(&format!("{version}/cluster_nodes_pfail"));
-        let suspect: Vec<_> = pfail.nodes.iter().filter(|n| n.flags.pfail).collect();
+        let suspect: Vec<_> = pfail.nodes().iter().filter(|n| n.flags.pfail).collect();
         assert_eq!(suspect.len(), 1, "{version}");
         assert!(!suspect[0].is_healthy() && suspect[0].link == LinkState::Disconnected);
         assert!(suspect[0].ping_sent > 0);
@@ -90,10 +90,10 @@ fn cluster_nodes_suspected_failed_and_failed_over() {
     // 9.1: the replica of the killed primary took over its slots; the old primary is failed
     // and serves nothing.
     let after = nodes("v9/cluster_nodes_after_failover");
-    let old = after.nodes.iter().find(|n| n.flags.fail).unwrap();
+    let old = after.nodes().iter().find(|n| n.flags.fail).unwrap();
     assert!(old.is_primary() && old.slots.is_empty());
     let promoted = after
-        .nodes
+        .nodes()
         .iter()
         .find(|n| n.hostname.as_deref() == Some("valkey-4.example.test"))
         .unwrap();
@@ -104,13 +104,13 @@ fn cluster_nodes_suspected_failed_and_failed_over() {
 #[test]
 fn cluster_nodes_handshake_and_noaddr() {
     let view = nodes("v9/cluster_nodes_handshake");
-    let meeting: Vec<_> = view.nodes.iter().filter(|n| n.flags.handshake).collect();
+    let meeting: Vec<_> = view.nodes().iter().filter(|n| n.flags.handshake).collect();
     assert_eq!(meeting.len(), 1);
     assert_eq!(meeting[0].ip.as_deref(), Some("127.0.0.69"));
     assert!(meeting[0].hostname.is_none() && !meeting[0].is_healthy());
 
     let view = nodes("v8/cluster_nodes_noaddr");
-    let lost = view.nodes.iter().find(|n| n.flags.noaddr).unwrap();
+    let lost = view.nodes().iter().find(|n| n.flags.noaddr).unwrap();
     assert_eq!((lost.ip.as_deref(), lost.port, lost.bus_port), (None, 0, 0));
     assert!(lost.flags.fail && lost.is_primary() && !lost.slots.is_empty());
 }

@@ -13,7 +13,7 @@ use redis::Value;
 use crate::client::ValkeyClient;
 use crate::valkey::ParseError;
 use crate::valkey::cluster_info::{self, ClusterInfo};
-use crate::valkey::cluster_nodes::{self, ClusterNode, ClusterNodes, NodeId};
+use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, LineCache, NodeId};
 use crate::valkey::info::{self, Info};
 use crate::valkey::slot_migrations::{self, SlotMigrationJob};
 use crate::valkey::value;
@@ -51,7 +51,7 @@ impl NodeState {
         migrations: Vec<SlotMigrationJob>,
     ) -> Result<Self, ParseError> {
         let myself = nodes
-            .nodes
+            .nodes()
             .iter()
             .position(|n| n.flags.myself)
             .ok_or(ParseError::NodesNoMyself)?;
@@ -123,7 +123,7 @@ impl NodeState {
 
     /// Its own line of CLUSTER NODES.
     pub fn myself(&self) -> &ClusterNode {
-        &self.nodes.nodes[self.myself]
+        &self.nodes.nodes()[self.myself]
     }
 
     pub fn id(&self) -> &NodeId {
@@ -271,9 +271,10 @@ pub async fn observe_fenced(
     timeout: Duration,
     fence_user: Option<&str>,
 ) -> Observation {
+    let lines = LineCache::new();
     Observation {
         members: read_every(members, |address| {
-            read_node(client, address, timeout, fence_user)
+            read_node(client, address, timeout, fence_user, &lines)
         })
         .await,
         fence_user: fence_user.map(str::to_owned),
@@ -285,6 +286,7 @@ async fn read_node(
     address: SocketAddr,
     timeout: Duration,
     fence_user: Option<&str>,
+    lines: &LineCache,
 ) -> Result<NodeState, String> {
     let run = |args: &'static [&'static str]| async move {
         let mut cmd = redis::Cmd::new();
@@ -302,7 +304,9 @@ async fn read_node(
         run(&["DBSIZE"]),
         client.command(address, &config_get, timeout),
     );
-    let nodes = cluster_nodes::parse(&text("CLUSTER NODES", nodes.map_err(say)?)?).map_err(say)?;
+    let nodes = lines
+        .parse(&text("CLUSTER NODES", nodes.map_err(say)?)?)
+        .map_err(say)?;
     let info = info::parse(&text("INFO", info.map_err(say)?)?).map_err(say)?;
     let cluster_info =
         cluster_info::parse(&text("CLUSTER INFO", cluster_info.map_err(say)?)?).map_err(say)?;

@@ -4,32 +4,55 @@
 //! <link-state> <slot>...`, where a slot item is `a`, `a-b`, or, on the `myself` line only, an
 //! open migration `[a->-<target>]` / `[a-<-<source>]`.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::net::IpAddr;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ParseError;
 use super::slots::{Slot, SlotRange, SlotSet};
 
-/// A node's 40-character hexadecimal cluster identity.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeId(String);
+/// A node's 40-character hexadecimal cluster identity, held inline: an observation of a large
+/// cluster holds millions of them and compares them members² times a pass.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId([u8; NodeId::LEN]);
 
 impl NodeId {
     pub const LEN: usize = 40;
 
     /// `None` unless `text` is 40 hexadecimal digits.
     pub fn parse(text: &str) -> Option<Self> {
-        (text.len() == Self::LEN && text.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| Self(text.to_ascii_lowercase()))
+        let digits: [u8; Self::LEN] = text.as_bytes().try_into().ok()?;
+        digits
+            .iter()
+            .all(u8::is_ascii_hexdigit)
+            .then(|| Self(digits.map(|b| b.to_ascii_lowercase())))
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        // Always ASCII hex: `parse` is the only way in.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// The id's first 32 bits. Ids are random, so these tell almost any two apart without
+    /// comparing 40 characters.
+    fn prefix(&self) -> u32 {
+        self.0[..8].iter().fold(0, |acc, digit| {
+            (acc << 4) | char::from(*digit).to_digit(16).unwrap_or_default()
+        })
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("NodeId").field(&self.as_str()).finish()
     }
 }
 
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -82,9 +105,10 @@ pub enum LinkState {
     Disconnected,
 }
 
-/// One line of `CLUSTER NODES`.
+/// What a line of `CLUSTER NODES` says of a node apart from the viewer's own contact with it:
+/// every view that describes the node alike shares one of these (see [`LineCache`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterNode {
+pub struct NodeLine {
     pub id: NodeId,
     /// `None` when the address is unknown: an empty IP, as in `:0@0` or a fresh node's own
     /// `:7100@17100` before it learned its address from a peer.
@@ -96,20 +120,22 @@ pub struct ClusterNode {
     pub flags: Flags,
     /// The primary this node replicates; `None` for `-`.
     pub primary_id: Option<NodeId>,
-    /// Milliseconds (Unix time) of the unanswered ping in flight, 0 if none.
-    pub ping_sent: u64,
-    /// Milliseconds (Unix time) of the last pong received.
-    pub pong_received: u64,
     pub config_epoch: u64,
-    pub link: LinkState,
     pub slots: SlotSet,
     /// `[slot->-target]`: slots this node is migrating away, and to whom.
     pub migrating: Vec<(Slot, NodeId)>,
     /// `[slot-<-source]`: slots this node is importing, and from whom.
     pub importing: Vec<(Slot, NodeId)>,
+    /// `ip`, parsed once: the engine compares addresses members² times a pass.
+    ip_addr: Option<IpAddr>,
 }
 
-impl ClusterNode {
+impl NodeLine {
+    /// The IP address, when known and well-formed.
+    pub fn ip_addr(&self) -> Option<IpAddr> {
+        self.ip_addr
+    }
+
     pub fn is_primary(&self) -> bool {
         self.flags.primary
     }
@@ -125,10 +151,36 @@ impl ClusterNode {
     }
 }
 
+/// One line of `CLUSTER NODES`: the node as described ([`NodeLine`], which it dereferences to)
+/// and when this viewer last heard from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    line: Arc<NodeLine>,
+    /// Milliseconds (Unix time) of the unanswered ping in flight, 0 if none.
+    pub ping_sent: u64,
+    /// Milliseconds (Unix time) of the last pong received.
+    pub pong_received: u64,
+    pub link: LinkState,
+}
+
+impl Deref for ClusterNode {
+    type Target = NodeLine;
+
+    fn deref(&self) -> &NodeLine {
+        &self.line
+    }
+}
+
 /// The whole reply, in the order Valkey listed the nodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterNodes {
-    pub nodes: Vec<ClusterNode>,
+    nodes: Vec<ClusterNode>,
+    /// The engine looks nodes up by id in every view, members² times a pass, which scans
+    /// would make cubic in the cluster's size: each line's id prefix (high half) and position
+    /// (low half), sorted, to search integers rather than strings.
+    by_id: Vec<u64>,
+    /// Every slot some line serves.
+    assigned: SlotSet,
 }
 
 /// What one node's view says about one slot.
@@ -143,6 +195,30 @@ pub struct SlotView {
 }
 
 impl ClusterNodes {
+    /// A view of `nodes`, listed in this order.
+    pub fn new(nodes: Vec<ClusterNode>) -> Self {
+        let mut by_id: Vec<u64> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (u64::from(node.id.prefix()) << 32) | i as u64)
+            .collect();
+        by_id.sort_unstable();
+        let mut assigned = SlotSet::new();
+        for node in &nodes {
+            assigned.union_with(&node.slots);
+        }
+        Self {
+            nodes,
+            by_id,
+            assigned,
+        }
+    }
+
+    /// The lines, in the order Valkey listed them.
+    pub fn nodes(&self) -> &[ClusterNode] {
+        &self.nodes
+    }
+
     pub fn myself(&self) -> Result<&ClusterNode, ParseError> {
         self.nodes
             .iter()
@@ -150,8 +226,23 @@ impl ClusterNodes {
             .ok_or(ParseError::NodesNoMyself)
     }
 
+    /// The lines of `id`, in listing order: one, except for handshakes, whose ids are random.
+    pub fn with_id<'a, 'b>(
+        &'a self,
+        id: &'b NodeId,
+    ) -> impl Iterator<Item = &'a ClusterNode> + use<'a, 'b> {
+        let prefix = u64::from(id.prefix());
+        let start = self.by_id.partition_point(|key| key >> 32 < prefix);
+        let len = self.by_id[start..].partition_point(|key| key >> 32 == prefix);
+        // Sorted by prefix then position, so lines sharing the prefix come in listing order.
+        self.by_id[start..start + len]
+            .iter()
+            .map(move |key| &self.nodes[(key & u64::from(u32::MAX)) as usize])
+            .filter(move |node| &node.id == id)
+    }
+
     pub fn get(&self, id: &NodeId) -> Option<&ClusterNode> {
-        self.nodes.iter().find(|n| &n.id == id)
+        self.with_id(id).next()
     }
 
     pub fn primaries(&self) -> impl Iterator<Item = &ClusterNode> {
@@ -170,10 +261,8 @@ impl ClusterNodes {
     }
 
     /// Every slot some node serves in this view.
-    pub fn assigned_slots(&self) -> SlotSet {
-        self.nodes
-            .iter()
-            .fold(SlotSet::new(), |acc, n| acc.union(&n.slots))
+    pub fn assigned_slots(&self) -> &SlotSet {
+        &self.assigned
     }
 
     /// What the answering node (`myself`) says about `slot`: its owner and any open migration.
@@ -194,55 +283,172 @@ impl ClusterNodes {
 /// Parses a whole `CLUSTER NODES` reply. Blank lines are skipped; any malformed line is an
 /// error naming the line (1-based) and field.
 pub fn parse(text: &str) -> Result<ClusterNodes, ParseError> {
-    let nodes = text
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| parse_line(i + 1, line))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(ClusterNodes { nodes })
+    parse_with(text, None)
 }
 
-fn parse_line(line_no: usize, line: &str) -> Result<ClusterNode, ParseError> {
-    let mut fields = line.split_ascii_whitespace();
-    let mut next = |field: &'static str| {
-        fields.next().ok_or(ParseError::NodesMissingField {
-            line: line_no,
-            field,
-        })
-    };
-    let bad = |field: &'static str, value: &str| ParseError::NodesBadField {
-        line: line_no,
-        field,
-        value: value.to_owned(),
-    };
-    let number =
-        |field: &'static str, value: &str| value.parse::<u64>().map_err(|_| bad(field, value));
+/// Parsed lines shared between the replies of one observation. Each member lists every node, so
+/// an observation holds members² lines; the views that describe a node alike (in a settled
+/// cluster all do, but for the times they last heard from it and their links to it) share one
+/// parsed line and its 2 KiB slot set, and each view keeps only a few words of its own per line.
+#[derive(Debug, Default)]
+pub struct LineCache {
+    /// By the line's text without its per-viewer fields.
+    lines: Mutex<HashMap<String, Arc<NodeLine>>>,
+}
 
-    let id_text = next("id")?;
+impl LineCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`parse`], sharing lines with the replies parsed before through this cache.
+    pub fn parse(&self, text: &str) -> Result<ClusterNodes, ParseError> {
+        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        parse_with(text, Some(&mut lines))
+    }
+}
+
+/// The fields of a line that are the viewer's own: ping-sent, pong-recv, link-state.
+const VIEWER_FIELDS: [usize; 3] = [4, 5, 7];
+/// The fields every line has before its slots.
+const FIELDS: usize = 8;
+
+fn parse_with(
+    text: &str,
+    mut cache: Option<&mut HashMap<String, Arc<NodeLine>>>,
+) -> Result<ClusterNodes, ParseError> {
+    let mut fields = Vec::new();
+    let mut key = String::new();
+    let mut nodes = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        fields.clear();
+        fields.extend(line.split_ascii_whitespace());
+        // A line missing fields is an error: a full parse names the first one missing.
+        let cache = cache.as_deref_mut().filter(|_| fields.len() >= FIELDS);
+        let Some(cache) = cache else {
+            let (line, own) = parse_line(i + 1, &fields)?;
+            nodes.push(own.of(Arc::new(line)));
+            continue;
+        };
+        key.clear();
+        for (_, field) in fields
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| !VIEWER_FIELDS.contains(n))
+        {
+            key.push_str(field);
+            key.push(' ');
+        }
+        // A cached line parsed from the same shared fields, so only the viewer's own fields
+        // can be malformed here, and they are checked as a full parse would.
+        let node = match cache.get(key.as_str()) {
+            Some(shared) => Viewer::parse(i + 1, &fields)?.of(Arc::clone(shared)),
+            None => {
+                let (line, own) = parse_line(i + 1, &fields)?;
+                let shared = Arc::new(line);
+                cache.insert(key.clone(), Arc::clone(&shared));
+                own.of(shared)
+            }
+        };
+        nodes.push(node);
+    }
+    Ok(ClusterNodes::new(nodes))
+}
+
+/// A line's fields that are the viewer's own.
+struct Viewer {
+    ping_sent: u64,
+    pong_received: u64,
+    link: LinkState,
+}
+
+impl Viewer {
+    /// From a line whose other fields are known to be well-formed.
+    fn parse(line_no: usize, fields: &[&str]) -> Result<Self, ParseError> {
+        let field = Fields { line_no, fields };
+        Ok(Self {
+            ping_sent: field.number(4, "ping-sent")?,
+            pong_received: field.number(5, "pong-recv")?,
+            link: field.link()?,
+        })
+    }
+
+    fn of(self, line: Arc<NodeLine>) -> ClusterNode {
+        ClusterNode {
+            line,
+            ping_sent: self.ping_sent,
+            pong_received: self.pong_received,
+            link: self.link,
+        }
+    }
+}
+
+struct Fields<'a, 'b> {
+    line_no: usize,
+    fields: &'a [&'b str],
+}
+
+impl<'b> Fields<'_, 'b> {
+    fn get(&self, i: usize, field: &'static str) -> Result<&'b str, ParseError> {
+        self.fields
+            .get(i)
+            .copied()
+            .ok_or(ParseError::NodesMissingField {
+                line: self.line_no,
+                field,
+            })
+    }
+
+    fn bad(&self, field: &'static str, value: &str) -> ParseError {
+        ParseError::NodesBadField {
+            line: self.line_no,
+            field,
+            value: value.to_owned(),
+        }
+    }
+
+    fn number(&self, i: usize, field: &'static str) -> Result<u64, ParseError> {
+        let value = self.get(i, field)?;
+        value.parse::<u64>().map_err(|_| self.bad(field, value))
+    }
+
+    fn link(&self) -> Result<LinkState, ParseError> {
+        match self.get(7, "link-state")? {
+            "connected" => Ok(LinkState::Connected),
+            "disconnected" => Ok(LinkState::Disconnected),
+            other => Err(self.bad("link-state", other)),
+        }
+    }
+}
+
+/// Every field of a line, checked in the order they appear.
+fn parse_line(line_no: usize, fields: &[&str]) -> Result<(NodeLine, Viewer), ParseError> {
+    let f = Fields { line_no, fields };
+    let bad = |field: &'static str, value: &str| f.bad(field, value);
+
+    let id_text = f.get(0, "id")?;
     let id = NodeId::parse(id_text).ok_or_else(|| bad("id", id_text))?;
-    let address = next("address")?;
+    let address = f.get(1, "address")?;
     let (ip, port, bus_port, hostname) =
         parse_address(address).ok_or_else(|| bad("address", address))?;
-    let flags = Flags::parse(next("flags")?);
-    let primary_text = next("primary")?;
+    let flags = Flags::parse(f.get(2, "flags")?);
+    let primary_text = f.get(3, "primary")?;
     let primary_id = match primary_text {
         "-" => None,
         other => Some(NodeId::parse(other).ok_or_else(|| bad("primary", other))?),
     };
-    let ping_sent = number("ping-sent", next("ping-sent")?)?;
-    let pong_received = number("pong-recv", next("pong-recv")?)?;
-    let config_epoch = number("config-epoch", next("config-epoch")?)?;
-    let link = match next("link-state")? {
-        "connected" => LinkState::Connected,
-        "disconnected" => LinkState::Disconnected,
-        other => return Err(bad("link-state", other)),
-    };
+    let ping_sent = f.number(4, "ping-sent")?;
+    let pong_received = f.number(5, "pong-recv")?;
+    let config_epoch = f.number(6, "config-epoch")?;
+    let link = f.link()?;
 
     let mut slots = SlotSet::new();
     let mut migrating = Vec::new();
     let mut importing = Vec::new();
-    for item in fields {
+    for item in fields.iter().skip(FIELDS) {
         if let Some(inner) = item.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
             let (slot, target, list) = if let Some((slot, target)) = inner.split_once("->-") {
                 (slot, target, &mut migrating)
@@ -261,22 +467,26 @@ fn parse_line(line_no: usize, line: &str) -> Result<ClusterNode, ParseError> {
         }
     }
 
-    Ok(ClusterNode {
+    let line = NodeLine {
         id,
+        ip_addr: ip.as_deref().and_then(|ip| ip.parse().ok()),
         ip,
         port,
         bus_port,
         hostname,
         flags,
         primary_id,
-        ping_sent,
-        pong_received,
         config_epoch,
-        link,
         slots,
         migrating,
         importing,
-    })
+    };
+    let own = Viewer {
+        ping_sent,
+        pong_received,
+        link,
+    };
+    Ok((line, own))
 }
 
 type Address = (Option<String>, u16, u16, Option<String>);
@@ -351,6 +561,79 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    const ID_B: &str = "78514dbdf501ed4087795bd22be670b0f944f3b7";
+
+    #[test]
+    fn views_share_the_lines_they_agree_on() {
+        let view = |a: &str, b: &str| format!("{ID_A} 127.0.0.1:7100@17100 {a} 1 0-5\n{ID_B} {b}");
+        let replica = format!("127.0.0.2:7100@17100 slave {ID_A} 0 1700000000900 1 connected");
+        let texts = [
+            view("myself,master - 0 0 1 connected", &replica),
+            view("master - 0 1700000000500 1 connected", &replica),
+            view(
+                "master - 1700000000700 1700000000600 1 disconnected",
+                &replica,
+            ),
+        ];
+        let cache = LineCache::new();
+        let views: Vec<ClusterNodes> = texts.iter().map(|t| cache.parse(t).unwrap()).collect();
+        for (view, text) in views.iter().zip(&texts) {
+            assert_eq!(view, &parse(text).unwrap());
+        }
+        let (a, b, c) = (&views[0].nodes, &views[1].nodes, &views[2].nodes);
+        assert!(Arc::ptr_eq(&b[0].line, &c[0].line));
+        assert!(Arc::ptr_eq(&a[1].line, &c[1].line));
+        assert!(
+            !Arc::ptr_eq(&a[0].line, &b[0].line),
+            "myself is the viewer's alone"
+        );
+        assert_eq!(
+            (c[0].ping_sent, c[0].pong_received),
+            (1700000000700, 1700000000600)
+        );
+        assert_eq!(c[0].link, LinkState::Disconnected);
+        assert_eq!(b[0].link, LinkState::Connected);
+
+        let bad = texts[1].replace(" 1700000000500 ", " soon ");
+        assert_eq!(cache.parse(&bad), parse(&bad));
+        assert!(matches!(
+            parse(&bad),
+            Err(ParseError::NodesBadField {
+                field: "pong-recv",
+                ..
+            })
+        ));
+        let short = format!("{ID_A} 127.0.0.1:7100@17100 master - 0 0 1");
+        assert_eq!(cache.parse(&short), parse(&short));
+    }
+
+    #[test]
+    fn lines_are_found_by_id_in_listing_order() {
+        // TWIN shares B's first 32 bits, which the index sorts by.
+        let twin = format!("{}{}", &ID_B[..8], "0".repeat(32));
+        let text = format!(
+            "{ID_B} 127.0.0.2:7100@17100 handshake - 0 0 0 connected\n\
+             {twin} 127.0.0.4:7100@17100 master - 0 0 3 connected\n\
+             {ID_A} 127.0.0.1:7100@17100 myself,master - 0 0 1 connected 0-5\n\
+             {ID_B} 127.0.0.3:7100@17100 master - 0 0 2 connected 6-9"
+        );
+        let view = parse(&text).unwrap();
+        let b = NodeId::parse(ID_B).unwrap();
+        let ips: Vec<Option<&str>> = view.with_id(&b).map(|n| n.ip.as_deref()).collect();
+        assert_eq!(ips, [Some("127.0.0.2"), Some("127.0.0.3")]);
+        let twin = NodeId::parse(&twin).unwrap();
+        let ips: Vec<Option<&str>> = view.with_id(&twin).map(|n| n.ip.as_deref()).collect();
+        assert_eq!(ips, [Some("127.0.0.4")]);
+        assert_eq!(
+            view.get(&twin).unwrap().ip_addr(),
+            Some(IpAddr::from([127, 0, 0, 4]))
+        );
+        assert!(view.get(&b).unwrap().flags.handshake);
+        assert_eq!(view.get(&NodeId::parse(ID_A).unwrap()).unwrap().port, 7100);
+        assert!(view.get(&NodeId::parse(&"0".repeat(40)).unwrap()).is_none());
+        assert_eq!(view.assigned_slots().to_string(), "0-9");
     }
 
     #[test]

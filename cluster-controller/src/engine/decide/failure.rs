@@ -18,7 +18,7 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
     // Only the staying members' views count: a leaving member that was already forgotten
     // keeps an ageing view of a cluster that no longer talks to it.
     for viewer in t.staying() {
-        for entry in viewer.view().nodes.iter().filter(|n| failing_owner(n)) {
+        for entry in viewer.view().nodes().iter().filter(|n| failing_owner(n)) {
             let slots = &entry.slots;
             if let Some(member) = t.by_id(&entry.id) {
                 return Some(Decision::wait(
@@ -69,10 +69,11 @@ pub(super) fn failing_primaries(t: &Topology) -> Option<Decision> {
 }
 
 fn failing_owner(node: &ClusterNode) -> bool {
+    // The flags first: the slot set is 256 words to scan, for every line of every view.
     node.is_primary()
         && !node.flags.myself
-        && !node.slots.is_empty()
         && (node.flags.fail || node.flags.pfail)
+        && !node.slots.is_empty()
 }
 
 /// What waits for the staying members that are down: whatever needs the whole cluster (moving
@@ -100,7 +101,7 @@ pub(super) fn unreachable(t: &Topology) -> Option<Decision> {
 pub(super) fn strangers(t: &Topology) -> Option<Decision> {
     let mut strangers: Vec<&ClusterNode> = Vec::new();
     for viewer in t.staying() {
-        for entry in &viewer.view().nodes {
+        for entry in viewer.view().nodes() {
             if !entry.flags.handshake
                 && !t.answers(&entry.id)
                 && !t.may_be_down_member(&entry.id)
@@ -118,9 +119,10 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
             continue;
         }
         let views: Vec<&ClusterNode> = t.staying().filter_map(|l| l.entry(id)).collect();
-        let slots = views
-            .iter()
-            .fold(SlotSet::new(), |acc, e| acc.union(&e.slots));
+        let mut slots = SlotSet::new();
+        for e in &views {
+            slots.union_with(&e.slots);
+        }
         let on = t
             .staying()
             .find(|l| l.entry(id).is_some())

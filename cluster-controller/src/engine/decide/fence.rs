@@ -56,7 +56,7 @@ fn mistaken_for_another(t: &Topology, candidate: &Live<'_>) -> bool {
     let ip = address.ip().to_string();
     t.live.iter().any(|viewer| {
         let view = viewer.view();
-        view.nodes
+        view.nodes()
             .iter()
             .filter(|n| n.is_replica())
             .filter_map(|replica| replica.primary_id.as_ref())

@@ -24,10 +24,9 @@ pub(super) fn suspicions(
     answering: &[(&Member, &NodeState)],
 ) -> BTreeMap<String, String> {
     let mut out = duplicates(answering);
-    let ours = our_nodes(members, answering);
-    if ours.is_empty() {
-        return out;
-    }
+    // Built only when some member answers as a node other than its bound one: it gathers the
+    // ids of every view, in a large cluster most of a pass's work.
+    let mut ours = None;
     for (member, state) in answering {
         if out.contains_key(&member.name) {
             continue;
@@ -39,7 +38,8 @@ pub(super) fn suspicions(
         if bound == state.id() || is_fresh(state) {
             continue;
         }
-        if known_ids(state).is_disjoint(&ours) {
+        let ours = ours.get_or_insert_with(|| our_nodes(members, answering));
+        if !known_ids(state).any(|id| ours.contains(id)) {
             out.insert(
                 member.name.clone(),
                 format!(
@@ -107,14 +107,13 @@ fn our_nodes<'a>(
 }
 
 /// The node's own id and every node its view knows (handshakes aside: their ids are provisional).
-fn known_ids(state: &NodeState) -> BTreeSet<&NodeId> {
+fn known_ids(state: &NodeState) -> impl Iterator<Item = &NodeId> {
     state
         .nodes()
-        .nodes
+        .nodes()
         .iter()
         .filter(|n| !n.flags.handshake)
         .map(|n| &n.id)
-        .collect()
 }
 
 /// Alone and serving nothing: a node that just started without a cluster.
@@ -122,7 +121,7 @@ fn is_fresh(state: &NodeState) -> bool {
     state.myself().slots.is_empty()
         && state
             .nodes()
-            .nodes
+            .nodes()
             .iter()
             .all(|n| n.flags.myself || n.flags.handshake)
 }

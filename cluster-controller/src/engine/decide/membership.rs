@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 
 use crate::engine::decision::{Action, Decision, Reason};
+use crate::valkey::cluster_nodes::ClusterNode;
 
 use super::topology::{Live, Topology, at};
 
@@ -39,10 +40,12 @@ pub(super) fn meet(t: &Topology) -> Option<Decision> {
     }
     for a in &group {
         for b in group.iter().filter(|b| b.id() != a.id()) {
-            if let Some(decision) = link(a, b, false, forming, &mut pending) {
+            // Looked up once: members² pairs, each in a view of as many lines.
+            let entry = a.entry(b.id());
+            if let Some(decision) = link_known(a, b, entry, false, forming, &mut pending) {
                 return Some(decision);
             }
-            if a.entry(b.id()).is_none() && a.staying() && b.staying() && pending.is_none() {
+            if entry.is_none() && a.staying() && b.staying() && pending.is_none() {
                 pending = Some(Decision::wait(
                     Reason::Joining,
                     format!(
@@ -95,7 +98,7 @@ pub(super) fn meet(t: &Topology) -> Option<Decision> {
 fn seed<'t, 'a>(staying: &[&'t Live<'a>]) -> Option<&'t Live<'a>> {
     staying.iter().copied().min_by_key(|l| {
         let view = l.view();
-        let known = view.nodes.iter().filter(|n| !n.flags.handshake).count();
+        let known = view.nodes().iter().filter(|n| !n.flags.handshake).count();
         (
             std::cmp::Reverse(view.assigned_slots().count()),
             std::cmp::Reverse(known),
@@ -114,7 +117,19 @@ fn link(
     forming: bool,
     pending: &mut Option<Decision>,
 ) -> Option<Decision> {
-    let (reason, message) = match from.entry(to.id()) {
+    link_known(from, to, from.entry(to.id()), introduce, forming, pending)
+}
+
+/// [`link`], with `from`'s entry for `to` already looked up.
+fn link_known(
+    from: &Live,
+    to: &Live,
+    entry: Option<&ClusterNode>,
+    introduce: bool,
+    forming: bool,
+    pending: &mut Option<Decision>,
+) -> Option<Decision> {
+    let (reason, message) = match entry {
         Some(entry) if at(entry, to.address()) => return None,
         Some(_) => (
             Reason::NodeAddressChanged,

@@ -10,10 +10,10 @@ use super::topology::Topology;
 pub(super) fn remove_leaving(t: &Topology) -> Option<Decision> {
     let leaving_live = t.live.iter().filter(|l| l.place != Place::Staying);
     for member in leaving_live.clone() {
-        let serving = t
-            .staying()
-            .filter_map(|l| l.entry(member.id()))
-            .fold(member.slots().clone(), |acc, e| acc.union(&e.slots));
+        let mut serving = member.slots().clone();
+        for e in t.staying().filter_map(|l| l.entry(member.id())) {
+            serving.union_with(&e.slots);
+        }
         if !serving.is_empty() {
             return Some(Decision::wait(
                 Reason::Draining,

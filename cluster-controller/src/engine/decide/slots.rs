@@ -215,21 +215,8 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
         .iter()
         .filter(|l| l.is_primary() && !l.slots().is_empty())
         .collect();
-    for (i, a) in claimers.iter().enumerate() {
-        for b in &claimers[i + 1..] {
-            let both = a.slots().intersection(b.slots());
-            if !both.is_empty() {
-                return Some(Decision::wait(
-                    Reason::SlotsConflict,
-                    format!(
-                        "slots {both} are claimed by both {} and {}; waiting for the newer claim \
-                         to win",
-                        a.name(),
-                        b.name()
-                    ),
-                ));
-            }
-        }
+    if let Some(wait) = overlapping_claims(&claimers) {
+        return Some(wait);
     }
     let claimed = t.claimed();
     let assigned = t.assigned_anywhere();
@@ -293,6 +280,38 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
     })
 }
 
+/// The first two claimers (in order) whose claims overlap. One pass over the claims finds
+/// whether any do; only then are pairs compared, which with hundreds of primaries would
+/// otherwise be most of a pass's work.
+fn overlapping_claims(claimers: &[&Live]) -> Option<Decision> {
+    let mut seen = SlotSet::new();
+    let mut overlap = false;
+    for claimer in claimers {
+        overlap |= !seen.is_disjoint(claimer.slots());
+        seen.union_with(claimer.slots());
+    }
+    if !overlap {
+        return None;
+    }
+    for (i, a) in claimers.iter().enumerate() {
+        for b in &claimers[i + 1..] {
+            let both = a.slots().intersection(b.slots());
+            if !both.is_empty() {
+                return Some(Decision::wait(
+                    Reason::SlotsConflict,
+                    format!(
+                        "slots {both} are claimed by both {} and {}; waiting for the newer claim \
+                         to win",
+                        a.name(),
+                        b.name()
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
 pub(super) fn shard_conflict(shard: u32, a: &str, b: &str) -> Decision {
     Decision::blocked(
         Reason::ShardConflict,
@@ -308,8 +327,10 @@ fn by_shard(t: &Topology) -> BTreeMap<u32, SlotSet> {
         .iter()
         .filter(|l| l.is_primary() && !l.slots().is_empty())
     {
-        let slots = current.entry(l.member.shard).or_default();
-        *slots = slots.union(l.slots());
+        current
+            .entry(l.member.shard)
+            .or_default()
+            .union_with(l.slots());
     }
     current
 }

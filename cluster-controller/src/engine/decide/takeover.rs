@@ -47,7 +47,7 @@ pub(super) fn for_failed_primary(
     };
     if let Some(witness) = t
         .staying()
-        .find(|l| l.entry(id).is_some_and(ClusterNode::is_healthy))
+        .find(|l| l.entry(id).is_some_and(|e| e.is_healthy()))
     {
         return waiting(
             Reason::FailingOver,

@@ -1,8 +1,8 @@
 //! The observation joined with the members: who is live, which Valkey node each member is, and
 //! what every live node believes. The rules of [`super`] read only this.
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 
 use crate::engine::decision::NodeRef;
 use crate::engine::member::{Desired, Member, Place};
@@ -70,16 +70,13 @@ impl<'a> Live<'a> {
 
     /// Its entry for `id`, unless that entry is only a handshake.
     pub fn entry(&self, id: &NodeId) -> Option<&'a ClusterNode> {
-        self.view()
-            .nodes
-            .iter()
-            .find(|n| &n.id == id && !n.flags.handshake)
+        self.view().with_id(id).find(|n| !n.flags.handshake)
     }
 
     /// True when it is in the middle of a handshake with whatever listens at `addr`.
     pub fn handshaking_with(&self, addr: SocketAddr) -> bool {
         self.view()
-            .nodes
+            .nodes()
             .iter()
             .any(|n| n.flags.handshake && at(n, addr))
     }
@@ -87,13 +84,7 @@ impl<'a> Live<'a> {
 
 /// True when the view's entry points at `addr` (same IP and port, address known).
 pub(super) fn at(entry: &ClusterNode, addr: SocketAddr) -> bool {
-    !entry.flags.noaddr
-        && entry.port == addr.port()
-        && entry
-            .ip
-            .as_deref()
-            .and_then(|ip| ip.parse::<IpAddr>().ok())
-            .is_some_and(|ip| ip == addr.ip())
+    !entry.flags.noaddr && entry.port == addr.port() && entry.ip_addr() == Some(addr.ip())
 }
 
 /// A member that is not live this pass, and why.
@@ -127,6 +118,53 @@ pub(super) struct Topology<'a> {
     pub live: Vec<Live<'a>>,
     /// Members not live: not ready, silent, or answered by a node not taken for theirs.
     pub down: Vec<Down<'a>>,
+    /// The rules look members up by node id and shard for every line of every view: indexes
+    /// built once keep a pass from growing with the cube of the cluster's size.
+    index: Index<'a>,
+}
+
+#[derive(Default)]
+struct Index<'a> {
+    /// The position in `live` of the member each node id answered as (the first, should two).
+    live_by_id: HashMap<&'a NodeId, usize>,
+    /// Positions in `live`, by shard, in `live`'s order.
+    live_by_shard: BTreeMap<u32, Vec<usize>>,
+    /// Every node id some member answered as, live or not.
+    answering: HashSet<&'a NodeId>,
+    /// The nodes staying members that are down are bound to.
+    down_bound: HashSet<&'a NodeId>,
+    /// Whether a staying member that is down was never bound yet has run (has an address).
+    down_unbound_ran: bool,
+}
+
+impl<'a> Index<'a> {
+    fn new(live: &[Live<'a>], down: &[Down<'a>]) -> Self {
+        let mut index = Index::default();
+        for (i, l) in live.iter().enumerate() {
+            index.live_by_id.entry(l.id()).or_insert(i);
+            index
+                .live_by_shard
+                .entry(l.member.shard)
+                .or_default()
+                .push(i);
+            index.answering.insert(l.id());
+        }
+        for d in down {
+            if let Some(state) = d.reach.and_then(Reach::state) {
+                index.answering.insert(state.id());
+            }
+            if d.place != Place::Staying {
+                continue;
+            }
+            match &d.member.node_id {
+                Some(bound) => {
+                    index.down_bound.insert(bound);
+                }
+                None => index.down_unbound_ran |= d.member.address.is_some(),
+            }
+        }
+        index
+    }
 }
 
 impl<'a> Topology<'a> {
@@ -159,11 +197,13 @@ impl<'a> Topology<'a> {
                 }),
             }
         }
+        let index = Index::new(&live, &down);
         Self {
             desired,
             members: sorted,
             live,
             down,
+            index,
         }
     }
 
@@ -181,22 +221,14 @@ impl<'a> Topology<'a> {
     /// True when `id` is the node some member answered as this pass, live or not taken for its
     /// own (a node answering at two members is real, whoever it belongs to).
     pub fn answers(&self, id: &NodeId) -> bool {
-        self.live.iter().any(|l| l.id() == id)
-            || self
-                .down
-                .iter()
-                .filter_map(|d| d.reach.and_then(Reach::state))
-                .any(|s| s.id() == id)
+        self.index.answering.contains(id)
     }
 
     /// True when `id` may be the node of a staying member that is down: its bound node, or any
     /// node at all for a member never bound that has run (it has an address). Such a node is
     /// never forgotten: the member returns as it.
     pub fn may_be_down_member(&self, id: &NodeId) -> bool {
-        self.down_staying().any(|d| match &d.member.node_id {
-            Some(bound) => bound == id,
-            None => d.member.address.is_some(),
-        })
+        self.index.down_unbound_ran || self.index.down_bound.contains(id)
     }
 
     /// The node each member is bound to after this pass: the node a live member answered as,
@@ -224,11 +256,16 @@ impl<'a> Topology<'a> {
 
     /// The live member whose node has `id`.
     pub fn by_id(&self, id: &NodeId) -> Option<&Live<'a>> {
-        self.live.iter().find(|l| l.id() == id)
+        self.index.live_by_id.get(id).map(|i| &self.live[*i])
     }
 
     pub fn shard(&self, shard: u32) -> impl Iterator<Item = &Live<'a>> {
-        self.live.iter().filter(move |l| l.member.shard == shard)
+        self.index
+            .live_by_shard
+            .get(&shard)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|i| &self.live[*i])
     }
 
     /// The node of `shard` that serves (or is to serve) its slots: the live primary that
@@ -252,16 +289,19 @@ impl<'a> Topology<'a> {
 
     /// Every slot some live node's view assigns to someone.
     pub fn assigned_anywhere(&self) -> SlotSet {
-        self.live.iter().fold(SlotSet::new(), |acc, l| {
-            acc.union(&l.view().assigned_slots())
-        })
+        let mut assigned = SlotSet::new();
+        for l in &self.live {
+            assigned.union_with(l.view().assigned_slots());
+        }
+        assigned
     }
 
     /// The slots the live primaries claim for themselves.
     pub fn claimed(&self) -> SlotSet {
-        self.live
-            .iter()
-            .filter(|l| l.is_primary())
-            .fold(SlotSet::new(), |acc, l| acc.union(l.slots()))
+        let mut claimed = SlotSet::new();
+        for l in self.live.iter().filter(|l| l.is_primary()) {
+            claimed.union_with(l.slots());
+        }
+        claimed
     }
 }

@@ -1,0 +1,562 @@
+//! One pass of the engine over one big cluster: every member's CLUSTER NODES in Valkey's own
+//! format, read through the real `observe` (with servers that answer from memory) and decided by
+//! the real `decide`, `bindings` and `health`, as `Engine::pass` calls them.
+//!
+//! Every member's view lists every node, so a pass holds members² lines: the cost that grows
+//! fastest with the cluster. The test that runs by default checks the decision at a small size;
+//! the ignored benchmark measures peak heap and CPU time at 30, 300 and 990 members (the
+//! schema's maximum) and writes `bench/results/engine-scale.json` (see `bench/README.md`).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cluster_controller::client::{ClientError, ValkeyClient};
+use cluster_controller::engine::{
+    Action, Decision, Desired, Health, Member, Observation, Reason, bindings, decide, health,
+    observe_fenced,
+};
+use cluster_controller::valkey::cluster_nodes::NodeId;
+use cluster_controller::valkey::slots::{SlotRange, even_split};
+use redis::{Arg, Cmd, Value};
+
+/// The system allocator, counting the bytes in use and the most ever in use, so a measurement
+/// can read the peak of one pass above what was live when it started.
+struct Counting;
+
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(bytes: usize) {
+    let now = IN_USE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+fn shrank(bytes: usize) {
+    IN_USE.fetch_sub(bytes, Ordering::Relaxed);
+}
+
+// SAFETY: every call is passed to `System` unchanged; only the counters are added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is `System`'s.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is `System`'s.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract is `System`'s.
+        unsafe { System.dealloc(ptr, layout) };
+        shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract is `System`'s.
+        let moved = unsafe { System.realloc(ptr, layout, new_size) };
+        if !moved.is_null() {
+            shrank(layout.size());
+            grew(new_size);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// CPU time of the calling thread (user and system), in seconds.
+fn thread_cpu() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<nix::libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid rusage to fill; RUSAGE_THREAD reads the calling thread's.
+    let rc = unsafe { nix::libc::getrusage(nix::libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
+    assert_eq!(rc, 0, "getrusage");
+    // SAFETY: getrusage succeeded, so it filled `usage`.
+    let usage = unsafe { usage.assume_init() };
+    let seconds = |t: nix::libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+const PORT: u16 = 6379;
+const BUS_PORT: u16 = 16379;
+const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// Deterministic bits for ids and listing order (splitmix64).
+fn mix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One node of the simulated cluster.
+struct Node {
+    id: String,
+    ip: Ipv4Addr,
+    shard: u32,
+    index: u32,
+    /// The node it replicates (an index into the cluster's nodes).
+    primary: Option<usize>,
+    slots: Option<SlotRange>,
+    keys: i64,
+}
+
+impl Node {
+    fn name(&self) -> String {
+        format!("c-{}-{}", self.shard, self.index)
+    }
+
+    fn address(&self) -> SocketAddr {
+        SocketAddr::new(self.ip.into(), PORT)
+    }
+}
+
+/// A cluster of `shards` shards of a primary and one replica, slots split evenly, formed and
+/// healthy: what every member's CLUSTER NODES says of it.
+struct Cluster {
+    nodes: Vec<Node>,
+    /// The order every view lists the nodes in (Valkey's is that of a hash table).
+    order: Vec<usize>,
+}
+
+impl Cluster {
+    fn new(members: usize) -> Self {
+        assert!(
+            members >= 2 && members.is_multiple_of(2),
+            "pairs of primary and replica"
+        );
+        let shards = members / 2;
+        let ranges = even_split(shards);
+        let nodes = (0..members)
+            .map(|i| {
+                let (shard, index) = (i / 2, i % 2);
+                let id = format!(
+                    "{:016x}{:016x}{:08x}",
+                    mix(3 * i as u64),
+                    mix(3 * i as u64 + 1),
+                    mix(3 * i as u64 + 2) as u32
+                );
+                Node {
+                    id,
+                    ip: Ipv4Addr::new(10, 1 + (i / 250) as u8, (i % 250) as u8 + 1, 7),
+                    shard: shard as u32,
+                    index: index as u32,
+                    primary: (index == 1).then(|| i - 1),
+                    slots: (index == 0).then(|| ranges[shard]),
+                    keys: 100,
+                }
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..members).collect();
+        order.sort_by_key(|i| mix(0x5eed ^ *i as u64));
+        Self { nodes, order }
+    }
+
+    /// Shard 0's replica as a node that just started: a primary of no slots, knowing only that
+    /// it was met.
+    fn with_fresh_replica(mut self) -> Self {
+        let fresh = &mut self.nodes[1];
+        fresh.primary = None;
+        fresh.keys = 0;
+        self
+    }
+
+    fn shards(&self) -> u32 {
+        (self.nodes.len() / 2) as u32
+    }
+
+    /// CLUSTER NODES as `viewer` answers it, in Valkey's format: its own line flagged `myself`
+    /// with no ping or pong times, each other line with the times this viewer last heard of it.
+    fn view(&self, viewer: usize) -> String {
+        let mut text = String::new();
+        for &n in &self.order {
+            let node = &self.nodes[n];
+            let role = if node.primary.is_some() {
+                "slave"
+            } else {
+                "master"
+            };
+            let (flags, pong) = if n == viewer {
+                (format!("myself,{role}"), 0)
+            } else {
+                (
+                    role.to_owned(),
+                    1_795_993_009_000 + (viewer * 31 + n * 17) as u64 % 1000,
+                )
+            };
+            let primary = node.primary.map_or("-", |p| self.nodes[p].id.as_str());
+            let epoch = node.shard + 1;
+            let slots = node.slots.map(|r| format!(" {r}")).unwrap_or_default();
+            text.push_str(&format!(
+                "{} {}:{PORT}@{BUS_PORT},{}.valkey-c.default.svc {flags} {primary} 0 {pong} \
+                 {epoch} connected{slots}\n",
+                node.id,
+                node.ip,
+                node.name(),
+            ));
+        }
+        text
+    }
+
+    /// The members as the Kubernetes side passes them on a later pass: ready, bound to their
+    /// node, on a Kubernetes node of their own, in three zones.
+    fn members(&self) -> Vec<Member> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let mut m = Member::new(node.shard, node.index, node.name());
+                m.address = Some(node.address());
+                m.ready = true;
+                for revision in [
+                    &mut m.current_revision,
+                    &mut m.desired_revision,
+                    &mut m.allowed_revision,
+                ] {
+                    *revision = Some("r1".into());
+                }
+                m.node_id = NodeId::parse(&node.id);
+                m.node_name = Some(format!("k8s-node-{i}"));
+                m.zone = Some(ZONES[(node.shard + node.index) as usize % ZONES.len()].into());
+                m
+            })
+            .collect()
+    }
+
+    fn desired(&self) -> Desired {
+        let mut desired = Desired::new(self.shards(), 1);
+        desired.formed = true;
+        desired
+    }
+}
+
+/// Servers that answer the observation's commands from memory: each its own CLUSTER NODES, and
+/// the captured INFO and CLUSTER INFO of a healthy Valkey 9 cluster.
+struct Servers {
+    by_address: HashMap<SocketAddr, Server>,
+    info_primary: Vec<u8>,
+    info_replica: Vec<u8>,
+    cluster_info: Vec<u8>,
+    migrations: Value,
+}
+
+struct Server {
+    nodes: Vec<u8>,
+    replica: bool,
+    keys: i64,
+}
+
+const REPLICATION_USER: &str = "replicator";
+
+/// The sections of a captured INFO that `INFO server replication` returns.
+fn info_sections(name: &str) -> Vec<u8> {
+    let text = common::text(name);
+    let mut keep = false;
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        if let Some(section) = line.strip_prefix("# ") {
+            keep = matches!(section.trim(), "Server" | "Replication");
+        }
+        if keep {
+            out.push_str(line);
+        }
+    }
+    out.into_bytes()
+}
+
+impl Servers {
+    fn new(cluster: &Cluster) -> Self {
+        let by_address = cluster
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let server = Server {
+                    nodes: cluster.view(i).into_bytes(),
+                    replica: node.primary.is_some(),
+                    keys: node.keys,
+                };
+                (node.address(), server)
+            })
+            .collect();
+        Self {
+            by_address,
+            info_primary: info_sections("v9/info_primary"),
+            info_replica: info_sections("v9/info_replica"),
+            cluster_info: common::text("v9/cluster_info_ok").into_bytes(),
+            migrations: common::value("v9/getslotmigrations_none.resp2"),
+        }
+    }
+
+    fn answer(&self, addr: SocketAddr, cmd: &Cmd) -> Result<Value, ClientError> {
+        let server = self.by_address.get(&addr).ok_or(ClientError::Connect {
+            addr,
+            message: "nothing listens there".into(),
+        })?;
+        let args: Vec<String> = cmd
+            .args_iter()
+            .filter_map(|arg| match arg {
+                Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).to_ascii_uppercase()),
+                _ => None,
+            })
+            .collect();
+        let bulk = |bytes: &[u8]| Value::BulkString(bytes.to_vec());
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        Ok(match words.as_slice() {
+            ["CLUSTER", "NODES"] => bulk(&server.nodes),
+            ["CLUSTER", "INFO"] => bulk(&self.cluster_info),
+            ["CLUSTER", "GETSLOTMIGRATIONS"] => self.migrations.clone(),
+            ["INFO", ..] if server.replica => bulk(&self.info_replica),
+            ["INFO", ..] => bulk(&self.info_primary),
+            ["DBSIZE"] => Value::Int(server.keys),
+            ["CONFIG", "GET", ..] => Value::Array(
+                [
+                    ("cluster-node-timeout", "15000"),
+                    ("cluster-replica-no-failover", "no"),
+                    ("cluster-replica-validity-factor", "10"),
+                    ("repl-ping-replica-period", "10"),
+                ]
+                .iter()
+                .flat_map(|(k, v)| [bulk(k.as_bytes()), bulk(v.as_bytes())])
+                .collect(),
+            ),
+            ["ACL", "GETUSER", ..] => Value::Array(vec![
+                bulk(b"flags"),
+                Value::Array(vec![bulk(b"on"), bulk(b"sanitize-payload")]),
+            ]),
+            _ => {
+                return Err(ClientError::Server {
+                    addr,
+                    command: args.join(" "),
+                    code: Some("ERR".into()),
+                    message: "not simulated".into(),
+                });
+            }
+        })
+    }
+}
+
+impl ValkeyClient for Servers {
+    fn command(
+        &self,
+        addr: SocketAddr,
+        cmd: &Cmd,
+        _timeout: Duration,
+    ) -> impl Future<Output = Result<Value, ClientError>> + Send {
+        std::future::ready(self.answer(addr, cmd))
+    }
+}
+
+/// What one pass computed, and what it cost.
+struct Measured {
+    members: usize,
+    decision: Decision,
+    health: Option<Health>,
+    /// Heap the observation holds once read, above what was live before the pass.
+    observation_bytes: usize,
+    /// The most heap in use during the pass, above what was live before it.
+    peak_bytes: usize,
+    observe_cpu: f64,
+    decide_cpu: f64,
+}
+
+/// One pass as `Engine::pass` makes it: observe every member, then decide, bind and read health
+/// from that observation. Single-threaded, so the thread's CPU time is the pass's.
+fn pass(cluster: &Cluster) -> Measured {
+    let servers = Servers::new(cluster);
+    let members = cluster.members();
+    let desired = cluster.desired();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+
+    let before = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let started = thread_cpu();
+    let observation: Observation = runtime.block_on(observe_fenced(
+        &servers,
+        &members,
+        Duration::from_secs(2),
+        Some(REPLICATION_USER),
+    ));
+    let observed = thread_cpu();
+    let observation_bytes = IN_USE.load(Ordering::Relaxed).saturating_sub(before);
+    let decision = decide(&desired, &members, &observation);
+    let bound = bindings(&desired, &members, &observation);
+    let health = health(&desired, &members, &observation);
+    let decided = thread_cpu();
+    let peak_bytes = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+
+    assert_eq!(bound.len(), members.len(), "every member stays bound");
+    for (name, reach) in &observation.members {
+        assert!(reach.state().is_some(), "{name} was not read: {reach:?}");
+    }
+    Measured {
+        members: members.len(),
+        decision,
+        health,
+        observation_bytes,
+        peak_bytes,
+        observe_cpu: observed - started,
+        decide_cpu: decided - observed,
+    }
+}
+
+/// What a healthy cluster of `shards` shards of a primary and a replica reports.
+fn steady(shards: u32, members: usize) -> Health {
+    Health {
+        shards,
+        ready_shards: shards,
+        slots_assigned: 16384,
+        replicas_wanted: shards,
+        replicas_in_sync: shards,
+        nodes: members,
+        slots_to_move: Some(0),
+        members_to_restart: 0,
+        shards_wanted: shards,
+    }
+}
+
+#[test]
+fn a_healthy_cluster_of_30_is_steady() {
+    for members in [6, 30] {
+        let measured = pass(&Cluster::new(members));
+        let shards = (members / 2) as u32;
+        assert_eq!(
+            measured.decision,
+            Decision::Steady(steady(shards, members)),
+            "{members} members: {}",
+            measured.decision
+        );
+        assert_eq!(measured.health, Some(steady(shards, members)));
+    }
+}
+
+#[test]
+fn a_fresh_node_is_attached_to_its_shard_as_with_fewer_members() {
+    let decisions: Vec<Decision> = [6, 30]
+        .into_iter()
+        .map(|members| pass(&Cluster::new(members).with_fresh_replica()).decision)
+        .collect();
+    match &decisions[0] {
+        Decision::Act {
+            action: Action::Replicate { on, primary_id },
+            reason: Reason::AttachingReplicas,
+            ..
+        } => {
+            assert_eq!(on.member, "c-0-1");
+            assert_eq!(
+                Some(primary_id),
+                NodeId::parse(&Cluster::new(6).nodes[0].id).as_ref()
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(decisions[0], decisions[1]);
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cores} cores")
+}
+
+fn rustc() -> Option<String> {
+    let out = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// `make bench-engine`. Sizes from `PASS_SCALE_MEMBERS` (comma separated), 30, 300 and 990 by
+/// default.
+#[test]
+#[ignore = "benchmark: make bench-engine"]
+fn pass_at_scale() {
+    let sizes: Vec<usize> = std::env::var("PASS_SCALE_MEMBERS")
+        .unwrap_or_else(|_| "30,300,990".into())
+        .split(',')
+        .map(|s| s.trim().parse().expect("PASS_SCALE_MEMBERS: member counts"))
+        .collect();
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    println!("one observe + decide pass over a healthy cluster ({profile} build)");
+    println!(
+        "{:>8} {:>12} {:>16} {:>12} {:>12}",
+        "members", "peak MiB", "observation MiB", "observe s", "decide s"
+    );
+    let mut rows = Vec::new();
+    for members in sizes {
+        let m = pass(&Cluster::new(members));
+        let shards = (members / 2) as u32;
+        assert_eq!(
+            m.decision,
+            Decision::Steady(steady(shards, members)),
+            "{}",
+            m.decision
+        );
+        println!(
+            "{:>8} {:>12.1} {:>16.1} {:>12.3} {:>12.3}",
+            m.members,
+            mib(m.peak_bytes),
+            mib(m.observation_bytes),
+            m.observe_cpu,
+            m.decide_cpu
+        );
+        rows.push(serde_json::json!({
+            "members": m.members,
+            "peak_heap_bytes": m.peak_bytes,
+            "observation_heap_bytes": m.observation_bytes,
+            "observe_cpu_seconds": m.observe_cpu,
+            "decide_cpu_seconds": m.decide_cpu,
+        }));
+    }
+    let report = serde_json::json!({
+        "benchmark": "engine-scale",
+        "what": "one observe + decide + bindings + health pass over a healthy cluster of primaries with one replica each",
+        "profile": profile,
+        "machine": machine(),
+        "rustc": rustc(),
+        "results": rows,
+    });
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/results/engine-scale.json");
+    std::fs::create_dir_all(path.parent().expect("folder")).expect("bench/results");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&report).expect("json") + "\n",
+    )
+    .expect("write the results");
+    println!("written to {}", path.display());
+}
