@@ -293,7 +293,7 @@ async fn rights_on(binary: Binary, subnet: u8) {
         &["CLUSTER", "COUNTKEYSINSLOT", "0"],
         &["CLUSTER", "GETKEYSINSLOT", "0", "1"],
         &["DBSIZE"],
-        &["INFO", "server", "replication"],
+        &["INFO", "server", "replication", "persistence"],
         &["CONFIG", "GET", "cluster-node-timeout"],
         &["ACL", "GETUSER", "replication"],
         &["ACL", "USERS"],

@@ -299,6 +299,56 @@ fn a_primary_back_without_its_data_hands_over_to_its_replica() {
     }
 }
 
+/// The same c-0-0 with fewer keys than its replica and a history of its own, but restarted from
+/// its append-only file (a slot migration moved keys away before its replica resynced), or
+/// already admitted by the fence since it started: nothing is lost, and a forced failover to
+/// the replica would lose what c-0-0 accepted since it came back.
+#[test]
+fn a_primary_back_with_its_data_or_already_admitted_keeps_its_slots() {
+    let forced = |d: &Decision| {
+        matches!(
+            d,
+            Decision::Act {
+                reason: Reason::PrimaryRestartedEmpty,
+                ..
+            }
+        )
+    };
+    let view = view_of(&v9_primary(), "127.0.0.61", &["127.0.0.67"]);
+    let restarted_info = common::text("v9/info_primary")
+        .replace(
+            "master_replid:",
+            "master_replid:0123456789abcdef0123456789abcdef01234567\r\nold_replid:",
+        )
+        .replace("master_repl_offset:", "master_repl_offset:0\r\nold_offset:");
+
+    let mut from_aof = emptied_world();
+    let reloaded = state(
+        &view,
+        "127.0.0.61",
+        &format!("{restarted_info}\r\naof_enabled:1\r\n"),
+        0,
+        settings(5000),
+    )
+    .with_replication_admitted(Some(false));
+    from_aof
+        .observed
+        .members
+        .insert("c-0-0".into(), Reach::Up(Box::new(reloaded)));
+    let decision = from_aof.decide(THREE_BY_ONE);
+    assert!(!forced(&decision), "{decision}");
+
+    let mut admitted = emptied_world();
+    let served = state(&view, "127.0.0.61", &restarted_info, 0, settings(5000))
+        .with_replication_admitted(Some(true));
+    admitted
+        .observed
+        .members
+        .insert("c-0-0".into(), Reach::Up(Box::new(served)));
+    let decision = admitted.decide(THREE_BY_ONE);
+    assert!(!forced(&decision), "{decision}");
+}
+
 #[test]
 fn an_emptied_primary_is_not_admitted_while_a_replica_may_hold_more() {
     // Its replica is out of sight: it may hold the data c-0-0 lost. Without persistence the

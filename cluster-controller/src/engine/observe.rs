@@ -130,7 +130,7 @@ impl NodeState {
         &self.myself().id
     }
 
-    /// INFO `server` and `replication`.
+    /// INFO `server`, `replication` and `persistence`.
     pub fn info(&self) -> &Info {
         &self.info
     }
@@ -299,7 +299,7 @@ async fn read_node(
     config_get.arg("GET").arg(&FailoverSettings::KEYS[..]);
     let (nodes, info, cluster_info, keys, config) = futures::join!(
         run(&["CLUSTER", "NODES"]),
-        run(&["INFO", "server", "replication"]),
+        run(&["INFO", "server", "replication", "persistence"]),
         run(&["CLUSTER", "INFO"]),
         run(&["DBSIZE"]),
         client.command(address, &config_get, timeout),

@@ -29,6 +29,11 @@ pub struct ReplicationHistory {
     pub second_offset: i64,
     /// DBSIZE.
     pub keys: u64,
+    /// `aof_enabled:1` (INFO persistence): it runs with an append-only file, so a restart that
+    /// kept its identity (nodes.conf, in the same folder as the file) loaded what it had
+    /// acknowledged. Such a restart starts a history of its own too, which alone says nothing
+    /// of its data.
+    pub aof: bool,
 }
 
 impl ReplicationHistory {
@@ -40,6 +45,7 @@ impl ReplicationHistory {
             offset: info.get("master_repl_offset")?.parse().ok()?,
             second_offset: info.get("second_repl_offset")?.parse().ok()?,
             keys,
+            aof: info.get("aof_enabled") == Some("1"),
         })
     }
 
@@ -80,9 +86,13 @@ impl ReplicationHistory {
 /// A primary promoted by a failover continues its predecessor's history, so the predecessor
 /// returning as its replica is not such a case: the writes it alone had are the ones
 /// asynchronous replication loses in any failover, and comparing key counts there would
-/// undo the failover.
+/// undo the failover. Nor is a source that runs with an append-only file: it restarted with its
+/// data, and its key count may be below a replica's that has not resynced yet for reasons that
+/// lose nothing (keys a slot migration moved away, deleted or expired since), where taking the
+/// replica's side would lose the writes the source accepted since it came back.
 pub fn sync_would_lose(source: &ReplicationHistory, replica: &ReplicationHistory) -> bool {
-    !source.related(replica)
+    !source.aof
+        && !source.related(replica)
         && source.started_fresh()
         && replica.offset > source.offset
         && replica.keys > source.keys
@@ -241,6 +251,7 @@ mod tests {
             offset,
             second_offset: if replid2 == ZERO { -1 } else { offset / 2 },
             keys,
+            aof: false,
         }
     }
 
@@ -267,6 +278,22 @@ mod tests {
         assert!(!sync_would_lose(&reloaded, &history(OLD, ZERO, 5000, 1000)));
     }
 
+    #[test]
+    fn a_primary_restarted_from_its_append_only_file_may_hold_fewer_keys_than_its_replica() {
+        // Restarted with its AOF (a new history, as every restart starts), then a migration
+        // moved 5 keys to another shard before its replica resynced: fewer keys, nothing lost.
+        let reloaded = ReplicationHistory {
+            aof: true,
+            ..history(NEW, ZERO, 120, 699)
+        };
+        let replica = history(OLD, ZERO, 209_064, 704);
+        assert!(!sync_would_lose(&reloaded, &replica));
+        assert!(!restart_would_lose(&reloaded, &replica));
+        // The same shape without an append-only file is a restart that lost its data.
+        let emptied = history(NEW, ZERO, 120, 699);
+        assert!(sync_would_lose(&emptied, &replica));
+    }
+
     fn continued(
         replid: &str,
         replid2: &str,
@@ -280,6 +307,7 @@ mod tests {
             offset,
             second_offset,
             keys,
+            aof: false,
         }
     }
 

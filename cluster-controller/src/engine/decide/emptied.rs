@@ -28,6 +28,12 @@ pub(super) fn emptied_primaries(t: &Topology) -> Option<Decision> {
         let Some(source) = primary.state.history() else {
             continue;
         };
+        // Admitted since it last started: the fence found it whole then, and what changed since
+        // (keys a migration moved away, writes its replica has not copied yet) is ordinary;
+        // taking its replica's side now would lose what it accepted since.
+        if primary.state.replication_admitted() == Some(true) {
+            continue;
+        }
         // Its replication user still fenced: it started since it last served, and holds what
         // it loaded (nothing, or an old snapshot).
         let restarted = primary.state.replication_admitted() == Some(false);

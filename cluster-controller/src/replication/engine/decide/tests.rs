@@ -41,6 +41,7 @@ fn history(replid: &str, replid2: &str, offset: i64, keys: u64) -> ReplicationHi
         offset,
         second_offset: if replid2 == ZERO { -1 } else { 1 },
         keys,
+        aof: false,
     }
 }
 
