@@ -398,17 +398,39 @@ fn alive(pid: u32) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_partitioned_node_goes_not_ready_and_its_deleted_pods_stay_terminating() -> Result<()> {
+async fn a_partitioned_node_goes_not_ready_its_deleted_pods_stay_terminating_and_the_others_come_back_ready()
+-> Result<()> {
     if !e2e::is_localkube() || !fault_node_present().await? {
         return skip("needs localkube's fault-test node");
     }
     let _node = FAULT_NODE_LOCK.lock().await;
     let ns = TestNamespace::create("nodepart").await?;
     let (pod, ip) = ready_valkey(&ns, "stranded", Some(FAULT_NODE), &[]).await?;
+    // A second pod stays: the node controller marks it NotReady with its node, and its kubelet
+    // must say Ready again once the node is back.
+    ready_valkey(&ns, "kept", Some(FAULT_NODE), &[]).await?;
     let pid = main_pid(&pod).ok_or_else(|| E2eError::Check("no recorded process".into()))?;
     let stop = faults::stop_node(FAULT_NODE, NodeStop::Partition).await?;
     unreachable(&ip).await?;
     wait_node(FAULT_NODE, false, NODE_NOT_READY).await?;
+    let pods = ns.api::<Pod>();
+    let kept_ready = |want: bool| {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("kept").await?;
+            Ok(if e2e::pod_ready(&pod) == want {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(describe_pod(&pod))
+            })
+        }
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "the pod left on the stopped node marked NotReady",
+        || kept_ready(false),
+    )
+    .await?;
     check(
         main_pid(&pod) == Some(pid),
         "the partitioned node's container did not live on",
@@ -416,7 +438,6 @@ async fn a_partitioned_node_goes_not_ready_and_its_deleted_pods_stay_terminating
     ns.kubectl(&["delete", "pod", "stranded", "--wait=false"])
         .await?;
     // A kubelet would end it in about a second (grace 2 s); this one is cut off.
-    let pods = ns.api::<Pod>();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     while tokio::time::Instant::now() < deadline {
         let p = pods.get_opt("stranded").await?;
@@ -429,6 +450,12 @@ async fn a_partitioned_node_goes_not_ready_and_its_deleted_pods_stay_terminating
     }
     stop.undo().await?;
     wait_node(FAULT_NODE, true, Duration::from_secs(60)).await?;
+    wait_until(
+        Duration::from_secs(60),
+        "the pod that stayed Ready again once its node is back",
+        || kept_ready(true),
+    )
+    .await?;
     wait_until(
         Duration::from_secs(60),
         "the deleted pod gone once its node is back",

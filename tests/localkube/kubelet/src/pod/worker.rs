@@ -60,6 +60,8 @@ pub struct Worker {
     generation: u64,
     written: Option<PodStatus>,
     written_json: Option<serde_json::Value>,
+    /// The resource version our last status write produced.
+    written_version: Option<u64>,
     finished: bool,
     /// The pod left the API while its node was stopped: acted on once the node is back.
     gone_while_stopped: bool,
@@ -184,6 +186,7 @@ impl Worker {
             generation: 0,
             written: None,
             written_json: None,
+            written_version: None,
             finished: false,
             gone_while_stopped: false,
         };
@@ -793,7 +796,16 @@ impl Worker {
         let desired = status::build(&base, &self.view(), status::now());
         let json = status::owned_json(&desired);
         let observed = self.pod.status.as_ref().map(status::owned_json);
-        if observed.as_ref() == Some(&json) || self.written_json.as_ref() == Some(&json) {
+        // What we wrote last stands until the watch shows a newer status from someone else: the
+        // node controller marks every pod of a node NotReady while the node is, and once the
+        // node is back a kubelet that kept thinking "Ready, as written" would leave them so.
+        let overwritten = match (version(&self.pod), self.written_version) {
+            (Some(seen), Some(written)) => seen > written,
+            _ => false,
+        };
+        if observed.as_ref() == Some(&json)
+            || (self.written_json.as_ref() == Some(&json) && !overwritten)
+        {
             return;
         }
         let api: Api<Pod> = Api::namespaced(
@@ -809,6 +821,7 @@ impl Worker {
             Ok(pod) => {
                 self.written = Some(desired);
                 self.written_json = Some(json);
+                self.written_version = version(&pod);
                 if pod.metadata.resource_version > self.pod.metadata.resource_version {
                     self.pod = pod;
                 }
@@ -892,4 +905,9 @@ impl Worker {
         }
         self.finished = true;
     }
+}
+
+/// A pod's resource version as a number (etcd's revision), when it is one.
+fn version(pod: &Pod) -> Option<u64> {
+    pod.metadata.resource_version.as_deref()?.parse().ok()
 }
