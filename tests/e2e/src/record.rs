@@ -92,6 +92,38 @@ where
             .collect()
     }
 
+    /// Waits until the watch has delivered `seen` (an object a poll returned), or a later
+    /// version of it: a poll can be ahead of the watch, and a record read before the watch catches
+    /// up lacks the versions between.
+    pub async fn caught_up(&self, seen: &K, within: Duration) -> Result<()> {
+        let name = seen.meta().name.clone().unwrap_or_default();
+        let version = |k: &K| {
+            k.meta()
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let Some(wanted) = version(seen) else {
+            return Ok(());
+        };
+        let shared = self.shared.clone();
+        wait_until(within, &format!("the record up to {name}@{wanted}"), || {
+            let latest = lock(&shared)
+                .versions
+                .iter()
+                .filter(|v| v.object.meta().name.as_deref() == Some(name.as_str()))
+                .filter_map(|v| version(&v.object))
+                .max();
+            async move {
+                Ok(match latest {
+                    Some(latest) if latest >= wanted => Poll::Ready(()),
+                    other => Poll::NotYet(format!("latest recorded {other:?}")),
+                })
+            }
+        })
+        .await
+    }
+
     /// `Ok` when no version can have been missed; otherwise why.
     pub fn complete(&self) -> Result<()> {
         match &lock(&self.shared).gap {

@@ -17,12 +17,14 @@ async fn a_scale_out_reports_slots_moved_growing_to_complete() -> Result<()> {
     // Every version of the cluster from here on: a poll could miss the steps between.
     let record = Record::start(c.api(), None).await?;
     c.patch_spec(serde_json::json!({"shards": 5})).await?;
-    c.wait_status(Duration::from_secs(300), "5 shards ready", |s| {
-        s.state == Some(valkey_api::v1alpha1::ClusterState::Ready)
-            && s.shards == 5
-            && s.progress.as_ref().is_some_and(|p| p.done == p.total)
-    })
-    .await?;
+    let done = c
+        .wait_status(Duration::from_secs(300), "5 shards ready", |s| {
+            s.state == Some(valkey_api::v1alpha1::ClusterState::Ready)
+                && s.shards == 5
+                && s.progress.as_ref().is_some_and(|p| p.done == p.total)
+        })
+        .await?;
+    record.caught_up(&done, Duration::from_secs(30)).await?;
     record.complete()?;
     let seen: Vec<Progress> = record
         .versions_of(&c.name)
