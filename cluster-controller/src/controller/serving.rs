@@ -24,6 +24,26 @@ pub struct Owner {
     pub labels: BTreeMap<String, String>,
 }
 
+impl Owner {
+    /// `parent` owns the objects, which carry the usual labels and `<parent_label>=<its name>`.
+    pub fn of<K: Resource<DynamicType = ()>>(parent: &K, parent_label: &str) -> Option<Self> {
+        let name = parent.meta().name.clone()?;
+        Some(Self {
+            namespace: parent.meta().namespace.clone()?,
+            reference: parent.controller_owner_ref(&())?,
+            labels: BTreeMap::from([
+                ("app.kubernetes.io/name".to_owned(), "valkey".to_owned()),
+                ("app.kubernetes.io/instance".to_owned(), name.clone()),
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    FIELD_MANAGER.to_owned(),
+                ),
+                (parent_label.to_owned(), name),
+            ]),
+        })
+    }
+}
+
 fn meta(owner: &Owner, name: String, extra: &BTreeMap<String, String>) -> ObjectMeta {
     let mut labels = owner.labels.clone();
     labels.extend(extra.clone());
@@ -99,19 +119,7 @@ pub fn cluster_objects(
     shards: impl IntoIterator<Item = u32>,
 ) -> Option<(Vec<Service>, Vec<PodDisruptionBudget>)> {
     let name = cluster.meta().name.clone()?;
-    let owner = Owner {
-        namespace: cluster.meta().namespace.clone()?,
-        reference: cluster.controller_owner_ref(&())?,
-        labels: BTreeMap::from([
-            ("app.kubernetes.io/name".to_owned(), "valkey".to_owned()),
-            ("app.kubernetes.io/instance".to_owned(), name.clone()),
-            (
-                "app.kubernetes.io/managed-by".to_owned(),
-                FIELD_MANAGER.to_owned(),
-            ),
-            (CLUSTER_LABEL.to_owned(), name.clone()),
-        ]),
-    };
+    let owner = Owner::of(cluster, CLUSTER_LABEL)?;
     let of_cluster = BTreeMap::from([(CLUSTER_LABEL.to_owned(), name.clone())]);
     let services = client_services(&owner, &name, &of_cluster).to_vec();
     let budgets = shards

@@ -75,19 +75,7 @@ pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Optio
 /// The replication's PodDisruptionBudget `<name>`, over every member.
 pub fn budget(replication: &ValkeyReplication) -> Option<PodDisruptionBudget> {
     let name = replication.meta().name.clone()?;
-    let owner = Owner {
-        namespace: replication.namespace()?,
-        reference: replication.controller_owner_ref(&())?,
-        labels: BTreeMap::from([
-            ("app.kubernetes.io/name".to_owned(), "valkey".to_owned()),
-            ("app.kubernetes.io/instance".to_owned(), name.clone()),
-            (
-                "app.kubernetes.io/managed-by".to_owned(),
-                FIELD_MANAGER.to_owned(),
-            ),
-            (REPLICATION_LABEL.to_owned(), name.clone()),
-        ]),
-    };
+    let owner = Owner::of(replication, REPLICATION_LABEL)?;
     let members = BTreeMap::from([(REPLICATION_LABEL.to_owned(), name.clone())]);
     Some(disruption_budget(&owner, name, &BTreeMap::new(), &members))
 }
