@@ -437,16 +437,23 @@ fn steady(shards: u32, members: usize) -> Health {
 #[test]
 fn a_healthy_cluster_of_30_is_steady() {
     for members in [6, 30] {
-        let measured = pass(&Cluster::new(members));
+        let measured = steady_pass(members);
         let shards = (members / 2) as u32;
-        assert_eq!(
-            measured.decision,
-            Decision::Steady(steady(shards, members)),
-            "{members} members: {}",
-            measured.decision
-        );
         assert_eq!(measured.health, Some(steady(shards, members)));
     }
+}
+
+/// One pass over a healthy cluster of `members`, whose decision must be `Steady`.
+fn steady_pass(members: usize) -> Measured {
+    let measured = pass(&Cluster::new(members));
+    let shards = (members / 2) as u32;
+    assert_eq!(
+        measured.decision,
+        Decision::Steady(steady(shards, members)),
+        "{members} members: {}",
+        measured.decision
+    );
+    measured
 }
 
 #[test]
@@ -519,14 +526,7 @@ fn pass_at_scale() {
     );
     let mut rows = Vec::new();
     for members in sizes {
-        let m = pass(&Cluster::new(members));
-        let shards = (members / 2) as u32;
-        assert_eq!(
-            m.decision,
-            Decision::Steady(steady(shards, members)),
-            "{}",
-            m.decision
-        );
+        let m = steady_pass(members);
         println!(
             "{:>8} {:>12.1} {:>16.1} {:>12.3} {:>12.3}",
             m.members,
