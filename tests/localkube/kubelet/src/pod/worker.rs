@@ -822,7 +822,7 @@ impl Worker {
                 self.written = Some(desired);
                 self.written_json = Some(json);
                 self.written_version = version(&pod);
-                if pod.metadata.resource_version > self.pod.metadata.resource_version {
+                if version(&pod) > version(&self.pod) {
                     self.pod = pod;
                 }
             }
