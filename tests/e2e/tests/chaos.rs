@@ -5,7 +5,9 @@
 //!
 //! - `make test` runs the fixed-seed scenarios below (`quick_*`);
 //! - `make chaos` runs the whole matrix (`full_matrix`, ignored otherwise) with a random seed it
-//!   prints, or `CHAOS_SEED`; `CHAOS_FILTER` keeps the scenarios whose name contains it.
+//!   prints, or `CHAOS_SEED`; `CHAOS_FILTER` keeps the scenarios whose name contains it (or one of
+//!   its comma-separated parts). Each scenario's row is kept in `docs/chaos.json` and
+//!   `docs/chaos.md` as it finishes (`e2e::chaos::results`), so the matrix may be run in parts.
 //!
 //! Every scenario runs on Valkey 9.1 and again on 8.0 (its name ends in `.on-8.0`). Scenarios on a
 //! ValkeyReplication have names that start with `replication.` (`CHAOS_FILTER=replication`).
@@ -276,12 +278,15 @@ async fn full_matrix() -> Result<()> {
     let seed = chaos::seed_from_env();
     eprintln!("chaos: seed {seed} (CHAOS_SEED={seed} repeats this run)");
     let filter = std::env::var("CHAOS_FILTER").unwrap_or_default();
-    let scenarios: Vec<Scenario> = matrix()
+    let all = matrix();
+    let names: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
+    let scenarios: Vec<Scenario> = all
         .into_iter()
-        .filter(|s| s.name.contains(&filter))
+        .filter(|s| chaos::matches_filter(&s.name, &filter))
         .collect();
     eprintln!("chaos: {} scenarios", scenarios.len());
-    let reports = chaos::run_all(&scenarios, seed).await;
+    let recorder = chaos::results::Recorder::new(e2e::repo_root(), names);
+    let reports = chaos::run_all(&scenarios, seed, Some(&recorder)).await;
     chaos::verdict(&reports)
 }
 
@@ -297,7 +302,7 @@ async fn quick(names: &[&str], seed: u64) -> Result<()> {
             .ok_or_else(|| e2e::E2eError::Check(format!("no scenario {name}")))?;
         scenarios.push(scenario.clone());
     }
-    let reports = chaos::run_all(&scenarios, seed).await;
+    let reports = chaos::run_all(&scenarios, seed, None).await;
     chaos::verdict(&reports)
 }
 

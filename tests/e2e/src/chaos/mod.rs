@@ -13,6 +13,7 @@
 //! against it ([`Fault::valkey_alone_may_lose_writes`]).
 
 mod fixture;
+pub mod results;
 pub mod writer;
 
 use std::collections::BTreeMap;
@@ -368,17 +369,12 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let plain_loss_allowed = scenario
         .fault
         .valkey_alone_may_lose_writes(scenario.persistence());
-    let (plain_lost, replicated_lost) = losses(&c, &before, &acks).await?;
+    let lost = losses(&c, &before, &acks).await?;
+    let (plain_lost, replicated_lost) = (lost.plain.len(), lost.replicated.len());
     let check_failed = c.check().await;
     let check_ok = check_failed.is_none();
     if failure.is_none() {
-        failure = bar(
-            plain_lost,
-            replicated_lost,
-            plain_loss_allowed,
-            check_failed,
-            &acks,
-        );
+        failure = bar(&lost, plain_loss_allowed, check_failed, &acks);
     }
     eprintln!(
         "chaos {}: operation {} started {:?} ago",
@@ -416,22 +412,25 @@ fn namespace_prefix(scenario: &str) -> String {
 /// The verdict on the losses and on the consistency check (why it failed, if it did); `None`
 /// when the bar is met.
 fn bar(
-    plain_lost: usize,
-    replicated_lost: usize,
+    lost: &Losses,
     plain_loss_allowed: bool,
     check_failed: Option<String>,
     acks: &Acks,
 ) -> Option<String> {
-    if replicated_lost > 0 {
+    if !lost.replicated.is_empty() {
         return Some(format!(
-            "{replicated_lost} of {} WAIT-acknowledged writes lost",
-            acks.replicated.len()
+            "{} of {} WAIT-acknowledged writes lost ({})",
+            lost.replicated.len(),
+            acks.replicated.len(),
+            Losses::named(&lost.replicated)
         ));
     }
-    if plain_lost > 0 && !plain_loss_allowed {
+    if !lost.plain.is_empty() && !plain_loss_allowed {
         return Some(format!(
-            "{plain_lost} of {} acknowledged writes lost where Valkey alone loses none",
-            acks.plain.len()
+            "{} of {} acknowledged writes lost where Valkey alone loses none ({})",
+            lost.plain.len(),
+            acks.plain.len(),
+            Losses::named(&lost.plain)
         ));
     }
     check_failed
@@ -689,22 +688,60 @@ async fn member_out_while_another_primary_restarts(c: &ClusterFixture, seconds: 
     repaired
 }
 
-/// Reads every acknowledged write back; returns (plain lost, WAIT-acknowledged lost).
-async fn losses(
-    c: &Fixture,
-    before: &BTreeMap<String, String>,
-    acks: &Acks,
-) -> Result<(usize, usize)> {
-    let missing = c.missing(before.iter().chain(acks.plain.iter())).await?;
-    let replicated_lost = missing
-        .iter()
-        .filter(|k| acks.replicated.contains_key(*k))
-        .count();
-    Ok((missing.len(), replicated_lost))
+/// What reading every acknowledged write back found missing.
+struct Losses {
+    /// Every acknowledged key missing or changed (plain and WAIT-acknowledged).
+    plain: Vec<String>,
+    /// Those of them WAIT had confirmed.
+    replicated: Vec<String>,
 }
 
-/// Runs scenarios, at most `parallel` at once (global ones alone), and returns their reports.
-pub async fn run_all(scenarios: &[Scenario], seed: u64) -> Vec<Report> {
+impl Losses {
+    /// The first few of `keys`, for a report a person can follow up on (`GET` them, find their
+    /// slot, read the servers' logs around their write).
+    fn named(keys: &[String]) -> String {
+        const SHOWN: usize = 5;
+        let shown = keys
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if keys.len() > SHOWN {
+            format!("{shown}, …")
+        } else {
+            shown
+        }
+    }
+}
+
+/// Reads every acknowledged write back.
+async fn losses(c: &Fixture, before: &BTreeMap<String, String>, acks: &Acks) -> Result<Losses> {
+    let missing = c.missing(before.iter().chain(acks.plain.iter())).await?;
+    let replicated = missing
+        .iter()
+        .filter(|k| acks.replicated.contains_key(*k))
+        .cloned()
+        .collect();
+    Ok(Losses {
+        plain: missing,
+        replicated,
+    })
+}
+
+/// Runs scenarios, as many at once as the heavy-test pool allows (global ones alone), and returns
+/// their reports; `recorder` keeps each one as it finishes (see [`results`]).
+pub async fn run_all(
+    scenarios: &[Scenario],
+    seed: u64,
+    recorder: Option<&results::Recorder>,
+) -> Vec<Report> {
+    let keep = |name: &str, report: &Report| {
+        eprintln!("chaos: {}", report.row());
+        if let Some(recorder) = recorder {
+            recorder.record(name, report);
+        }
+    };
     let mut reports = Vec::new();
     let (global, local): (Vec<&Scenario>, Vec<&Scenario>) =
         scenarios.iter().partition(|s| s.fault.is_global());
@@ -716,13 +753,17 @@ pub async fn run_all(scenarios: &[Scenario], seed: u64) -> Vec<Report> {
     }
     while let Some(joined) = set.join_next().await {
         if let Ok((scenario, result, seed)) = joined {
-            reports.push(report_or_error(&scenario, result, seed));
+            let report = report_or_error(&scenario, result, seed);
+            keep(&scenario.name, &report);
+            reports.push(report);
         }
     }
     for (i, scenario) in global.into_iter().enumerate() {
         let seed = seed.wrapping_add(1000 + i as u64);
         let result = run(scenario, seed).await;
-        reports.push(report_or_error(scenario, result, seed));
+        let report = report_or_error(scenario, result, seed);
+        keep(&scenario.name, &report);
+        reports.push(report);
     }
     reports
 }
@@ -772,4 +813,23 @@ pub fn verdict(reports: &[Report]) -> Result<()> {
         failed.is_empty(),
         format!("{} scenario(s) missed the bar: {failed:?}", failed.len()),
     )
+}
+
+/// Whether scenario `name` is kept by `CHAOS_FILTER`: it contains the filter, or one of its
+/// comma-separated parts (`idle.,roll.` keeps both operations); an empty filter keeps everything.
+pub fn matches_filter(name: &str, filter: &str) -> bool {
+    filter.split(',').any(|part| name.contains(part.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_keeps_names_containing_any_of_its_parts() {
+        assert!(matches_filter("roll.delete-primary", ""));
+        assert!(matches_filter("roll.delete-primary", "idle., roll."));
+        assert!(matches_filter("idle.none.on-8.0", "idle.,roll."));
+        assert!(!matches_filter("scale-out.none", "idle.,roll."));
+    }
 }
