@@ -351,3 +351,99 @@ async fn a_promoted_replica_back_empty_in_place_hands_back_to_its_replica() {
     lab.assert_topology().await;
     traffic::verify(&lab.addresses(), &keys).await;
 }
+
+/// A primary restarted in place from its append-only file, while its replica cannot reach it,
+/// and holding fewer keys than that replica for reasons of its own: keys deleted (or slots
+/// migrated away) after the replica lost its link. Its restart started a new replication
+/// history, but it came back with its data: it is not "back empty", keeps its slots, and the
+/// writes it took since are kept. (A chaos run found the engine taking such a primary for an
+/// emptied one and forcing its replica over it, losing those writes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_from_its_append_only_file_with_fewer_keys_than_its_replica_keeps_its_slots()
+{
+    let options = Options {
+        fenced: true,
+        ..Options::default()
+    };
+    assert!(
+        options.persistence,
+        "the servers run with an append-only file"
+    );
+    let mut lab = Lab::with_options("aofback", servers::valkey_9(), 121, options);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    let slots = myself(&lab, "c-0-0").await.slots.clone();
+
+    // c-0-1 loses its primary and keeps what it had; c-0-0 then drops a third of its keys.
+    let cut = Partition::between(&[lab.ip_of("c-0-0")], &[lab.ip_of("c-0-1")]);
+    let on_primary = value::list(&lab.command("c-0-0", &["KEYS", "k:*"]).await)
+        .map(|keys| keys.iter().filter_map(value::text).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert!(on_primary.len() > 100, "c-0-0 serves a third of the keys");
+    let deleted: Vec<String> = on_primary.iter().step_by(3).cloned().collect();
+    for key in &deleted {
+        assert_eq!(
+            value::int(&lab.command("c-0-0", &["DEL", key]).await),
+            Some(1)
+        );
+    }
+
+    lab.restart_in_place("c-0-0");
+    lab.run_until(Duration::from_secs(30), |pass| {
+        pass.observation.state("c-0-0").is_some()
+    })
+    .await;
+    // Writes it acknowledges after its restart, to its own slots.
+    let mut written = Vec::new();
+    for n in 0.. {
+        if written.len() == 50 {
+            break;
+        }
+        let key = format!("after:{n}");
+        let slot = value::int(&lab.command("c-0-0", &["CLUSTER", "KEYSLOT", &key]).await)
+            .and_then(|s| u16::try_from(s).ok())
+            .expect("a slot");
+        if slots.contains(slot) {
+            let reply = lab.command("c-0-0", &["SET", &key, "kept"]).await;
+            assert_eq!(value::text(&reply).as_deref(), Some("OK"), "SET {key}");
+            written.push((key, "kept".to_owned()));
+        }
+    }
+    let held = |name: &'static str| {
+        let lab = &lab;
+        async move { value::int(&lab.command(name, &["DBSIZE"]).await).unwrap_or(0) }
+    };
+    let (primary_keys, replica_keys) = (held("c-0-0").await, held("c-0-1").await);
+    assert!(
+        primary_keys < replica_keys,
+        "the case at hand: the primary holds fewer keys ({primary_keys}) than its replica ({replica_keys})"
+    );
+
+    lab.run_for(Duration::from_secs(20)).await;
+    assert!(
+        !lab.saw_text("FAILOVER"),
+        "a primary back with its data keeps its slots: {:?}",
+        lab.history
+    );
+    drop(cut);
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        myself(&lab, "c-0-0").await.is_primary(),
+        "c-0-0 stayed primary"
+    );
+    assert_eq!(myself(&lab, "c-0-0").await.slots, slots);
+    lab.assert_topology().await;
+    let kept: Vec<(String, String)> = keys
+        .into_iter()
+        .filter(|(key, _)| !deleted.contains(key))
+        .chain(written)
+        .collect();
+    traffic::verify(&lab.addresses(), &kept).await;
+    for key in deleted.iter().take(20) {
+        assert_eq!(
+            lab.command("c-0-0", &["EXISTS", key]).await,
+            redis::Value::Int(0),
+            "{key} stays deleted"
+        );
+    }
+}
