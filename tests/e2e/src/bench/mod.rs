@@ -8,6 +8,8 @@ use serde::Serialize;
 
 use crate::{E2eError, Result};
 
+pub mod charts;
+
 fn begin(name: &str) -> String {
     format!(
         "<!-- {name}: begin (written by `make bench`, bench_{name}; edits here are overwritten) -->"
