@@ -111,6 +111,28 @@ mod tests {
     }
 
     #[test]
+    fn publish_writes_the_figures_their_charts_and_the_section_showing_them() {
+        let root = std::env::temp_dir().join(format!("bench-publish-{}", std::process::id()));
+        let figures = serde_json::json!([{"valkey": "9.1", "fault": "pod deleted",
+            "longest_gap_s": 0.7, "ready_after_s": 6.8}]);
+        let published = publish(&root, "failover", &figures, "## F\n\nintro\n\n| table |");
+        let docs = std::fs::read_to_string(root.join("docs/benchmarks.md"));
+        let chart = std::fs::read_to_string(root.join("docs/charts/failover-ready.svg"));
+        let json = std::fs::read_to_string(root.join("bench/results/failover.json"));
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(published.is_ok(), "{published:?}");
+        assert!(json.is_ok_and(|j| j.contains("pod deleted")));
+        assert!(chart.is_ok_and(|c| c.contains("\npod deleted\n</text>")));
+        let docs = docs.expect("docs/benchmarks.md");
+        let intro = docs.find("intro").expect("the section");
+        let image = docs
+            .find("](charts/failover-ready.svg)")
+            .expect("the chart's image");
+        let table = docs.find("| table |").expect("the table");
+        assert!(intro < image && image < table, "{docs}");
+    }
+
+    #[test]
     fn charts_go_after_the_introduction_once() {
         let links = [
             "![a](charts/a.svg)".to_owned(),
