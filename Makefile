@@ -28,6 +28,7 @@ help:
 	@echo "make lint             cargo fmt --check and clippy -D warnings (lint-dockerfiles: hadolint)"
 	@echo "make bench            benchmarks: speed and memory figures"
 	@echo "make bench-engine     the engine's pass over clusters of up to 990 members (no cluster needed)"
+	@echo "make bench-charts     draw the benchmarks' charts (docs/charts/) again from bench/results/"
 	@echo "make chaos            every operation crossed with every fault, with writers (hours; CHAOS_SEED, CHAOS_FILTER)"
 	@echo "make images           container images of both controllers (needs a Docker engine)"
 	@echo "make localkube        start the local control plane;  make localkube-down stops it"
@@ -76,6 +77,8 @@ endif
 # localkube's own tests (tests/localkube/suite) need the cluster: they run with e2e.
 unit: $(HELM)
 	$(CARGO_TEST) --exclude e2e --exclude localkube-suite --no-fail-fast
+	# The e2e crate's own unit tests need no cluster: its benchmarks' charts and report sections.
+	$(CARGO_TEST) --lib bench::
 	$(CARGO_TEST) --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.
@@ -106,7 +109,7 @@ else
 	$(CARGO_TEST) --test chaos -- --ignored full_matrix --nocapture
 endif
 
-.PHONY: bench bench-engine
+.PHONY: bench bench-engine bench-charts
 # Speed and memory figures (bench/README.md; each writes bench/results/ and its section of
 # docs/benchmarks.md): the engine's pass at scale (bench-engine), time to form a cluster, to scale
 # it out with keys (Valkey 9 and 8 migration paths), resharding side by side with valkey-cli and
@@ -125,3 +128,12 @@ endif
 # build. Writes bench/results/engine-scale.json; bench/README.md explains the figures.
 bench-engine:
 	$(CARGO_TEST) --release --test pass_scale -- --ignored --nocapture
+	$(MAKE) bench-charts
+
+# Every benchmark's charts, drawn again from the committed figures in bench/results/ (no
+# benchmark runs): the benchmarks in tests/e2e draw theirs when they publish, this draws
+# engine-scale's (its test is in another crate) and all of them after a change to the charts.
+BENCH_CHARTS := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)/debug/bench-charts
+bench-charts:
+	$(CARGO) build -q --workspace --bin bench-charts
+	$(BENCH_CHARTS)

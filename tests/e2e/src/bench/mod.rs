@@ -1,0 +1,155 @@
+//! Where benchmarks put their figures: raw in `bench/results/<name>.json`, and as a section of
+//! `docs/benchmarks.md` that each run of that benchmark replaces (between two marker comments),
+//! so each benchmark owns its section and the others' stay as they were measured. Its charts,
+//! drawn from that JSON, go to `docs/charts/` and into the section.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::{E2eError, Result};
+
+pub mod charts;
+pub mod figures;
+
+fn begin(name: &str) -> String {
+    format!(
+        "<!-- {name}: begin (written by `make bench`, bench_{name}; edits here are overwritten) -->"
+    )
+}
+
+fn end(name: &str) -> String {
+    format!("<!-- {name}: end -->")
+}
+
+/// Writes `figures` to `bench/results/<name>.json`, the charts of that JSON to `docs/charts/`
+/// (`figures::write`), and `body` (markdown) with the charts as the section `name` of
+/// `docs/benchmarks.md` (created when missing). Charts that fail to draw leave the figures and
+/// the section written, and the error is returned after.
+pub fn publish(root: &Path, name: &str, figures: &impl Serialize, body: &str) -> Result<()> {
+    let io = |what: &Path, e: std::io::Error| E2eError::Check(format!("{}: {e}", what.display()));
+    let results = root.join("bench/results");
+    std::fs::create_dir_all(&results).map_err(|e| io(&results, e))?;
+    let json = results.join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(figures)
+        .map_err(|e| E2eError::Check(format!("serializing the figures of {name}: {e}")))?;
+    std::fs::write(&json, text + "\n").map_err(|e| io(&json, e))?;
+    let charts = self::figures::write(root, name);
+    let links: Vec<String> = charts
+        .as_ref()
+        .map(|charts| charts.iter().map(self::figures::Chart::link).collect())
+        .unwrap_or_default();
+    let body = with_charts(body, &links);
+    let docs = root.join("docs/benchmarks.md");
+    let existing = std::fs::read_to_string(&docs).unwrap_or_else(|_| {
+        "# Benchmarks\n\nFigures `make bench` measured, each section written by the benchmark \
+         that measured it (see [bench/README.md](../bench/README.md)).\n\n"
+            .to_owned()
+    });
+    let section = format!("{}\n{}\n{}\n", begin(name), body.trim_end(), end(name));
+    std::fs::write(&docs, replace_section(&existing, name, &section)).map_err(|e| io(&docs, e))?;
+    charts.map(|_| ())
+}
+
+/// `body` with the image `links` whose image it does not show yet (whatever their text) after
+/// its first paragraph under the heading, so the charts come before the tables they sum up.
+fn with_charts(body: &str, links: &[String]) -> String {
+    let missing: Vec<&str> = links
+        .iter()
+        .filter(|l| {
+            let image = l.rsplit_once("](").map_or(l.as_str(), |(_, image)| image);
+            !body.contains(image)
+        })
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        return body.to_owned();
+    }
+    let images = missing.join("\n\n");
+    // The heading ends at the first blank line, its introduction at the second.
+    match body.match_indices("\n\n").nth(1).map(|(at, _)| at) {
+        Some(at) => format!("{}\n\n{images}{}", &body[..at], &body[at..]),
+        None => format!("{}\n\n{images}\n", body.trim_end()),
+    }
+}
+
+/// `doc` with the section `name` replaced by `section` (appended when absent).
+fn replace_section(doc: &str, name: &str, section: &str) -> String {
+    let (begin, end) = (begin(name), end(name));
+    match (doc.find(&begin), doc.find(&end)) {
+        (Some(b), Some(e)) if e > b => {
+            let after = &doc[e + end.len()..];
+            let after = after.strip_prefix('\n').unwrap_or(after);
+            format!("{}{section}{after}", &doc[..b])
+        }
+        _ => format!(
+            "{}{}{section}",
+            doc,
+            if doc.ends_with("\n\n") { "" } else { "\n" }
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_section_is_replaced_in_place_and_others_are_kept() {
+        let (b, e) = (begin("x"), end("x"));
+        let (ob, oe) = (begin("other"), end("other"));
+        let doc = format!("# B\n\n{b}\nold\n{e}\n\n{ob}\nkept\n{oe}\n");
+        let new = format!("{b}\nnew\n{e}\n");
+        assert_eq!(
+            replace_section(&doc, "x", &new),
+            format!("# B\n\n{b}\nnew\n{e}\n\n{ob}\nkept\n{oe}\n")
+        );
+        assert_eq!(
+            replace_section("# B\n\n", "x", &new),
+            format!("# B\n\n{new}")
+        );
+    }
+
+    #[test]
+    fn publish_writes_the_figures_their_charts_and_the_section_showing_them() {
+        let root = std::env::temp_dir().join(format!("bench-publish-{}", std::process::id()));
+        let figures = serde_json::json!([{"valkey": "9.1", "fault": "pod deleted",
+            "longest_gap_s": 0.7, "ready_after_s": 6.8}]);
+        let published = publish(&root, "failover", &figures, "## F\n\nintro\n\n| table |");
+        let docs = std::fs::read_to_string(root.join("docs/benchmarks.md"));
+        let chart = std::fs::read_to_string(root.join("docs/charts/failover-ready.svg"));
+        let json = std::fs::read_to_string(root.join("bench/results/failover.json"));
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(published.is_ok(), "{published:?}");
+        assert!(json.is_ok_and(|j| j.contains("pod deleted")));
+        assert!(chart.is_ok_and(|c| c.contains("\npod deleted\n</text>")));
+        let docs = docs.expect("docs/benchmarks.md");
+        let intro = docs.find("intro").expect("the section");
+        let image = docs
+            .find("](charts/failover-ready.svg)")
+            .expect("the chart's image");
+        let table = docs.find("| table |").expect("the table");
+        assert!(intro < image && image < table, "{docs}");
+    }
+
+    #[test]
+    fn charts_go_after_the_introduction_once() {
+        let links = [
+            "![a](charts/a.svg)".to_owned(),
+            "![b](charts/b.svg)".to_owned(),
+        ];
+        let body = "## T\n\nintro\n\n| table |";
+        let with = with_charts(body, &links);
+        assert_eq!(
+            with,
+            "## T\n\nintro\n\n![a](charts/a.svg)\n\n![b](charts/b.svg)\n\n| table |"
+        );
+        assert_eq!(with_charts(&with, &links), with);
+        let retitled = ["![A, renamed](charts/a.svg)".to_owned()];
+        assert_eq!(with_charts(&with, &retitled), with);
+        assert_eq!(
+            with_charts("## T\n\nintro", &links[..1]),
+            "## T\n\nintro\n\n![a](charts/a.svg)\n"
+        );
+    }
+}
