@@ -103,29 +103,55 @@ fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
     }
 }
 
+/// `world` with the captured running export job on each of `sources`.
+fn with_running_jobs(world: &mut World, sources: &[&str]) {
+    let jobs = slot_migrations::parse(&common::value("v9/getslotmigrations_source_started.resp2"))
+        .expect("jobs");
+    for source in sources {
+        let Some(Reach::Up(state)) = world.observed.members.get(*source) else {
+            panic!("{source} observed");
+        };
+        let state = NodeState::new(
+            state.address(),
+            state.nodes().clone(),
+            state.info().clone(),
+            state.cluster_info().clone(),
+            state.keys(),
+            jobs.clone(),
+        )
+        .expect("state");
+        world
+            .observed
+            .members
+            .insert((*source).into(), Reach::Up(Box::new(state)));
+    }
+}
+
 #[test]
-fn a_running_migration_job_is_waited_for() {
+fn while_a_sources_job_runs_another_source_starts_its_own_beside_it() {
     let mut members = v9_members();
     members.push(member(3, 0, "127.0.0.67"));
     let mut world = World::new("v9", &v9_primary(), members, &[]);
-    let jobs = slot_migrations::parse(&common::value("v9/getslotmigrations_source_started.resp2"))
-        .expect("jobs");
-    let Some(Reach::Up(state)) = world.observed.members.get("c-0-0") else {
-        panic!("c-0-0 observed");
-    };
-    let state = NodeState::new(
-        state.address(),
-        state.nodes().clone(),
-        state.info().clone(),
-        state.cluster_info().clone(),
-        state.keys(),
-        jobs,
-    )
-    .expect("state");
-    world
-        .observed
-        .members
-        .insert("c-0-0".into(), Reach::Up(Box::new(state)));
+    with_running_jobs(&mut world, &["c-0-0"]);
+    match world.decide(Desired::new(4, 0)) {
+        Decision::Act {
+            action: Action::StartAtomicMigration { source, target, .. },
+            reason: Reason::MigratingSlots,
+            ..
+        } => {
+            assert_eq!(source.member, "c-1-0", "the next idle source");
+            assert_eq!(target.member, "c-3-0");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_running_migration_job_is_waited_for_when_every_source_is_busy() {
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let mut world = World::new("v9", &v9_primary(), members, &[]);
+    with_running_jobs(&mut world, &["c-0-0", "c-1-0", "c-2-0"]);
     let decision = world.decide(Desired::new(4, 0));
     assert_eq!(decision.reason(), Reason::MigratingSlots, "{decision}");
     assert!(matches!(decision, Decision::Wait { .. }), "{decision}");

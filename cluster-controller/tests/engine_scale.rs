@@ -27,6 +27,11 @@ async fn valkey_9_scales_three_to_five_to_two() {
     let health = lab.converge(Duration::from_secs(180)).await;
     let out = started.elapsed();
     assert_eq!(health.ready_shards, 5);
+    assert!(
+        lab.most_sources_exporting >= 2,
+        "the three sources move slots side by side, not one after another (at most {} at once)",
+        lab.most_sources_exporting
+    );
     lab.assert_topology().await;
     lab.assert_no_open_slots().await;
 

@@ -61,6 +61,8 @@ pub struct Lab {
     pretended: BTreeMap<String, (SocketAddr, bool)>,
     /// Every forced step (the ones the Kubernetes side announces with a Warning), in order.
     pub forced: Vec<String>,
+    /// The most sources seen exporting slots (an unfinished atomic migration job) at once.
+    pub most_sources_exporting: usize,
 }
 
 impl Lab {
@@ -119,6 +121,7 @@ impl Lab {
             errors: Vec::new(),
             pretended: BTreeMap::new(),
             forced: Vec::new(),
+            most_sources_exporting: 0,
         }
     }
 
@@ -317,6 +320,18 @@ impl Lab {
         self.refresh().await;
         let pass = self.engine.pass(&self.desired, &self.members).await;
         self.passes += 1;
+        let exporting = pass
+            .observation
+            .members
+            .values()
+            .filter_map(|reach| reach.state())
+            .filter(|state| {
+                state.migrations().iter().any(|job| {
+                    job.operation == slot_migrations::Operation::Export && !job.state.is_finished()
+                })
+            })
+            .count();
+        self.most_sources_exporting = self.most_sources_exporting.max(exporting);
         // The steps a pass took before its last decision, then that decision.
         let decisions = pass
             .earlier

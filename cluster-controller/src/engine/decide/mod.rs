@@ -16,7 +16,8 @@
 //! it goes on: replicas are attached to primaries that serve their shard's slots, a surplus
 //! primary hands over; everything else waits for it. With every member live:
 //!
-//! 7. open migrations are finished or rolled back;
+//! 7. open migrations are finished or rolled back (while atomic jobs run, other sources may
+//!    start theirs beside them);
 //! 8. every slot has an owner (ADDSLOTS at formation, or after a loss the user accepted);
 //! 9. replicas replicate their shard's primary;
 //! 10. slots move until the wanted shards hold them evenly (leaving shards are drained);
@@ -69,7 +70,7 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
             .unwrap_or_else(|| Decision::Steady(health::health(&t)));
     }
     repairs
-        .or_else(|| slots::open_migrations(&t))
+        .or_else(|| slots::open_migrations(&t).map(|open| beside_running_jobs(&t, open)))
         .or_else(|| slots::coverage(&t))
         .or_else(|| replicas::attach(&t))
         .or_else(|| slots::rebalance(&t))
@@ -79,6 +80,27 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         .or_else(|| rolling::roll(&t))
         .or_else(|| spread::spread_primaries(&t))
         .unwrap_or_else(|| Decision::Steady(health::health(&t)))
+}
+
+/// While migration jobs run (`open` waits for them), another source may start its own job
+/// (`slots::start_beside_running_jobs`) when the rules between the open migrations and the
+/// rebalance have nothing to say: every slot owned, every replica attached.
+fn beside_running_jobs(t: &Topology, open: Decision) -> Decision {
+    let waiting_for_jobs = matches!(
+        &open,
+        Decision::Wait {
+            reason: Reason::MigratingSlots,
+            ..
+        }
+    );
+    if waiting_for_jobs
+        && slots::coverage(t).is_none()
+        && replicas::attach(t).is_none()
+        && let Some(start) = slots::start_beside_running_jobs(t)
+    {
+        return start;
+    }
+    open
 }
 
 /// The node each member is bound to after this pass (see [`Member::node_id`]): what a live

@@ -353,7 +353,47 @@ pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
     };
-    let step = plan.moves.into_iter().next()?;
+    move_slots(t, &plan.moves.into_iter().next()?)
+}
+
+/// While atomic migration jobs run (Valkey 9), the next move of the plan whose source runs no
+/// export job of its own, started beside them: each source sends its own slots and a target
+/// takes several imports at once, so a scale-out from N shards moves at N sources' pace instead
+/// of one's. A source never gets a second job while one of its own runs. Only when no slot is
+/// left open the legacy way; the caller checks that nothing else comes first.
+pub(super) fn start_beside_running_jobs(t: &Topology) -> Option<Decision> {
+    if legacy_markers(t).is_some() || replica_markers(t).is_some() {
+        return None;
+    }
+    let plan = rebalance::plan(&by_shard(t), &target_shards(t)).ok()?;
+    plan.moves
+        .iter()
+        .filter_map(|step| move_slots(t, step))
+        .find(|decision| starts_on_an_idle_source(t, decision))
+}
+
+/// A decision to start an atomic migration on a source that runs no unfinished export job.
+fn starts_on_an_idle_source(t: &Topology, decision: &Decision) -> bool {
+    let Decision::Act {
+        action: Action::StartAtomicMigration { source, .. },
+        ..
+    } = decision
+    else {
+        return false;
+    };
+    t.live
+        .iter()
+        .find(|l| l.id() == &source.id)
+        .is_some_and(|l| {
+            !l.state
+                .migrations()
+                .iter()
+                .any(|job| job.operation == Operation::Export && !job.state.is_finished())
+        })
+}
+
+/// The next step of one move of the plan; `None` when its source has no live primary.
+fn move_slots(t: &Topology, step: &rebalance::Move<u32>) -> Option<Decision> {
     let draining = step.from >= t.desired.shards;
     let source = match t.shard_primary(step.from) {
         Ok(Some(source)) => source,
