@@ -77,8 +77,8 @@ endif
 # localkube's own tests (tests/localkube/suite) need the cluster: they run with e2e.
 unit: $(HELM)
 	$(CARGO_TEST) --exclude e2e --exclude localkube-suite --no-fail-fast
-	# The e2e crate's own unit tests need no cluster: its benchmarks' charts and report sections.
-	$(CARGO_TEST) --lib bench::
+	# The e2e crate's own unit tests need no cluster: benchmark charts and reports, chaos results.
+	$(CARGO_TEST) --lib -- bench:: chaos:: formation:: resharding::
 	$(CARGO_TEST) --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.

@@ -20,7 +20,7 @@ use super::status::Problem;
 use super::{
     access, apply, bus, desired, labels, monitoring, network, observe, report, secrets, tls,
 };
-use crate::engine::{Decision, EngineError, Pass};
+use crate::engine::{Decision, EngineError, Pass, Reason};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
 const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
@@ -35,6 +35,7 @@ pub async fn pass(
     cluster: &ValkeyCluster,
     key: &ObjectKey,
 ) -> Result<Requeue, Error> {
+    let started = std::time::Instant::now();
     let memory = ctx.memory(key);
     if let Some(requeue) = claim(ctx, cluster, &memory).await? {
         return Ok(requeue);
@@ -99,7 +100,9 @@ pub async fn pass(
     let trust = served.as_ref().map(|s| &s.trust);
     let engine = ctx.engine(key, &auth.credentials, trust);
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
+    let before_engine = started.elapsed();
     let pass = engine.pass(&topology, &members).await;
+    let engine_took = started.elapsed() - before_engine;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
         apply::engine_action(ctx, cluster, action, &desired, &existing, &members).await?;
@@ -136,7 +139,40 @@ pub async fn pass(
         Some(&pass.bindings),
     )
     .await?;
+    trace(&pass, started.elapsed(), engine_took, requeue);
     Ok(Requeue::requeue(requeue))
+}
+
+/// One line per pass that did or awaited something (steady passes only at debug): where its time
+/// went, Kubernetes side (`kube_ms`: Secrets, member objects, status) and Valkey side (the
+/// engine's looks), and when the next pass comes unless a watch event brings it sooner. Read by
+/// `make bench`'s formation trace; what a person reads when a change seems slow.
+fn trace(pass: &Pass, took: Duration, engine_took: Duration, requeue: Duration) {
+    let t = &pass.timing;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let steps = pass.earlier.len() + usize::from(pass.outcome.is_some());
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                steps,
+                looks = t.looks,
+                total_ms = ms(took),
+                kube_ms = ms(took.saturating_sub(engine_took)),
+                observe_ms = ms(t.observe),
+                decide_ms = ms(t.decide),
+                act_ms = ms(t.act),
+                settle_ms = ms(t.settle),
+                requeue_ms = ms(requeue),
+                decision = %pass.decision.reason(),
+                "pass"
+            )
+        };
+    }
+    if matches!(pass.decision, Decision::Steady(_)) && steps == 0 {
+        line!(debug);
+    } else {
+        line!(info);
+    }
 }
 
 /// Holds the cluster's Lease, or leaves the cluster alone (`Some(when to look again)`) while
@@ -207,6 +243,11 @@ pub fn claim_name(cluster: &str) -> String {
 fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<Problem>) {
     let requeue = match &pass.decision {
         Decision::Act { .. } => Duration::from_millis(500),
+        // A job ending frees its source for the next one: looked at sooner than other waits.
+        Decision::Wait {
+            reason: Reason::MigratingSlots,
+            ..
+        } => Duration::from_secs(1),
         Decision::Wait { .. } => Duration::from_secs(2),
         Decision::Steady(_) => Duration::from_secs(15),
         Decision::Blocked { .. } => Duration::from_secs(10),

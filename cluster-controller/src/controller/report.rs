@@ -341,6 +341,7 @@ mod tests {
             health: None,
             bindings: Default::default(),
             outcome: None,
+            timing: Default::default(),
         };
         let (ctx, mut api, _nodes) = context();
         let script = tokio::spawn(async move {
@@ -389,6 +390,7 @@ mod tests {
                 health: None,
                 bindings: Default::default(),
                 outcome: None,
+                timing: Default::default(),
             };
             let (ctx, mut api, _nodes) = context();
             let script = tokio::spawn(async move {

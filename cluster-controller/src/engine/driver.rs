@@ -71,6 +71,21 @@ pub struct Pass {
     /// The result of executing a Valkey action; `Some(Ok(Outcome::Delegated))` for a
     /// Kubernetes action; `None` when the decision was not to act.
     pub outcome: Option<Result<Outcome, EngineError>>,
+    /// Where the pass's time went.
+    pub timing: Timing,
+}
+
+/// Where one pass's time went, summed over its looks: asking the servers, deciding, acting, and
+/// watching a short wait settle. What a slow formation or repair is made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timing {
+    /// Observations taken (one per look).
+    pub looks: u32,
+    pub observe: Duration,
+    pub decide: Duration,
+    pub act: Duration,
+    /// Sleeping between looks while a short wait settled.
+    pub settle: Duration,
 }
 
 /// The engine: a client and its settings. Holds no state between passes.
@@ -105,7 +120,9 @@ impl<C: ValkeyClient> Engine<C> {
         let started = Instant::now();
         let mut members = members.to_vec();
         let mut earlier = Vec::new();
+        let mut timing = Timing::default();
         loop {
+            let look = Instant::now();
             let observation = observe_fenced(
                 &self.client,
                 &members,
@@ -113,8 +130,12 @@ impl<C: ValkeyClient> Engine<C> {
                 self.config.fence_user.as_deref(),
             )
             .await;
+            let observed = Instant::now();
+            timing.looks += 1;
+            timing.observe += observed - look;
             let decision = decide(desired, &members, &observation);
             let bindings = bindings(desired, &members, &observation);
+            timing.decide += observed.elapsed();
             let budget = if earlier.is_empty() {
                 self.config.settle_budget
             } else {
@@ -123,7 +144,9 @@ impl<C: ValkeyClient> Engine<C> {
             let time_left = started.elapsed() < budget;
             let outcome = match &decision {
                 Decision::Act { action, .. } if !action.is_kubernetes() => {
+                    let acting = Instant::now();
                     let outcome = self.act(&decision).await;
+                    timing.act += acting.elapsed();
                     let chain = time_left
                         && !decision.is_forced()
                         && !moves_data(action)
@@ -139,6 +162,7 @@ impl<C: ValkeyClient> Engine<C> {
                 Decision::Wait { reason, .. } if time_left && settles_soon(*reason) => {
                     tracing::debug!(reason = %reason, "{}", decision.message());
                     tokio::time::sleep(self.config.settle_poll).await;
+                    timing.settle += self.config.settle_poll;
                     continue;
                 }
                 other => {
@@ -158,6 +182,7 @@ impl<C: ValkeyClient> Engine<C> {
                 decision,
                 bindings,
                 outcome,
+                timing,
             };
         }
     }

@@ -6,96 +6,52 @@ use std::time::{Duration, Instant};
 
 use e2e::Result;
 use e2e::cluster::ClusterFixture;
-use e2e::record::Record;
-use k8s_openapi::api::core::v1::Pod;
-use valkey_api::v1alpha1::{ClusterState, ValkeyCluster};
 
-/// Formation, split: from the apply to the last member's pod Ready (the pods' time: scheduling,
-/// process start, probes), and from there to the cluster's status Ready (the operator's time).
-/// Read from records of every Pod and ValkeyCluster version, as the test process received them.
-async fn formation(spec: &str, members: usize) -> Result<(Duration, Duration)> {
-    let c = ClusterFixture::prepare("bench-form", "form").await?;
-    let pods = Record::start(c.ns.api::<Pod>(), Some("valkey.io/cluster=form")).await?;
-    let nodes = Record::start(
-        c.ns.api::<valkey_api::v1alpha1::ValkeyNode>(),
-        Some("valkey.io/cluster=form"),
-    )
-    .await?;
-    let statuses = Record::start(c.api(), None).await?;
-    let applied = Instant::now();
-    c.apply(spec).await?;
-    c.wait_ready(Duration::from_secs(300)).await?;
-    let pod_ready = |p: &Pod| e2e::pod_ready(p);
-    let mut ready: std::collections::BTreeMap<String, bool> = Default::default();
-    let mut all_ready_at = None;
-    for v in pods.versions() {
-        ready.insert(v.name(), !v.deleted && pod_ready(&v.object));
-        if all_ready_at.is_none() && ready.len() == members && ready.values().all(|r| *r) {
-            all_ready_at = Some(v.at);
-        }
-    }
-    let mut node_ready: std::collections::BTreeMap<String, bool> = Default::default();
-    let mut nodes_ready_at = None;
-    for v in nodes.versions() {
-        node_ready.insert(
-            v.name(),
-            !v.deleted && v.object.status.as_ref().is_some_and(|s| s.ready),
-        );
-        if nodes_ready_at.is_none()
-            && node_ready.len() == members
-            && node_ready.values().all(|r| *r)
-        {
-            nodes_ready_at = Some(v.at);
-        }
-    }
-    if let (Some(pods_at), Some(nodes_at)) = (all_ready_at, nodes_ready_at) {
-        println!(
-            "  every ValkeyNode ready {:.2} s after every pod was Ready",
-            nodes_at.saturating_duration_since(pods_at).as_secs_f64()
-        );
-    }
-    let cluster_ready_at = statuses
-        .versions()
-        .into_iter()
-        .find(|v: &e2e::record::Version<ValkeyCluster>| {
-            v.object
-                .status
-                .as_ref()
-                .is_some_and(|s| s.state == Some(ClusterState::Ready))
-        })
-        .map(|v| v.at);
-    match (all_ready_at, cluster_ready_at) {
-        (Some(pods_at), Some(ready_at)) => Ok((
-            pods_at.saturating_duration_since(applied),
-            ready_at.saturating_duration_since(pods_at),
-        )),
-        _ => Err(e2e::E2eError::Check(
-            "the records hold no moment with every pod Ready and the cluster Ready".into(),
-        )),
-    }
-}
-
+/// Formation, split (`e2e::formation`): 1×0, 3×1 and 10×1, `BENCH_RUNS` times each (default 3;
+/// `BENCH_FORMATION_SPECS=1x0,3x1` picks sizes). Writes `bench/results/formation.json` and its
+/// section of `docs/benchmarks.md`, with every pass of the cluster-controller traced.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
-async fn bench_formation_split() -> Result<()> {
+async fn bench_formation() -> Result<()> {
+    use e2e::formation::{self, Figures};
     let runs: usize = std::env::var("BENCH_RUNS")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(3);
-    for (spec, members) in [
-        ("{shards: 1, replicas: 0}", 1),
-        ("{shards: 3, replicas: 1}", 6),
-    ] {
+    let wanted = std::env::var("BENCH_FORMATION_SPECS").unwrap_or_else(|_| "1x0,3x1,10x1".into());
+    let mut figures = Figures {
+        benchmark: "formation",
+        command: format!(
+            "BENCH_RUNS={runs} BENCH_FORMATION_SPECS={wanted} cargo test --workspace --test bench -- --ignored --nocapture bench_formation"
+        ),
+        machine: e2e::resharding::report::machine(),
+        runs: Vec::new(),
+    };
+    for label in wanted.split(',').map(str::trim) {
+        let Some((shards, replicas)) = label
+            .split_once('x')
+            .and_then(|(s, r)| Some((s.parse::<usize>().ok()?, r.parse::<usize>().ok()?)))
+        else {
+            return Err(e2e::E2eError::Check(format!(
+                "BENCH_FORMATION_SPECS: {label:?} is not SHARDSxREPLICAS"
+            )));
+        };
+        let spec = format!("{{shards: {shards}, replicas: {replicas}}}");
         for run in 1..=runs {
-            let (pods, operator) = formation(spec, members).await?;
+            let formed = formation::measure(&spec, shards * (1 + replicas), run).await?;
             println!(
-                "formation {spec} run {run}: pods Ready {:.1} s after the apply; the operator's time after that {:.2} s",
-                pods.as_secs_f64(),
-                operator.as_secs_f64()
+                "formation {label} run {run}: pods Ready {:.1} s after the apply; ValkeyNodes ready {:.2} s after the pods; the operator's time {:.2} s ({:.2} s in {} passes)",
+                formed.pods_ready_s,
+                formed.nodes_ready_after_pods_s,
+                formed.operator_s,
+                formed.in_passes_s(),
+                formed.operator_passes().count()
             );
+            figures.runs.push(formed);
         }
     }
-    Ok(())
+    println!("{}", formation::markdown(&figures));
+    formation::publish(&e2e::repo_root(), &figures)
 }
 
 async fn scale_out(image: &str, keys: u64) -> Result<()> {
