@@ -58,9 +58,18 @@ pub struct ClusterMemory {
     network: Mutex<Option<String>>,
     /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
     pod_monitor: Mutex<Option<String>>,
+    /// Whether the last pass found the cluster steady with nothing to do.
+    steady: std::sync::atomic::AtomicBool,
 }
 
 impl ClusterMemory {
+    /// Records whether this pass found the cluster steady; true when the one before did too.
+    pub fn note_steady(&self, steady: bool) -> bool {
+        self.steady
+            .swap(steady, std::sync::atomic::Ordering::Relaxed)
+            && steady
+    }
+
     pub fn passwords(&self) -> Option<OperatorPasswords> {
         self.passwords
             .lock()

@@ -158,6 +158,11 @@ fn server_config(
     // is the ACL's business (and the NetworkPolicy's), so Valkey's protected mode, which refuses
     // every remote client while the default user needs no password, stays off.
     config.insert("protected-mode".to_owned(), "no".to_owned());
+    // A replica's full sync starts at once. Valkey's default waits 5 s for more replicas to share
+    // one transfer; here replicas attach together anyway (the operator attaches them in one
+    // pass), and the wait is 5 s of a new or replaced replica's shard without its copy (and of a
+    // forming cluster not Ready). The user may set it again.
+    config.insert("repl-diskless-sync-delay".to_owned(), "0".to_owned());
     config.insert(
         "aclfile".to_owned(),
         format!("{CREDENTIALS_DIR}/{}", auth::ACL_FILE_KEY),
@@ -390,6 +395,31 @@ mod tests {
         assert_eq!(config.get("appendonly"), None);
         let own = cache(&CLUSTER.replace("config: {", "config: {save: \"900 1\", "));
         assert_eq!(own.get("save").map(String::as_str), Some("900 1"));
+    }
+
+    /// A replica's first sync does not wait Valkey's default 5 s for company; a user's own delay
+    /// wins.
+    #[test]
+    fn a_replicas_full_sync_starts_at_once_unless_the_user_says_otherwise() {
+        let config_of = |yaml: &str| {
+            desired_node(&cluster(yaml), 0, 1, &NodeAuth::of("c"), None)
+                .unwrap_or_else(|| panic!("no node"))
+                .spec
+                .config
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            config_of(CLUSTER)
+                .get("repl-diskless-sync-delay")
+                .map(String::as_str),
+            Some("0")
+        );
+        let own =
+            config_of(&CLUSTER.replace("config: {", "config: {repl-diskless-sync-delay: \"5\", "));
+        assert_eq!(
+            own.get("repl-diskless-sync-delay").map(String::as_str),
+            Some("5")
+        );
     }
 
     #[test]

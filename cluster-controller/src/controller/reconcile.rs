@@ -139,15 +139,18 @@ pub async fn pass(
         Some(&pass.bindings),
     )
     .await?;
-    trace(&pass, started.elapsed(), engine_took, requeue);
+    let still_steady =
+        memory.note_steady(matches!(pass.decision, Decision::Steady(_)) && pass.earlier.is_empty());
+    trace(&pass, started.elapsed(), engine_took, requeue, still_steady);
     Ok(Requeue::requeue(requeue))
 }
 
-/// One line per pass that did or awaited something (steady passes only at debug): where its time
-/// went, Kubernetes side (`kube_ms`: Secrets, member objects, status) and Valkey side (the
-/// engine's looks), and when the next pass comes unless a watch event brings it sooner. Read by
-/// `make bench`'s formation trace; what a person reads when a change seems slow.
-fn trace(pass: &Pass, took: Duration, engine_took: Duration, requeue: Duration) {
+/// One line per pass that did or awaited something, and the first steady one after (steady
+/// passes after that only at debug): where its time went, Kubernetes side (`kube_ms`: Secrets,
+/// member objects, status) and Valkey side (the engine's looks), and when the next pass comes
+/// unless a watch event brings it sooner. Read by `make bench`'s formation trace; what a person
+/// reads when a change seems slow.
+fn trace(pass: &Pass, took: Duration, engine_took: Duration, requeue: Duration, quiet: bool) {
     let t = &pass.timing;
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let steps = pass.earlier.len() + usize::from(pass.outcome.is_some());
@@ -168,7 +171,7 @@ fn trace(pass: &Pass, took: Duration, engine_took: Duration, requeue: Duration) 
             )
         };
     }
-    if matches!(pass.decision, Decision::Steady(_)) && steps == 0 {
+    if quiet {
         line!(debug);
     } else {
         line!(info);
@@ -243,11 +246,14 @@ pub fn claim_name(cluster: &str) -> String {
 fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<Problem>) {
     let requeue = match &pass.decision {
         Decision::Act { .. } => Duration::from_millis(500),
-        // A job ending frees its source for the next one: looked at sooner than other waits.
-        Decision::Wait {
-            reason: Reason::MigratingSlots,
-            ..
-        } => Duration::from_secs(1),
+        // A job ending frees its source for the next one, and a short wait (a handshake, a
+        // replica's first sync, cluster_state turning ok once Valkey's rejoin delay is over)
+        // the pass watched for a moment may end any time: looked at sooner than other waits.
+        Decision::Wait { reason, .. }
+            if *reason == Reason::MigratingSlots || crate::engine::settles_soon(*reason) =>
+        {
+            Duration::from_secs(1)
+        }
         Decision::Wait { .. } => Duration::from_secs(2),
         Decision::Steady(_) => Duration::from_secs(15),
         Decision::Blocked { .. } => Duration::from_secs(10),

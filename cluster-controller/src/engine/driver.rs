@@ -216,7 +216,7 @@ impl<C: ValkeyClient> Engine<C> {
 
 /// Waits that end within moments by themselves: a handshake, gossip spreading a change, a
 /// replica's first sync of a small data set, cluster_state turning ok.
-fn settles_soon(reason: Reason) -> bool {
+pub fn settles_soon(reason: Reason) -> bool {
     matches!(
         reason,
         Reason::Forming

@@ -28,7 +28,7 @@ pub mod safety;
 
 pub use decide::{ATOMIC_MAX_ATTEMPTS, bindings, decide, health};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
-pub use driver::{Engine, EngineConfig, Pass, Step, Timing};
+pub use driver::{Engine, EngineConfig, Pass, Step, Timing, settles_soon};
 pub use error::EngineError;
 pub use execute::{ExecuteConfig, Outcome, execute, migrate_auth};
 pub use member::{Desired, LostSlotsPolicy, Member, Place};
