@@ -428,39 +428,74 @@ fn a_member_at_a_new_address_is_met_again() {
     }
 }
 
-#[test]
-fn fresh_nodes_are_met_through_one_seed_then_given_even_slots() {
-    // Each node alone, as right after it started: its own capture line, no slots, no peers.
+/// Two fresh nodes, each alone as right after it started (its own capture line, no peers),
+/// serving `slots` (one range per node, none when empty).
+fn fresh_pair(slots: [&str; 2]) -> (Vec<cluster_controller::engine::Member>, Observation) {
     let capture = v9_primary();
-    let lines: Vec<(&str, String)> = [("c-0-0", "127.0.0.61"), ("c-1-0", "127.0.0.62")]
-        .into_iter()
-        .map(|(name, ip)| {
-            let line = capture
-                .lines()
-                .find(|l| l.contains(&format!(" {ip}:")))
-                .expect("line");
-            let fields: Vec<&str> = line.split(' ').take(8).collect();
-            let fresh = format!("{} :7100@17100 myself,master - 0 0 0 connected", fields[0]);
-            (name, fresh)
-        })
-        .collect();
     let members = vec![member(0, 0, "127.0.0.61"), member(1, 0, "127.0.0.62")];
     let mut observed = Observation::default();
-    for ((name, text), m) in lines.iter().zip(&members) {
-        let nodes = cluster_nodes::parse(text).expect("view");
+    for ((name, ip), range) in [("c-0-0", "127.0.0.61"), ("c-1-0", "127.0.0.62")]
+        .into_iter()
+        .zip(slots)
+    {
+        let line = capture
+            .lines()
+            .find(|l| l.contains(&format!(" {ip}:")))
+            .expect("line");
+        let fields: Vec<&str> = line.split(' ').take(8).collect();
+        let fresh = format!(
+            "{} :7100@17100 myself,master - 0 0 0 connected {range}",
+            fields[0]
+        );
+        let nodes = cluster_nodes::parse(fresh.trim_end()).expect("view");
         let info = info::parse(&common::text("v9/info_primary")).expect("info");
         let cluster_info = cluster_info::parse(&common::text("v9/cluster_info_fail")).expect("ci");
-        let state = NodeState::new(m.address.expect("a"), nodes, info, cluster_info, 0, vec![])
-            .expect("state");
+        let address = members
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.address)
+            .expect("address");
+        let state = NodeState::new(address, nodes, info, cluster_info, 0, vec![]).expect("state");
         observed
             .members
-            .insert((*name).into(), Reach::Up(Box::new(state)));
+            .insert(name.into(), Reach::Up(Box::new(state)));
     }
+    (members, observed)
+}
+
+#[test]
+fn fresh_nodes_take_their_slots_first_then_are_met_through_one_seed() {
     let desired = Desired::new(2, 0);
+    // Slots first, as valkey-cli does: Valkey's rejoin delay starts when a primary serves slots.
+    let (members, observed) = fresh_pair(["", ""]);
+    match decide(&desired, &members, &observed) {
+        Decision::Act {
+            action: Action::AddSlots { on, slots },
+            reason: Reason::Forming,
+            ..
+        } => {
+            assert_eq!(on.member, "c-0-0");
+            assert_eq!(slots.to_string(), "0-8191");
+        }
+        other => panic!("{other}"),
+    }
+    let (members, observed) = fresh_pair(["0-8191", ""]);
+    match decide(&desired, &members, &observed) {
+        Decision::Act {
+            action: Action::AddSlots { on, slots },
+            ..
+        } => {
+            assert_eq!(on.member, "c-1-0");
+            assert_eq!(slots.to_string(), "8192-16383");
+        }
+        other => panic!("{other}"),
+    }
+    // Each serving its half, alone: now they are introduced (one joins the other).
+    let (members, observed) = fresh_pair(["0-8191", "8192-16383"]);
     match decide(&desired, &members, &observed) {
         Decision::Act {
             action: Action::Meet { on, peer, bus_port },
-            reason: Reason::Forming,
+            reason: Reason::Joining,
             ..
         } => {
             assert_eq!(on.member, "c-0-0");
@@ -470,6 +505,22 @@ fn fresh_nodes_are_met_through_one_seed_then_given_even_slots() {
         }
         other => panic!("{other}"),
     }
+    // A cluster that served slots before is not formed again this way.
+    let formed = Desired {
+        formed: true,
+        ..Desired::new(2, 0)
+    };
+    let (members, observed) = fresh_pair(["", ""]);
+    assert!(
+        !matches!(
+            decide(&formed, &members, &observed),
+            Decision::Act {
+                action: Action::AddSlots { .. },
+                ..
+            }
+        ),
+        "a formed cluster's empty nodes do not take slots before being introduced"
+    );
 }
 
 #[test]

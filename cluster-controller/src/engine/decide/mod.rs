@@ -3,7 +3,9 @@
 //! later rule may assume every earlier one is satisfied:
 //!
 //! 1. the spec is valid and every wanted member exists;
-//! 2. members know each other at their current addresses (MEET);
+//! 2. at formation, each shard's primary-to-be takes its slots as soon as it is up (as
+//!    valkey-cli does before its introductions); members know each other at their current
+//!    addresses (MEET);
 //! 3. failed primaries are being replaced by Valkey (wait), or taken over when no election can
 //!    happen;
 //! 4. a primary that came back without the data its replica holds hands over to that replica;
@@ -57,7 +59,8 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
         return decision;
     }
     let t = Topology::new(desired, members, observed);
-    let repairs = membership::meet(&t)
+    let repairs = slots::slots_first_at_formation(&t)
+        .or_else(|| membership::meet(&t))
         .or_else(|| failure::failing_primaries(&t))
         .or_else(|| emptied::emptied_primaries(&t))
         .or_else(|| failure::strangers(&t))

@@ -280,6 +280,34 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
     })
 }
 
+/// At formation, slots come first, as `valkey-cli --cluster create` assigns them before its
+/// introductions: each shard's primary-to-be takes its share as soon as it is up, whoever it
+/// knows yet. Valkey keeps a primary's `cluster_state` at fail for its rejoin delay (up to 5 s)
+/// after it last counted itself in a minority, which before it serves slots it always does: the
+/// sooner it serves them, the sooner the cluster is Ready, and the introductions and gossip run
+/// meanwhile. Only for a cluster that never served slots and holds no key, once every member
+/// is up (as before, a cluster with a member that cannot start waits for it, unformed), and
+/// only to each shard's first member; otherwise, and for anything but an assignment, the
+/// ordinary rules decide.
+pub(super) fn slots_first_at_formation(t: &Topology) -> Option<Decision> {
+    if t.desired.formed || !t.whole() {
+        return None;
+    }
+    coverage(t).filter(|decision| match decision {
+        Decision::Act {
+            action: Action::AddSlots { on, .. },
+            reason: Reason::Forming,
+            ..
+        } => {
+            !decision.is_forced()
+                && t.live
+                    .iter()
+                    .any(|l| l.name() == on.member && l.member.index == 0)
+        }
+        _ => false,
+    })
+}
+
 /// The first two claimers (in order) whose claims overlap. One pass over the claims finds
 /// whether any do; only then are pairs compared, which with hundreds of primaries would
 /// otherwise be most of a pass's work.

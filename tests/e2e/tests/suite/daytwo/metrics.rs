@@ -26,16 +26,22 @@ const SCRAPED: Duration = Duration::from_secs(60);
 
 /// What one member's exporter serves, once it shows the state its role implies: `redis_up 1`, and
 /// for a primary one connected replica, for a replica its link to the primary up.
-async fn scrape_member(node: &ValkeyNode, replicas: usize) -> Result<String> {
+/// The role is read again on every look: the operator may have moved a primary since `node` was
+/// read (a planned failover that spreads primaries over zones, right after forming).
+async fn scrape_member(
+    api: &Api<ValkeyNode>,
+    node: &ValkeyNode,
+    replicas: usize,
+) -> Result<String> {
     let name = node.name_any();
     let status = node.status.clone().unwrap_or_default();
     let ip = status
         .pod_ip
         .ok_or_else(|| E2eError::Check(format!("{name} has no pod IP")))?;
-    let role = status.role;
     wait_until(SCRAPED, &format!("{name}'s exporter at {ip}"), || {
-        let ip = ip.clone();
+        let (ip, name) = (ip.clone(), name.clone());
         async move {
+            let role = api.get(&name).await?.status.and_then(|s| s.role);
             let body = match http_get(&ip, METRICS_PORT, "/metrics").await {
                 Ok(body) => body,
                 Err(e) => return Ok(Poll::NotYet(e)),
@@ -104,7 +110,7 @@ async fn every_member_serves_redis_up_and_its_replication_state() -> Result<()> 
     let mut served = BTreeSet::new();
     let mut roles = Vec::new();
     for node in &nodes {
-        let body = scrape_member(node, 1).await?;
+        let body = scrape_member(&c.ns.api(), node, 1).await?;
         served.extend(metric_names(&body));
         roles.push(node.status.as_ref().and_then(|s| s.role));
         let password = exporter_password(&c.ns, node).await?;
@@ -236,7 +242,7 @@ async fn a_pod_monitor_selects_the_members_metrics_port_where_the_kind_exists() 
         format!("metrics port {port:?}"),
     )?;
     let node = r.node("watched-0").await?;
-    scrape_member(&node, 0).await?;
+    scrape_member(&r.ns.api(), &node, 0).await?;
 
     // Turned off: deleted; the pod stays as it was.
     let uid = pod.uid();
@@ -280,7 +286,7 @@ async fn over_tls_the_exporter_reads_its_server() -> Result<()> {
     .await?;
     r.wait_ready(FORM).await?;
     let node = r.node("sealed-0").await?;
-    let body = scrape_member(&node, 0).await?;
+    let body = scrape_member(&r.ns.api(), &node, 0).await?;
     let s = samples(&body);
     check(
         value_of(&s, "redis_exporter_last_scrape_error") == Some("0"),
