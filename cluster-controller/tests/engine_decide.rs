@@ -103,6 +103,69 @@ fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
     }
 }
 
+/// `world` with `member`'s CLUSTER INFO saying `cluster_state:fail`.
+fn with_cluster_state_fail(world: &mut World, member: &str) {
+    let Some(Reach::Up(state)) = world.observed.members.get(member) else {
+        panic!("{member} observed");
+    };
+    let fail = cluster_info::parse(&common::text("v9/cluster_info_fail")).expect("cluster info");
+    let state = NodeState::new(
+        state.address(),
+        state.nodes().clone(),
+        state.info().clone(),
+        fail,
+        state.keys(),
+        state.migrations().to_vec(),
+    )
+    .expect("state");
+    world
+        .observed
+        .members
+        .insert(member.into(), Reach::Up(Box::new(state)));
+}
+
+/// A new shard's primary that just joined reports `cluster_state:fail` for Valkey's rejoin delay
+/// (up to 5 s): with every slot served and every slot owner healthy in its view, slots move to
+/// it meanwhile; a source in that state is waited for, as is a target that sees a failing owner.
+#[test]
+fn slots_move_to_a_new_primary_while_valkey_holds_its_state_at_fail_for_the_rejoin_delay() {
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let mut world = World::new("v9", &v9_primary(), members.clone(), &[]);
+    with_cluster_state_fail(&mut world, "c-3-0");
+    let decision = world.decide(Desired::new(4, 0));
+    assert!(
+        matches!(
+            decision,
+            Decision::Act {
+                action: Action::StartAtomicMigration { .. },
+                ..
+            }
+        ),
+        "{decision}"
+    );
+
+    let mut source_fails = World::new("v9", &v9_primary(), members.clone(), &[]);
+    with_cluster_state_fail(&mut source_fails, "c-0-0");
+    let decision = source_fails.decide(Desired::new(4, 0));
+    assert_eq!(decision.reason(), Reason::Converging, "{decision}");
+
+    // The new primary sees the second primary failing: it may be the one cut off.
+    let failing = v9_primary().replace(
+        "valkey-1.example.test master -",
+        "valkey-1.example.test master,fail -",
+    );
+    assert_ne!(failing, v9_primary());
+    let mut cut_off = World::new("v9", &v9_primary(), members, &[]);
+    cut_off.observed.members.insert(
+        "c-3-0".into(),
+        Reach::Up(Box::new(node("v9", &failing, "127.0.0.67", &[]))),
+    );
+    with_cluster_state_fail(&mut cut_off, "c-3-0");
+    let decision = cut_off.decide(Desired::new(4, 0));
+    assert_eq!(decision.reason(), Reason::Converging, "{decision}");
+}
+
 /// `world` with the captured running export job on each of `sources`.
 fn with_running_jobs(world: &mut World, sources: &[&str]) {
     let jobs = slot_migrations::parse(&common::value("v9/getslotmigrations_source_started.resp2"))

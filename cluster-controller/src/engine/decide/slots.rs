@@ -9,7 +9,7 @@ use crate::plan::migration::atomic;
 use crate::plan::migration::legacy::Intent;
 use crate::plan::rebalance;
 use crate::valkey::cluster_info::ClusterState;
-use crate::valkey::cluster_nodes::NodeId;
+use crate::valkey::cluster_nodes::{LinkState, NodeId};
 use crate::valkey::slot_migrations::{Operation, SlotMigrationJob};
 use crate::valkey::slots::SlotSet;
 
@@ -187,6 +187,7 @@ fn legacy_markers(t: &Topology) -> Option<Decision> {
 fn not_ready_to_migrate(source: &Live, target: &Live) -> Option<Decision> {
     [source, target]
         .into_iter()
+        .filter(|n| !(n.id() == target.id() && joined_and_waiting_out_its_rejoin_delay(n)))
         .find(|n| n.state.cluster_info().state != ClusterState::Ok)
         .map(|n| {
             Decision::wait(
@@ -197,6 +198,23 @@ fn not_ready_to_migrate(source: &Live, target: &Live) -> Option<Decision> {
                 ),
             )
         })
+}
+
+/// A primary that serves no slot yet, sees every slot served and every node that serves slots
+/// healthy and connected: a node that just joined, whose `cluster_state` Valkey holds at fail
+/// for its rejoin delay (up to 5 s after it last counted itself in a minority, which before it
+/// knew the cluster it did). It is no minority, so slots may move to it meanwhile; a node
+/// that is cut off from the cluster shows failing or disconnected peers and is waited for.
+fn joined_and_waiting_out_its_rejoin_delay(node: &Live) -> bool {
+    let view = node.view();
+    node.is_primary()
+        && node.slots().is_empty()
+        && view.assigned_slots().complement().is_empty()
+        && view
+            .nodes()
+            .iter()
+            .filter(|n| n.is_primary() && !n.slots.is_empty())
+            .all(|n| n.is_healthy() && n.link == LinkState::Connected)
 }
 
 fn other_primaries(t: &Topology, source: &Live, target: &Live) -> Vec<NodeRef> {
