@@ -116,12 +116,18 @@ impl Profile {
             .unwrap_or(Duration::from_secs(300 + 2 * objects as u64))
     }
 
-    /// The command that runs this profile again.
+    /// The command that runs this profile again (with the controller binaries of this run:
+    /// `OPERATOR_BIN_DIR` when it was set).
     pub fn command(&self) -> String {
+        let binaries = std::env::var("OPERATOR_BIN_DIR")
+            .ok()
+            .filter(|d| !d.is_empty())
+            .map(|d| format!("OPERATOR_BIN_DIR={d} "))
+            .unwrap_or_default();
         format!(
-            "FLEET_CLUSTERS={} FLEET_SIMULATED={} FLEET_REST_SECONDS={} FLEET_QUIET_SECONDS={} \
-             FLEET_SETTLE_SECONDS={} cargo test --workspace --test bench -- --ignored --nocapture \
-             bench_fleet",
+            "{binaries}FLEET_CLUSTERS={} FLEET_SIMULATED={} FLEET_REST_SECONDS={} \
+             FLEET_QUIET_SECONDS={} FLEET_SETTLE_SECONDS={} cargo test --workspace --test bench \
+             -- --ignored --nocapture bench_fleet",
             self.clusters,
             self.simulated,
             self.rest.as_secs(),

@@ -16,6 +16,8 @@ use crate::resharding::report::{Machine, machine};
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub command: String,
+    /// The directory of the controller binaries run (`.../debug` or `.../release`).
+    pub binaries: String,
     pub machine: Machine,
     pub profile: Profile,
     pub real: Option<RealFleet>,
@@ -29,10 +31,25 @@ pub fn build(
 ) -> Report {
     Report {
         command: profile.command(),
+        binaries: binaries(),
         machine: machine(),
         profile: profile.clone(),
         real,
         simulated,
+    }
+}
+
+fn binaries() -> String {
+    let binary = crate::operator::binary("node-controller");
+    binary.parent().unwrap_or(&binary).display().to_string()
+}
+
+/// `release` or `debug`, from the binaries' directory.
+fn build_profile(binaries: &str) -> &'static str {
+    if binaries.ends_with("release") {
+        "release"
+    } else {
+        "debug"
     }
 }
 
@@ -191,10 +208,11 @@ pub fn markdown(report: &Report) -> String {
         "## Fleet".into(),
         String::new(),
         format!(
-            "One node-controller and one cluster-controller process for the whole fleet. Machine: \
-             {}, {} cores, {:.0} GiB. Command: `{}`. Raw figures: \
+            "One node-controller and one cluster-controller process for the whole fleet, {} \
+             builds. Machine: {}, {} cores, {:.0} GiB. Command: `{}`. Raw figures: \
              [bench/results/fleet.json](../bench/results/fleet.json); what each figure means: \
              [bench/README.md](../bench/README.md#fleet).",
+            build_profile(&report.binaries),
             m.cpu,
             m.cores,
             m.memory_kib as f64 / 1024.0 / 1024.0,
