@@ -9,6 +9,9 @@
 //! resource is the plural name, with the subresource after a slash (`valkeynodes/status`);
 //! `discovery` for the API's own descriptions, `other` for a path that names no resource. Both
 //! labels come from a fixed set (the kinds a controller touches), never from object names.
+//!
+//! The layer wraps the client's whole stack, so it counts the requests the controller makes: one
+//! that kube's own retry layer (inside the stack) sends again after a 429 or 503 counts once.
 
 use std::task::{Context, Poll};
 
