@@ -78,7 +78,7 @@ endif
 unit: $(HELM)
 	$(CARGO_TEST) --exclude e2e --exclude localkube-suite --no-fail-fast
 	# The e2e crate's own unit tests need no cluster: benchmark charts and reports, chaos results.
-	$(CARGO_TEST) --lib -- bench:: chaos:: formation:: resharding::
+	$(CARGO_TEST) --lib -- bench:: chaos:: fleet:: formation:: resharding::
 	$(CARGO_TEST) --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.
@@ -113,7 +113,8 @@ endif
 # Speed and memory figures (bench/README.md; each writes bench/results/ and its section of
 # docs/benchmarks.md): the engine's pass at scale (bench-engine), time to form a cluster, to scale
 # it out with keys (Valkey 9 and 8 migration paths), resharding side by side with valkey-cli and
-# the limit, failover with a writer. On KUBECONFIG, else on localkube.
+# the limit, failover with a writer, a fleet of hundreds of ValkeyNodes at rest (FLEET_* sizes).
+# On KUBECONFIG, else on localkube.
 bench: localkube-tools build
 	$(MAKE) bench-engine
 ifeq ($(strip $(KUBECONFIG)),)

@@ -3,6 +3,7 @@
 //! apply, and the shell a reconciler runs in (watch caches with their readiness, the error
 //! policy, per-object back-off and forgetting). [`runtime::main`] wires them together.
 
+pub mod api_requests;
 pub mod apply;
 pub mod backoff;
 pub mod cache;

@@ -8,6 +8,7 @@
 //! | `leader` | gauge (1 while this replica leads, else 0) | none |
 //! | `actions_total` | counter: steps a controller took on an object | `controller`, `namespace`, `name`, `action` |
 //! | `work_left` | gauge: what a long operation on an object has left (slots to move) | `controller`, `namespace`, `name`, `work` |
+//! | `kube_api_requests_total` | counter: requests sent to the Kubernetes API ([`crate::api_requests`]) | `verb`, `resource` |
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +19,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::api_requests::ApiRequestLabels;
 
 /// The content type of the text exposition format [`Metrics::encode`] produces.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -59,6 +62,7 @@ pub struct Metrics {
     leader: Gauge,
     actions: Family<ActionLabels, Counter>,
     work_left: Family<WorkLabels, Gauge>,
+    api_requests: Family<ApiRequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -77,6 +81,12 @@ impl Metrics {
         let leader = Gauge::default();
         let actions = Family::<ActionLabels, Counter>::default();
         let work_left = Family::<WorkLabels, Gauge>::default();
+        let api_requests = Family::<ApiRequestLabels, Counter>::default();
+        registry.register(
+            "kube_api_requests",
+            "Requests this process sent to the Kubernetes API, by verb (GET, LIST, WATCH, POST, PUT, PATCH, DELETE) and resource",
+            api_requests.clone(),
+        );
         registry.register(
             "actions",
             "Steps a controller took on an object, by kind of step (a failover is one)",
@@ -111,7 +121,14 @@ impl Metrics {
             leader,
             actions,
             work_left,
+            api_requests,
         }
+    }
+
+    /// The counters of requests sent to the Kubernetes API, for the client's counting layer
+    /// ([`crate::api_requests::counted_client`]).
+    pub fn api_requests(&self) -> Family<ApiRequestLabels, Counter> {
+        self.api_requests.clone()
     }
 
     /// Counts a reconcile pass and returns a guard that records its duration when dropped.

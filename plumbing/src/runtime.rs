@@ -92,8 +92,9 @@ pub struct Runtime {
 
 impl Runtime {
     /// Initialises, in order: logs, the SIGTERM/SIGINT handler, the Kubernetes client (in-cluster
-    /// or `KUBECONFIG`), the health server on `--metrics-addr`, and leader election when
-    /// `--leader-elect` is set. `metrics` may carry a binary's own registered metrics.
+    /// or `KUBECONFIG`; every request it sends is counted into `metrics`), the health server on
+    /// `--metrics-addr`, and leader election when `--leader-elect` is set. `metrics` may carry a
+    /// binary's own registered metrics.
     pub async fn start(
         args: &CommonArgs,
         names: Names<'_>,
@@ -101,7 +102,7 @@ impl Runtime {
     ) -> Result<Self, RuntimeError> {
         telemetry::init(args.log_format, &args.log_level)?;
         let shutdown = Shutdown::on_signals()?;
-        let client = kube::Client::try_default()
+        let client = crate::api_requests::counted_client(metrics.api_requests())
             .await
             .map_err(RuntimeError::Client)?;
 

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod chaos;
 pub mod cluster;
 pub mod faults;
+pub mod fleet;
 pub mod formation;
 pub mod helm;
 pub mod metrics;

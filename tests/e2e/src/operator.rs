@@ -17,12 +17,20 @@ use crate::{
     E2eError, Poll, Result, TestNamespace, kubeconfig_path, kubectl, repo_root, wait_until,
 };
 
-/// Where the controller binaries are: `$OPERATOR_BIN_DIR`, else this checkout's debug build
-/// (`make test` builds them first).
+/// Where the controller binaries are: `$OPERATOR_BIN_DIR`, else the debug build of
+/// `$CARGO_TARGET_DIR` (cargo builds there when it is set; a relative one is taken from the
+/// checkout's root, where `make` runs cargo), else this checkout's `target/debug` (`make test`
+/// builds them first).
 pub fn binary(name: &str) -> PathBuf {
-    std::env::var_os("OPERATOR_BIN_DIR")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
+    let non_empty = |var| {
+        std::env::var_os(var)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+    };
+    non_empty("OPERATOR_BIN_DIR")
+        .or_else(|| {
+            non_empty("CARGO_TARGET_DIR").map(|target| repo_root().join(target).join("debug"))
+        })
         .unwrap_or_else(|| repo_root().join("target/debug"))
         .join(name)
 }
@@ -211,6 +219,11 @@ impl ControllerProcess {
                 .parse()
                 .ok()
         })
+    }
+
+    /// The process id, while the process is not killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref()?.id()
     }
 
     pub fn is_running(&mut self) -> bool {

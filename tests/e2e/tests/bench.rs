@@ -252,3 +252,31 @@ async fn bench_failover() -> Result<()> {
         Err(e2e::E2eError::Check(failures.join("; ")))
     }
 }
+
+/// The fleet (`e2e::fleet`): `FLEET_CLUSTERS` ValkeyClusters of three members (real servers)
+/// under one node-controller and one cluster-controller process, then `FLEET_SIMULATED`
+/// ValkeyNodes on a simulated node under the node-controller alone: time to Ready, memory, CPU
+/// and API requests at rest, the requests to create one more cluster, and the time for a spec
+/// change to reach every workload. Writes `bench/results/fleet.json` and its section of
+/// `docs/benchmarks.md` after each part, so that a failure of the second keeps the first's.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: make bench"]
+async fn bench_fleet() -> Result<()> {
+    use e2e::fleet::{Profile, real, report, simulated};
+    let profile = Profile::from_env();
+    let publish = |report: &report::Report| -> Result<()> {
+        report::write(&e2e::repo_root(), report)?;
+        println!("{}", report::markdown(report));
+        Ok(())
+    };
+    let real = match profile.clusters {
+        0 => None,
+        _ => Some(real::run(&profile).await?),
+    };
+    publish(&report::build(&profile, real.clone(), None))?;
+    let simulated = match profile.simulated {
+        0 => None,
+        _ => Some(simulated::run(&profile).await?),
+    };
+    publish(&report::build(&profile, real, simulated))
+}
