@@ -99,7 +99,7 @@ e2e:
 .PHONY: chaos
 # Every operation crossed with every fault (tests/e2e/tests/chaos.rs), on KUBECONFIG's localkube or a
 # local one; prints a table, writes it under target/chaos/, and keeps each scenario's row in
-# docs/chaos.json and docs/chaos.md as it finishes. CHAOS_FILTER=idle.,roll. runs a part of it;
+# docs/chaos.json and docs/chaos.md as it finishes. CHAOS_FILTER=idle.,roll.,-on-8.0 runs a part of it;
 # CHAOS_SEED repeats a run.
 chaos: localkube-tools build
 ifeq ($(strip $(KUBECONFIG)),)

@@ -815,10 +815,19 @@ pub fn verdict(reports: &[Report]) -> Result<()> {
     )
 }
 
-/// Whether scenario `name` is kept by `CHAOS_FILTER`: it contains the filter, or one of its
-/// comma-separated parts (`idle.,roll.` keeps both operations); an empty filter keeps everything.
+/// Whether scenario `name` is kept by `CHAOS_FILTER`: it contains one of the filter's
+/// comma-separated parts (`idle.,roll.` keeps both operations) and none of the parts written
+/// with a leading `-` (`scale-out.,-on-8.0` keeps the scale-out on Valkey 9.1 only); an empty
+/// filter, or one of exclusions only, keeps everything else.
 pub fn matches_filter(name: &str, filter: &str) -> bool {
-    filter.split(',').any(|part| name.contains(part.trim()))
+    let parts: Vec<&str> = filter.split(',').map(str::trim).collect();
+    let (excluded, wanted): (Vec<&str>, Vec<&str>) =
+        parts.iter().partition(|part| part.starts_with('-'));
+    let wanted: Vec<&str> = wanted.into_iter().filter(|p| !p.is_empty()).collect();
+    (wanted.is_empty() || wanted.iter().any(|part| name.contains(part)))
+        && !excluded
+            .iter()
+            .any(|part| name.contains(part.trim_start_matches('-')))
 }
 
 #[cfg(test)]
@@ -831,5 +840,12 @@ mod tests {
         assert!(matches_filter("roll.delete-primary", "idle., roll."));
         assert!(matches_filter("idle.none.on-8.0", "idle.,roll."));
         assert!(!matches_filter("scale-out.none", "idle.,roll."));
+        assert!(matches_filter("scale-out.none", "scale-out.,-on-8.0"));
+        assert!(!matches_filter(
+            "scale-out.none.on-8.0",
+            "scale-out.,-on-8.0"
+        ));
+        assert!(!matches_filter("idle.none.on-8.0", "-on-8.0"));
+        assert!(matches_filter("idle.none", "-on-8.0"));
     }
 }
