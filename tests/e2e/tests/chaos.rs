@@ -6,7 +6,7 @@
 //! - `make test` runs the fixed-seed scenarios below (`quick_*`);
 //! - `make chaos` runs the whole matrix (`full_matrix`, ignored otherwise) with a random seed it
 //!   prints, or `CHAOS_SEED`; `CHAOS_FILTER` keeps the scenarios whose name contains it (or one of
-//!   its comma-separated parts, but none of those written `-part`). Each scenario's row is kept in `docs/chaos.json` and
+//!   its comma-separated parts, with every part written `+part` and none written `-part`). Each scenario's row is kept in `docs/chaos.json` and
 //!   `docs/chaos.md` as it finishes (`e2e::chaos::results`), so the matrix may be run in parts.
 //!
 //! Every scenario runs on Valkey 9.1 and again on 8.0 (its name ends in `.on-8.0`). Scenarios on a

@@ -816,18 +816,30 @@ pub fn verdict(reports: &[Report]) -> Result<()> {
 }
 
 /// Whether scenario `name` is kept by `CHAOS_FILTER`: it contains one of the filter's
-/// comma-separated parts (`idle.,roll.` keeps both operations) and none of the parts written
-/// with a leading `-` (`scale-out.,-on-8.0` keeps the scale-out on Valkey 9.1 only); an empty
-/// filter, or one of exclusions only, keeps everything else.
+/// comma-separated parts (`idle.,roll.` keeps both operations), every part written with a
+/// leading `+` and none written with a leading `-` (`scale-out.,-on-8.0` keeps the scale-out on
+/// Valkey 9.1 only, `scale-out.,+on-8.0` on 8.0 only). Without plain parts, every name that
+/// passes the `+` and `-` parts is kept.
 pub fn matches_filter(name: &str, filter: &str) -> bool {
-    let parts: Vec<&str> = filter.split(',').map(str::trim).collect();
-    let (excluded, wanted): (Vec<&str>, Vec<&str>) =
-        parts.iter().partition(|part| part.starts_with('-'));
-    let wanted: Vec<&str> = wanted.into_iter().filter(|p| !p.is_empty()).collect();
-    (wanted.is_empty() || wanted.iter().any(|part| name.contains(part)))
-        && !excluded
+    let parts: Vec<&str> = filter
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    let marked = |mark: char| -> Vec<&str> {
+        parts
             .iter()
-            .any(|part| name.contains(part.trim_start_matches('-')))
+            .filter_map(|part| part.strip_prefix(mark))
+            .collect()
+    };
+    let wanted: Vec<&str> = parts
+        .iter()
+        .copied()
+        .filter(|part| !part.starts_with(['+', '-']))
+        .collect();
+    (wanted.is_empty() || wanted.iter().any(|part| name.contains(part)))
+        && marked('+').iter().all(|part| name.contains(part))
+        && !marked('-').iter().any(|part| name.contains(part))
 }
 
 #[cfg(test)]
@@ -847,5 +859,17 @@ mod tests {
         ));
         assert!(!matches_filter("idle.none.on-8.0", "-on-8.0"));
         assert!(matches_filter("idle.none", "-on-8.0"));
+        assert!(matches_filter(
+            "scale-in.none.on-8.0",
+            "scale-out.,scale-in.,+on-8.0"
+        ));
+        assert!(!matches_filter(
+            "scale-in.none",
+            "scale-out.,scale-in.,+on-8.0"
+        ));
+        assert!(!matches_filter(
+            "roll.none.on-8.0",
+            "scale-out.,scale-in.,+on-8.0"
+        ));
     }
 }
