@@ -22,6 +22,15 @@ fn end(name: &str) -> String {
     format!("<!-- {name}: end -->")
 }
 
+/// The environment variable `name` parsed as a `T`, or `default` when it is unset or does not
+/// parse: how every benchmark reads its sizes.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 /// Writes `figures` to `bench/results/<name>.json`, the charts of that JSON to `docs/charts/`
 /// (`figures::write`), and `body` (markdown) with the charts as the section `name` of
 /// `docs/benchmarks.md` (created when missing). Charts that fail to draw leave the figures and

@@ -26,6 +26,7 @@ pub mod watched;
 
 use std::time::Duration;
 
+use crate::bench::env_or;
 use serde::Serialize;
 
 /// What a run does, and how big.
@@ -61,13 +62,6 @@ pub struct Profile {
 pub const CLUSTER_SPEC: &str = "{shards: 3, replicas: 0, persistence: {enabled: false}}";
 /// The cluster created at rest: the 3×1, otherwise like the fleet's.
 pub const CREATE_SPEC: &str = "{shards: 3, replicas: 1, persistence: {enabled: false}}";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
 
 impl Profile {
     /// `FLEET_CLUSTERS` (100), `FLEET_SIMULATED` (3000), `FLEET_REST_SECONDS` (120),

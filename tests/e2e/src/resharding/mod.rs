@@ -24,6 +24,7 @@ use valkey_api::v1alpha1::{ClusterState, ValkeyNode};
 
 use self::bare::{BareCluster, Member};
 use self::data::Dataset;
+use crate::bench::env_or;
 use crate::cluster::ClusterFixture;
 use crate::{E2eError, Poll, Result, check, valkey_cmd, wait_until};
 
@@ -48,13 +49,6 @@ pub struct Profile {
     /// On Valkey 9, `valkey-cli rebalance --cluster-use-atomic-slot-migration` (after the
     /// default when both run).
     pub cli_atomic: bool,
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 impl Profile {
