@@ -185,9 +185,16 @@ fn legacy_markers(t: &Topology) -> Option<Decision> {
 /// A node refuses keys (`CLUSTERDOWN`) until it considers the cluster healthy, which a node
 /// that just joined does only a moment after it learned every slot's owner.
 fn not_ready_to_migrate(source: &Live, target: &Live) -> Option<Decision> {
+    // Only an atomic job (Valkey 9) moves everything it was given in one hand-over; a legacy
+    // move hands slots over batch by batch, and would stop halfway, markers open, once the
+    // target serving some of them counts as joined.
+    let atomic =
+        source.state.supports_atomic_migration() && target.state.supports_atomic_migration();
     [source, target]
         .into_iter()
-        .filter(|n| !(n.id() == target.id() && joined_and_waiting_out_its_rejoin_delay(n)))
+        .filter(|n| {
+            !(atomic && n.id() == target.id() && joined_and_waiting_out_its_rejoin_delay(n))
+        })
         .find(|n| n.state.cluster_info().state != ClusterState::Ok)
         .map(|n| {
             Decision::wait(
