@@ -105,17 +105,27 @@ fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
 
 /// `world` with `member`'s CLUSTER INFO saying `cluster_state:fail`.
 fn with_cluster_state_fail(world: &mut World, member: &str) {
+    let fail = cluster_info::parse(&common::text("v9/cluster_info_fail")).expect("cluster info");
+    restate(world, member, Some(fail), None);
+}
+
+/// `world` with `member`'s observed state changed: its CLUSTER INFO and/or its migration jobs.
+fn restate(
+    world: &mut World,
+    member: &str,
+    cluster_info: Option<cluster_info::ClusterInfo>,
+    jobs: Option<Vec<slot_migrations::SlotMigrationJob>>,
+) {
     let Some(Reach::Up(state)) = world.observed.members.get(member) else {
         panic!("{member} observed");
     };
-    let fail = cluster_info::parse(&common::text("v9/cluster_info_fail")).expect("cluster info");
     let state = NodeState::new(
         state.address(),
         state.nodes().clone(),
         state.info().clone(),
-        fail,
+        cluster_info.unwrap_or_else(|| state.cluster_info().clone()),
         state.keys(),
-        state.migrations().to_vec(),
+        jobs.unwrap_or_else(|| state.migrations().to_vec()),
     )
     .expect("state");
     world
@@ -171,22 +181,7 @@ fn with_running_jobs(world: &mut World, sources: &[&str]) {
     let jobs = slot_migrations::parse(&common::value("v9/getslotmigrations_source_started.resp2"))
         .expect("jobs");
     for source in sources {
-        let Some(Reach::Up(state)) = world.observed.members.get(*source) else {
-            panic!("{source} observed");
-        };
-        let state = NodeState::new(
-            state.address(),
-            state.nodes().clone(),
-            state.info().clone(),
-            state.cluster_info().clone(),
-            state.keys(),
-            jobs.clone(),
-        )
-        .expect("state");
-        world
-            .observed
-            .members
-            .insert((*source).into(), Reach::Up(Box::new(state)));
+        restate(world, source, None, Some(jobs.clone()));
     }
 }
 
