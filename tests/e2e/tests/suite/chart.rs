@@ -1193,7 +1193,9 @@ async fn valkey_pods(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, 
         .collect())
 }
 
-/// Each ValkeyNode's generation and the pod revision its node-controller wants.
+/// Each ValkeyNode's pod revisions: the one its spec asks for and the one that runs. Not its
+/// generation: a new release may add a live setting (set with CONFIG SET, no restart), which
+/// changes the spec but not the pod.
 async fn node_revisions(ns: &TestNamespace) -> Result<BTreeMap<String, String>> {
     let nodes = ns
         .api::<valkey_api::v1alpha1::ValkeyNode>()
@@ -1207,18 +1209,62 @@ async fn node_revisions(ns: &TestNamespace) -> Result<BTreeMap<String, String>> 
             (
                 n.name_any(),
                 format!(
-                    "generation {:?} desired {:?} current {:?}",
-                    n.metadata.generation, status.desired_revision, status.current_revision
+                    "desired {:?} current {:?}",
+                    status.desired_revision, status.current_revision
                 ),
             )
         })
         .collect())
 }
 
+/// Waits until every ValkeyNode's status describes its current spec with ConfigApplied True:
+/// the running server has every live setting the new release's cluster-controller asked for.
+async fn wait_live_settings_applied(ns: &TestNamespace) -> Result<()> {
+    wait_until(
+        Duration::from_secs(90),
+        "every ValkeyNode's live settings applied to its running server",
+        || async move {
+            let nodes = ns
+                .api::<valkey_api::v1alpha1::ValkeyNode>()
+                .list(&ListParams::default())
+                .await?;
+            let behind: Vec<String> = nodes
+                .items
+                .iter()
+                .filter_map(|n| {
+                    let status = n.status.clone().unwrap_or_default();
+                    let applied = status
+                        .conditions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|c| c.type_ == "ConfigApplied")
+                        .map(|c| (c.status, c.message));
+                    let current = status.observed_generation == n.metadata.generation;
+                    (!current || applied.as_ref().is_none_or(|(s, _)| s != "True")).then(|| {
+                        format!(
+                            "{}: generation {:?} observed {:?}, ConfigApplied {applied:?}",
+                            n.name_any(),
+                            n.metadata.generation,
+                            status.observed_generation
+                        )
+                    })
+                })
+                .collect();
+            Ok(if behind.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(behind.join("; "))
+            })
+        },
+    )
+    .await
+}
+
 /// `helm upgrade` from the previous release to this checkout with a cluster running, as a user
 /// does it (`helm upgrade` with their values): the CRDs become this checkout's, the new
-/// controllers take over and scale the cluster, and not one Valkey pod of the running cluster
-/// restarts, nor does any ValkeyNode ask for a new pod revision.
+/// controllers take over and scale the cluster, every server takes the new release's live
+/// settings, and not one Valkey pod of the running cluster restarts, nor does any ValkeyNode ask
+/// for a new pod revision.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_upgrade_from_the_previous_release_restarts_no_valkey_pod() -> Result<()> {
     let _turn = e2e::pool::heavy().await;
@@ -1342,6 +1388,8 @@ async fn an_upgrade_from_the_previous_release_restarts_no_valkey_pod() -> Result
     )
     .await?;
     steps.done("the new controllers scaled the cluster to 3 shards");
+    wait_live_settings_applied(&ns).await?;
+    steps.done("every server runs the new release's live settings");
 
     let pods_after = valkey_pods(&ns, "up").await?;
     let nodes_after = node_revisions(&ns).await?;
