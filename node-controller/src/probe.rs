@@ -47,12 +47,19 @@ pub struct Server {
 pub async fn ask(ip: &str, credentials: Option<&Credentials>, trust: Option<&Trust>) -> Answer {
     match tokio::time::timeout(TIMEOUT * 2, ask_inner(ip, credentials, trust)).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => Answer::Failed(describe(&e)),
-        Err(_) => Answer::Failed(format!(
-            "no answer from {ip}:{VALKEY_PORT} within {:?}",
-            TIMEOUT * 2
-        )),
+        Ok(Err(e)) => Answer::Failed(describe(ip, &e)),
+        Err(_) => Answer::Failed(no_answer(ip)),
     }
+}
+
+/// The one sentence for a server that cannot be reached. A connection to an address where
+/// nothing answers ends either in the connect timeout or in the kernel's "No route to host"
+/// (its neighbour lookup gives up after about as long), whichever comes first; quoting either
+/// would change the status on every look, a write each time for nothing a person can use.
+pub fn no_answer(ip: &str) -> String {
+    format!(
+        "no answer from {ip}:{VALKEY_PORT} (the connection timed out or the host is unreachable)"
+    )
 }
 
 async fn ask_inner(
@@ -125,15 +132,21 @@ pub fn parse_server(info: &str) -> Server {
     }
 }
 
-/// A redis error as a sentence; the redis crate never puts passwords in its errors.
-fn describe(e: &redis::RedisError) -> String {
+/// A redis error as a sentence; the redis crate never puts passwords in its errors. A server
+/// that cannot be reached gets one sentence however the attempt ended (see [`no_answer`]).
+pub fn describe(ip: &str, e: &redis::RedisError) -> String {
     let text = e.to_string();
     if text.contains("WRONGPASS") || text.contains("NOAUTH") || text.contains("NOPERM") {
         format!("Valkey refused the health user: {text}")
+    } else if e.is_timeout() || UNREACHABLE.iter().any(|words| text.contains(words)) {
+        no_answer(ip)
     } else {
         text
     }
 }
+
+/// The operating system's words for an address no packet reaches.
+const UNREACHABLE: [&str; 2] = ["No route to host", "Network is unreachable"];
 
 #[cfg(test)]
 mod tests {
@@ -167,6 +180,25 @@ mod tests {
             parse_server("redis_version:7.2.4\r\n").version.as_deref(),
             Some("7.2.4")
         );
+    }
+
+    /// The same unreachable server, whichever way the attempt ended, is said the same way, so
+    /// the status does not change from one look to the next.
+    #[test]
+    fn an_unreachable_server_is_said_one_way() {
+        let ip = "10.0.0.9";
+        let timed_out = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let no_route = redis::RedisError::from(std::io::Error::from_raw_os_error(113));
+        assert!(
+            no_route.to_string().contains("No route to host"),
+            "{no_route}"
+        );
+        assert_eq!(describe(ip, &timed_out), no_answer(ip));
+        assert_eq!(describe(ip, &no_route), no_answer(ip));
+        // A refusal says something else a person can act on: nothing listens there.
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_ne!(describe(ip, &refused), no_answer(ip));
     }
 
     #[test]

@@ -74,10 +74,10 @@ pub async fn set(
             }
         }
         Ok(Err(e)) => Outcome::NotSet {
-            answer: e.to_string(),
+            answer: probe::describe(ip, &e),
         },
         Err(_) => Outcome::NotSet {
-            answer: format!("no answer within {TIMEOUT:?}"),
+            answer: probe::no_answer(ip),
         },
     }
 }
@@ -109,8 +109,8 @@ pub async fn reload_tls(
     .await;
     match result {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {TIMEOUT:?}")),
+        Ok(Err(e)) => Err(probe::describe(ip, &e)),
+        Err(_) => Err(probe::no_answer(ip)),
     }
 }
 
