@@ -89,6 +89,7 @@ fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
                     source,
                     target,
                     ranges,
+                    also,
                 },
             reason: Reason::MigratingSlots,
             ..
@@ -98,6 +99,50 @@ fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
             // Shard 0 keeps 4096 of its 5461 slots and gives its highest.
             let moved: Vec<String> = ranges.iter().map(ToString::to_string).collect();
             assert_eq!(moved, ["4096-5460"]);
+            assert!(also.is_empty(), "shard 0 gives to the new shard only");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+/// A shard that leaves gives its slots to both that stay with one `CLUSTER MIGRATESLOTS`
+/// naming each (a job per target, started together), not one job per pass.
+#[test]
+fn a_leaving_shard_starts_its_moves_to_every_target_in_one_command() {
+    // Without the stranger the capture also holds (.67, met but no member), which would be
+    // forgotten first.
+    let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    match world.decide(Desired::new(2, 1)) {
+        Decision::Act {
+            action:
+                Action::StartAtomicMigration {
+                    source,
+                    target,
+                    ranges,
+                    also,
+                },
+            reason: Reason::Draining,
+            ..
+        } => {
+            assert_eq!(source.member, "c-2-0");
+            let mut targets = vec![target.member.clone()];
+            targets.extend(also.iter().map(|m| m.target.member.clone()));
+            targets.sort();
+            assert_eq!(targets, ["c-0-0", "c-1-0"]);
+            // Between them, every slot of shard 2 (10922-16383 in the capture), each once.
+            let mut given: Vec<u16> = ranges
+                .iter()
+                .chain(also.iter().flat_map(|m| m.ranges.iter()))
+                .flat_map(|r| r.start()..=r.end())
+                .collect();
+            given.sort_unstable();
+            given.dedup();
+            let (first, last, count) = (given.first(), given.last(), given.len());
+            assert_eq!(
+                (first, last, count),
+                (Some(&10922), Some(&16383), 16384 - 10922),
+                "slots given, first, last and how many"
+            );
         }
         other => panic!("{other}"),
     }

@@ -23,6 +23,13 @@ impl fmt::Display for NodeRef {
     }
 }
 
+/// One target's part of a `CLUSTER MIGRATESLOTS` naming several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtomicMove {
+    pub target: NodeRef,
+    pub ranges: Vec<SlotRange>,
+}
+
 /// Legacy (pre-9) slot migration of a set of slots from one primary to another, run by the
 /// executor slot by slot with the stateless machine of [`crate::plan::migration::legacy`],
 /// as many slots as fit in one pass's time budget.
@@ -61,6 +68,10 @@ pub enum Action {
         source: NodeRef,
         target: NodeRef,
         ranges: Vec<SlotRange>,
+        /// The source's moves to other targets, started by the same command (a job each), so
+        /// a shard that gives slots to several others starts them all at once rather than one
+        /// job per pass after the one before it ended.
+        also: Box<[AtomicMove]>,
     },
     /// `CLUSTER CANCELSLOTMIGRATIONS ALL` on `on`.
     CancelMigrations { on: NodeRef },
@@ -146,11 +157,23 @@ impl fmt::Display for Action {
                 source,
                 target,
                 ranges,
-            } => write!(
-                f,
-                "CLUSTER MIGRATESLOTS {} from {source} to {target}",
-                SlotSet::from_ranges(ranges.iter().copied())
-            ),
+                also,
+            } => {
+                write!(
+                    f,
+                    "CLUSTER MIGRATESLOTS {} from {source} to {target}",
+                    SlotSet::from_ranges(ranges.iter().copied())
+                )?;
+                for m in also {
+                    write!(
+                        f,
+                        ", {} to {}",
+                        SlotSet::from_ranges(m.ranges.iter().copied()),
+                        m.target
+                    )?;
+                }
+                Ok(())
+            }
             Action::CancelMigrations { on } => write!(f, "CLUSTER CANCELSLOTMIGRATIONS on {on}"),
             Action::ClearSlot { on, slots } => {
                 write!(f, "CLUSTER SETSLOT {slots} STABLE on {on}")
@@ -290,6 +313,8 @@ pub struct Health {
 }
 
 /// The outcome of [`super::decide`].
+// One Decision per pass: its size costs nothing, and boxing the action would only add noise.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Exactly one next step. `forced` marks a step that overrides Valkey or may lose data

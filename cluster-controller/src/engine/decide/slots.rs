@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::engine::decision::{Action, Decision, LegacyMigration, NodeRef, Reason};
+use crate::engine::decision::{Action, AtomicMove, Decision, LegacyMigration, NodeRef, Reason};
 use crate::engine::member::Place;
 use crate::plan::migration::atomic;
 use crate::plan::migration::legacy::Intent;
@@ -406,7 +406,8 @@ pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
     };
-    move_slots(t, &plan.moves.into_iter().next()?)
+    let first = move_slots(t, plan.moves.first()?)?;
+    Some(with_the_sources_other_moves(t, &plan.moves, first))
 }
 
 /// While atomic migration jobs run (Valkey 9), the next move of the plan whose source runs no
@@ -419,10 +420,69 @@ pub(super) fn start_beside_running_jobs(t: &Topology) -> Option<Decision> {
         return None;
     }
     let plan = rebalance::plan(&by_shard(t), &target_shards(t)).ok()?;
-    plan.moves
+    let first = plan
+        .moves
         .iter()
         .filter_map(|step| move_slots(t, step))
-        .find(|decision| starts_on_an_idle_source(t, decision))
+        .find(|decision| starts_on_an_idle_source(t, decision))?;
+    Some(with_the_sources_other_moves(t, &plan.moves, first))
+}
+
+/// `decision`, when it starts an atomic migration, joined by every other move of `plan` from
+/// the same source that may start now: one `CLUSTER MIGRATESLOTS` naming each target, so a
+/// shard that gives slots to several (a scale-in, a scale-out by more than one shard) starts
+/// them all at once instead of one job per pass, each after the one before it ended. Each
+/// joined move has passed the same checks as a move started alone (both ends ready, each
+/// knowing the other as a primary, no job of its own for these slots).
+fn with_the_sources_other_moves(
+    t: &Topology,
+    plan: &[rebalance::Move<u32>],
+    mut decision: Decision,
+) -> Decision {
+    let Decision::Act {
+        action:
+            Action::StartAtomicMigration {
+                source,
+                target,
+                also,
+                ..
+            },
+        message,
+        ..
+    } = &mut decision
+    else {
+        return decision;
+    };
+    let mut joined: Vec<AtomicMove> = Vec::new();
+    for step in plan {
+        let Some(Decision::Act {
+            action:
+                Action::StartAtomicMigration {
+                    source: other_source,
+                    target: other,
+                    ranges,
+                    ..
+                },
+            ..
+        }) = move_slots(t, step)
+        else {
+            continue;
+        };
+        let new_target = other.id != target.id && joined.iter().all(|m| m.target.id != other.id);
+        if other_source.id == source.id && new_target {
+            message.push_str(&format!(
+                ", and slots {} to {}",
+                SlotSet::from_ranges(ranges.iter().copied()),
+                other.member
+            ));
+            joined.push(AtomicMove {
+                target: other,
+                ranges,
+            });
+        }
+    }
+    *also = joined.into_boxed_slice();
+    decision
 }
 
 /// A decision to start an atomic migration on a source that runs no unfinished export job.
@@ -514,6 +574,7 @@ fn move_slots(t: &Topology, step: &rebalance::Move<u32>) -> Option<Decision> {
                 source: source.node_ref(),
                 target: target.node_ref(),
                 ranges,
+                also: Box::default(),
             },
             reason,
             format!("moving {what}"),

@@ -12,7 +12,7 @@ use redis::{Cmd, Value};
 use tokio::time::Instant;
 
 use crate::client::ValkeyClient;
-use crate::plan::migration::command::{migrateslots_args, to_cmd};
+use crate::plan::migration::command::{migrateslots_to_many, to_cmd};
 
 use super::decision::{Action, NodeRef};
 use super::error::EngineError;
@@ -70,10 +70,15 @@ pub async fn execute(
             source,
             target,
             ranges,
-        } => ok(
-            run(source, to_cmd(&migrateslots_args(ranges, &target.id))).await?,
-            "CLUSTER MIGRATESLOTS",
-        ),
+            also,
+        } => {
+            let moves = std::iter::once((ranges.as_slice(), &target.id))
+                .chain(also.iter().map(|m| (m.ranges.as_slice(), &m.target.id)));
+            ok(
+                run(source, to_cmd(&migrateslots_to_many(moves))).await?,
+                "CLUSTER MIGRATESLOTS",
+            )
+        }
         Action::CancelMigrations { on } => {
             let mut cmd = redis::cmd("CLUSTER");
             cmd.arg("CANCELSLOTMIGRATIONS").arg("ALL");

@@ -108,16 +108,24 @@ pub fn migrate_args(
 /// `CLUSTER MIGRATESLOTS SLOTSRANGE <start> <end> [<start> <end> ...] NODE <target-id>`
 /// (Valkey 9+, sent to the source).
 pub fn migrateslots_args(ranges: &[SlotRange], target: &NodeId) -> Vec<String> {
-    let mut args = vec![
-        "CLUSTER".to_owned(),
-        "MIGRATESLOTS".into(),
-        "SLOTSRANGE".into(),
-    ];
-    for range in ranges {
-        args.push(range.start().to_string());
-        args.push(range.end().to_string());
+    migrateslots_to_many([(ranges, target)])
+}
+
+/// One `CLUSTER MIGRATESLOTS` with a `SLOTSRANGE ... NODE <target-id>` group per target: the
+/// source starts a job for each, all or none (Valkey answers an error and starts nothing when
+/// one group cannot start).
+pub fn migrateslots_to_many<'a>(
+    moves: impl IntoIterator<Item = (&'a [SlotRange], &'a NodeId)>,
+) -> Vec<String> {
+    let mut args = vec!["CLUSTER".to_owned(), "MIGRATESLOTS".into()];
+    for (ranges, target) in moves {
+        args.push("SLOTSRANGE".into());
+        for range in ranges {
+            args.push(range.start().to_string());
+            args.push(range.end().to_string());
+        }
+        args.extend(["NODE".into(), target.to_string()]);
     }
-    args.extend(["NODE".into(), target.to_string()]);
     args
 }
 
@@ -193,6 +201,11 @@ mod tests {
                 "CLUSTER MIGRATESLOTS SLOTSRANGE 0 99 200 200 NODE {}",
                 id('b')
             )
+        );
+        let (b, c) = (id('b'), id('c'));
+        assert_eq!(
+            migrateslots_to_many([(&ranges[..1], &b), (&ranges[1..], &c)]).join(" "),
+            format!("CLUSTER MIGRATESLOTS SLOTSRANGE 0 99 NODE {b} SLOTSRANGE 200 200 NODE {c}")
         );
     }
 }
