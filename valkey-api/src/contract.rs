@@ -53,6 +53,11 @@ pub const READY_CONDITION: &str = "Ready";
 /// (the node-controller sets them with CONFIG SET; False quotes what Valkey refused, and then
 /// nothing else of the node was changed).
 pub const CONFIG_APPLIED_CONDITION: &str = "ConfigApplied";
+/// ConfigApplied=False while the pod runs an older revision than the desired one: the live
+/// settings reach the server that replaces it (from its valkey.conf), not the one it runs, which
+/// may be an older Valkey that refuses the newer values. Not a fault: a parent rolling its members
+/// sees it on every member it has not rolled yet.
+pub const CONFIG_AWAITS_RESTART: &str = "AwaitingRestart";
 
 /// Reasons of a ValkeyNode's Ready=False that no amount of waiting fixes: its pod cannot run
 /// (not scheduled, no image, crash loop, a config Valkey or the node-controller refuses). A

@@ -64,7 +64,9 @@ pub fn refused_config<'a>(nodes: impl IntoIterator<Item = &'a ValkeyNode>) -> Op
             .as_ref()?
             .iter()
             .find(|c| {
-                c.type_ == valkey_api::contract::CONFIG_APPLIED_CONDITION && c.status == "False"
+                c.type_ == valkey_api::contract::CONFIG_APPLIED_CONDITION
+                    && c.status == "False"
+                    && c.reason != valkey_api::contract::CONFIG_AWAITS_RESTART
             })?;
         Some(Problem {
             reason: refused.reason.clone(),
@@ -149,6 +151,25 @@ mod tests {
             problem.message.starts_with("ValkeyNode cache-0-1: ")
                 && problem.message.contains("anti-affinity")
         );
+    }
+
+    #[test]
+    fn a_member_waiting_for_its_restart_has_refused_nothing() {
+        let mut node = desired_node(&cluster(CLUSTER), 0, 0, &NodeAuth::of("cache"), None)
+            .unwrap_or_else(|| panic!("no node"));
+        let with = |reason: &str| {
+            serde_json::from_value(serde_json::json!({"ready": true, "conditions": [{
+                "type": "ConfigApplied", "status": "False", "reason": reason,
+                "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }]}))
+            .unwrap_or_default()
+        };
+        node.status = Some(with(valkey_api::contract::CONFIG_AWAITS_RESTART));
+        assert_eq!(refused_config(std::slice::from_ref(&node)), None);
+        node.status = Some(with("ConfigRefused"));
+        let problem =
+            refused_config(std::slice::from_ref(&node)).unwrap_or_else(|| panic!("no problem"));
+        assert_eq!(problem.reason, "ConfigRefused");
     }
 
     #[test]

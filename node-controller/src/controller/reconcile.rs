@@ -49,7 +49,10 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
 
     // Valkey first: the live settings go to the running server before anything else is applied,
     // so that a value Valkey refuses changes nothing else (not even valkey.conf, from which a
-    // restarted pod would fail to start).
+    // restarted pod would fail to start). A pod on an older revision is not sent them: it is to
+    // be replaced, and its server may be an older Valkey that refuses the newer one's values
+    // (Valkey 9's shutdown-on-sigterm failover, on an upgrade from 8), which would hold the roll
+    // that replaces it forever.
     let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
     let answer = match (pod.and_then(observe::running_ip), &trust) {
         (Some(_), Some(Err(why))) => Some((String::new(), Answer::Failed(why.clone()))),
@@ -74,7 +77,11 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
                 credentials: credentials.as_ref(),
                 trust: trust.as_ref(),
             };
-            let outcome = live_settings(ctx, key, &login, server, &children.live).await;
+            let running = pod.and_then(|p| status::pod_revision(p));
+            let outcome = match live::apply::awaiting_restart(running, &children.revision) {
+                Some(waiting) => waiting,
+                None => live_settings(ctx, key, &login, server, &children.live).await,
+            };
             if trust.is_some() && !children.live.contains_key(live::TLS_AUTO_RELOAD) {
                 reload_tls(&login, server).await;
             }

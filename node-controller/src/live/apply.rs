@@ -23,6 +23,10 @@ pub enum Outcome {
     /// They could not be set for another reason (no permission, no answer): the next pass tries
     /// again, and nothing is held back for it.
     NotSet { answer: String },
+    /// Not sent: the pod runs `running`, an older revision than `desired`, and the settings
+    /// belong to the server of `desired` (an upgrade's server may know values the running,
+    /// older one refuses, and a refusal would hold the very roll that brings the newer one).
+    AwaitingRestart { running: String, desired: String },
 }
 
 /// What was last set successfully on a server process: its run id and the settings' hash.
@@ -36,6 +40,18 @@ pub fn fingerprint(run_id: &str, live: &BTreeMap<String, String>) -> String {
         hasher.update(value.as_bytes());
     }
     hex::encode(&hasher.finalize()[..8])
+}
+
+/// Whether the live settings wait for the pod's restart instead of going to its server: when the
+/// pod runs a revision (`running`) other than the desired one. A pod without a revision is
+/// older than revisions and is sent them.
+pub fn awaiting_restart(running: Option<String>, desired: &str) -> Option<Outcome> {
+    running
+        .filter(|running| running != desired)
+        .map(|running| Outcome::AwaitingRestart {
+            running,
+            desired: desired.to_owned(),
+        })
 }
 
 /// `CONFIG SET` of every live setting on the server at `ip`.
@@ -117,6 +133,19 @@ pub async fn reload_tls(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_pod_on_an_older_revision_waits_for_its_restart() {
+        assert_eq!(awaiting_restart(Some("r2".into()), "r2"), None);
+        assert_eq!(awaiting_restart(None, "r2"), None);
+        assert_eq!(
+            awaiting_restart(Some("r1".into()), "r2"),
+            Some(Outcome::AwaitingRestart {
+                running: "r1".into(),
+                desired: "r2".into()
+            })
+        );
+    }
 
     #[test]
     fn a_new_server_or_new_settings_change_the_fingerprint() {

@@ -234,6 +234,15 @@ pub fn compute(
                  {answer}. They are tried again; the user of spec.credentials needs CONFIG SET."
             ),
         ),
+        Some(Outcome::AwaitingRestart { running, desired }) => conditions.set(
+            CONFIG_APPLIED,
+            false,
+            valkey_api::contract::CONFIG_AWAITS_RESTART,
+            &format!(
+                "The pod runs revision {running}; the live settings of spec.config are those of \
+                 revision {desired}, and its server starts with them."
+            ),
+        ),
         Some(Outcome::Refused { keys, answer }) => conditions.set(
             CONFIG_APPLIED,
             false,

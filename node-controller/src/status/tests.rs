@@ -358,3 +358,20 @@ fn a_growing_volume_serves_on_and_one_that_cannot_grow_says_why() {
     assert!(s.ready, "the node runs on the volume it has");
     assert_eq!(s.desired_revision.as_deref(), Some("r1"));
 }
+
+#[test]
+fn live_settings_waiting_for_the_restart_are_not_applied_nor_refused() {
+    let p = pod(READY_POD);
+    let mut o = observed(Some(&p), None);
+    o.live_config = Some(Outcome::AwaitingRestart {
+        running: "r0".into(),
+        desired: "r1".into(),
+    });
+    let s = compute(None, &o, &at(1));
+    let c = condition(&s, CONFIG_APPLIED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", valkey_api::contract::CONFIG_AWAITS_RESTART)
+    );
+    assert!(c.message.contains("r0") && c.message.contains("r1"));
+}
