@@ -383,7 +383,10 @@ fn condition_order(type_: &str) -> usize {
 /// The status as a strategic-merge patch body. Conditions merge by `type`, so a field that went
 /// away (a reason once the condition is True) must be sent as null or the old value stays; the
 /// same holds for the pod-level message.
-pub fn patch_body(status: &PodStatus) -> serde_json::Value {
+/// The patch of a pod's status. The pod's UID goes with it, as a precondition (a real kubelet's
+/// too): a pod recreated under the same name (a StatefulSet's) is another pod, and the API
+/// server refuses the write (409) instead of giving it the old pod's IP and state.
+pub fn patch_body(status: &PodStatus, uid: &str) -> serde_json::Value {
     let mut value = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
     if let Some(conditions) = value.get_mut("conditions").and_then(|c| c.as_array_mut()) {
         for c in conditions.iter_mut().filter_map(|c| c.as_object_mut()) {
@@ -397,7 +400,7 @@ pub fn patch_body(status: &PodStatus) -> serde_json::Value {
             obj.entry(field).or_insert(serde_json::Value::Null);
         }
     }
-    serde_json::json!({ "status": value })
+    serde_json::json!({ "metadata": { "uid": uid }, "status": value })
 }
 
 /// The part of a status this kubelet owns, as JSON, to decide whether a write is needed.
@@ -560,7 +563,8 @@ mod tests {
     fn the_patch_clears_reasons_that_no_longer_apply() {
         let p = pod("Always");
         let status = build(&p, &view(vec![(running(true), None)]), ts(100));
-        let body = patch_body(&status);
+        let body = patch_body(&status, "u1");
+        assert_eq!(body["metadata"]["uid"], "u1");
         let ready = body["status"]["conditions"]
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())

@@ -381,6 +381,7 @@ impl Worker {
         .await;
         match result {
             Ok(()) => {
+                tracing::info!(pod = %self.key(), uid = %self.uid, %ip, reserved = reserved.is_some(), "pod network");
                 self.net = Some(Net { names, ip });
                 self.net_error = None;
             }
@@ -813,7 +814,7 @@ impl Worker {
             self.pod.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let name = self.pod.metadata.name.clone().unwrap_or_default();
-        let patch = status::patch_body(&desired);
+        let patch = status::patch_body(&desired, &self.uid);
         match api
             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
@@ -826,7 +827,8 @@ impl Worker {
                     self.pod = pod;
                 }
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            // Gone, or another pod under its name now (the UID precondition).
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => tracing::warn!(pod = %self.key(), error = %e, "writing pod status"),
         }
     }
@@ -870,6 +872,7 @@ impl Worker {
         }
         if let Some(net) = self.net.take() {
             network::teardown(&net.names).await;
+            tracing::info!(pod = %self.key(), uid = %self.uid, ip = %net.ip, "pod network removed");
             self.ctx.release_ip(&self.node.name, net.ip);
         }
         if remove_dir {
