@@ -269,11 +269,20 @@ pub async fn bridge_address(bridge: &str, addr: Ipv4Addr, add: bool) -> Result<(
     }
 }
 
-/// Pod IPs of one node: 10.213.k.2–254.
+/// The first and last pod address of a node's /24 (.1 is the node's own).
+const FIRST_HOST: u8 = 2;
+const LAST_HOST: u8 = 254;
+
+/// Pod IPs of one node: 10.213.k.2–254, handed out in turn (as the host-local IPAM of CNI does):
+/// an address released is the last to be given again, so anything that still remembers it (a
+/// status not yet rewritten, a cache, a client) has the longest time to let go before another
+/// pod answers there.
 #[derive(Debug, Clone)]
 pub struct Ipam {
     base: [u8; 3],
     used: BTreeSet<u8>,
+    /// Where the search for the next free address starts.
+    next: u8,
 }
 
 impl Ipam {
@@ -283,20 +292,36 @@ impl Ipam {
         Self {
             base: [o[0], o[1], o[2]],
             used: BTreeSet::new(),
+            next: FIRST_HOST,
         }
     }
 
     fn host_part(&self, ip: Ipv4Addr) -> Option<u8> {
         let o = ip.octets();
-        ([o[0], o[1], o[2]] == self.base && (2..=254).contains(&o[3])).then_some(o[3])
+        ([o[0], o[1], o[2]] == self.base && (FIRST_HOST..=LAST_HOST).contains(&o[3]))
+            .then_some(o[3])
     }
 
-    /// The preferred address when it is this node's and free, else the lowest free one.
+    /// The preferred address when it is this node's and free, else the next free one after the
+    /// last given (wrapping around).
     pub fn allocate(&mut self, preferred: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
-        let host = preferred
+        let host = match preferred
             .and_then(|ip| self.host_part(ip))
             .filter(|h| !self.used.contains(h))
-            .or_else(|| (2..=254).find(|h| !self.used.contains(h)))?;
+        {
+            Some(host) => host,
+            None => {
+                let host = (self.next..=LAST_HOST)
+                    .chain(FIRST_HOST..self.next)
+                    .find(|h| !self.used.contains(h))?;
+                self.next = if host == LAST_HOST {
+                    FIRST_HOST
+                } else {
+                    host + 1
+                };
+                host
+            }
+        };
         self.used.insert(host);
         let [a, b, c] = self.base;
         Some(Ipv4Addr::new(a, b, c, host))
@@ -340,21 +365,25 @@ mod tests {
     }
 
     #[test]
-    fn ipam_keeps_a_preferred_address_and_reuses_released_ones() {
-        let mut ipam = Ipam::new(Ipv4Addr::new(10, 213, 2, 1));
-        assert_eq!(
-            ipam.allocate(Some(Ipv4Addr::new(10, 213, 2, 9))),
-            Some(Ipv4Addr::new(10, 213, 2, 9))
-        );
-        assert_eq!(ipam.allocate(None), Some(Ipv4Addr::new(10, 213, 2, 2)));
+    fn ipam_keeps_a_preferred_address_and_gives_released_ones_last() {
+        let ip = |host| Ipv4Addr::new(10, 213, 2, host);
+        let mut ipam = Ipam::new(ip(1));
+        assert_eq!(ipam.allocate(Some(ip(9))), Some(ip(9)));
+        assert_eq!(ipam.allocate(None), Some(ip(2)));
         // Another node's address is not honoured.
         assert_eq!(
             ipam.allocate(Some(Ipv4Addr::new(10, 213, 1, 5))),
-            Some(Ipv4Addr::new(10, 213, 2, 3))
+            Some(ip(3))
         );
-        ipam.release(Ipv4Addr::new(10, 213, 2, 2));
-        assert_eq!(ipam.allocate(None), Some(Ipv4Addr::new(10, 213, 2, 2)));
-        let all: Vec<_> = std::iter::from_fn(|| ipam.allocate(None)).collect();
-        assert_eq!(all.len(), 253 - 3);
+        // A released address is not the next one given: the turn goes on.
+        ipam.release(ip(2));
+        assert_eq!(ipam.allocate(None), Some(ip(4)));
+        let rest: Vec<_> = std::iter::from_fn(|| ipam.allocate(None)).collect();
+        assert_eq!(rest.len(), 253 - 3);
+        // .9 was taken out of turn and skipped; .2 came back only after the wrap, last.
+        assert!(!rest.contains(&ip(9)));
+        assert_eq!(rest.last(), Some(&ip(2)));
+        ipam.release(ip(100));
+        assert_eq!(ipam.allocate(None), Some(ip(100)));
     }
 }
