@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use cluster_controller::client::{ClientError, ValkeyClient};
 use cluster_controller::engine::{
-    Action, Decision, Desired, Health, Member, Observation, Reason, bindings, decide, health,
-    observe_fenced,
+    Action, Decision, Desired, Health, Member, Observation, Reason, Verdict, bindings, decide,
+    health, judge, observe_fenced,
 };
 use cluster_controller::valkey::cluster_nodes::NodeId;
 use cluster_controller::valkey::slots::{SlotRange, even_split};
@@ -377,8 +377,8 @@ struct Measured {
     decide_cpu: f64,
 }
 
-/// One pass as `Engine::pass` makes it: observe every member, then decide, bind and read health
-/// from that observation. Single-threaded, so the thread's CPU time is the pass's.
+/// One pass as `Engine::pass` makes it: observe every member, then judge that observation (the
+/// decision, the bindings and the health, from one topology). Single-threaded, so the thread's CPU time is the pass's.
 fn pass(cluster: &Cluster) -> Measured {
     let servers = Servers::new(cluster);
     let members = cluster.members();
@@ -398,11 +398,15 @@ fn pass(cluster: &Cluster) -> Measured {
     ));
     let observed = thread_cpu();
     let observation_bytes = IN_USE.load(Ordering::Relaxed).saturating_sub(before);
-    let decision = decide(&desired, &members, &observation);
-    let bound = bindings(&desired, &members, &observation);
-    let health = health(&desired, &members, &observation);
+    let verdict: Verdict = judge(&desired, &members, &observation);
     let decided = thread_cpu();
     let peak_bytes = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+
+    // One topology for the three answers gives what three topologies give.
+    assert_eq!(decide(&desired, &members, &observation), verdict.decision);
+    assert_eq!(bindings(&desired, &members, &observation), verdict.bindings);
+    assert_eq!(health(&desired, &members, &observation), verdict.health);
+    let (decision, bound, health) = (verdict.decision, verdict.bindings, verdict.health);
 
     assert_eq!(bound.len(), members.len(), "every member stays bound");
     for (name, reach) in &observation.members {

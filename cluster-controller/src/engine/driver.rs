@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::client::{Credentials, ValkeyClient};
 use crate::valkey::cluster_nodes::NodeId;
 
-use super::decide::{bindings, decide, health};
+use super::decide::{Verdict, judge};
 use super::decision::{Action, Decision, Health, Reason};
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome, execute, migrate_auth};
@@ -133,8 +133,11 @@ impl<C: ValkeyClient> Engine<C> {
             let observed = Instant::now();
             timing.looks += 1;
             timing.observe += observed - look;
-            let decision = decide(desired, &members, &observation);
-            let bindings = bindings(desired, &members, &observation);
+            let Verdict {
+                decision,
+                bindings,
+                health,
+            } = judge(desired, &members, &observation);
             timing.decide += observed.elapsed();
             let budget = if earlier.is_empty() {
                 self.config.settle_budget
@@ -177,7 +180,7 @@ impl<C: ValkeyClient> Engine<C> {
             );
             return Pass {
                 earlier,
-                health: health(desired, &members, &observation),
+                health,
                 observation,
                 decision,
                 bindings,

@@ -26,7 +26,7 @@ mod member;
 mod observe;
 pub mod safety;
 
-pub use decide::{ATOMIC_MAX_ATTEMPTS, bindings, decide, health};
+pub use decide::{ATOMIC_MAX_ATTEMPTS, Verdict, bindings, decide, health, judge};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass, Step, Timing, settles_soon};
 pub use error::EngineError;

@@ -55,34 +55,62 @@ use topology::Topology;
 
 /// Decides the one next step. Pure: the same inputs give the same decision.
 pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> Decision {
-    if let Some(decision) = check_spec(desired, members) {
-        return decision;
-    }
+    check_spec(desired, members)
+        .unwrap_or_else(|| decide_on(&Topology::new(desired, members, observed), observed))
+}
+
+/// What one look at the cluster comes to: the next step ([`decide`]), the members' bindings
+/// ([`bindings`]) and the cluster's health ([`health`]).
+#[derive(Debug)]
+pub struct Verdict {
+    pub decision: Decision,
+    pub bindings: BTreeMap<String, NodeId>,
+    pub health: Option<Health>,
+}
+
+/// [`decide`], [`bindings`] and [`health`] at once, from one topology: building it (every
+/// member's view of every other, indexed) is most of a decision's cost at hundreds of members,
+/// and a pass needs all three of the same look.
+pub fn judge(desired: &Desired, members: &[Member], observed: &Observation) -> Verdict {
     let t = Topology::new(desired, members, observed);
-    let repairs = slots::slots_first_at_formation(&t)
-        .or_else(|| membership::meet(&t))
-        .or_else(|| failure::failing_primaries(&t))
-        .or_else(|| emptied::emptied_primaries(&t))
-        .or_else(|| failure::strangers(&t))
-        .or_else(|| fence::admit(&t, observed.fence_user.as_deref()));
+    let decision = check_spec(desired, members).unwrap_or_else(|| decide_on(&t, observed));
+    let health = match &decision {
+        Decision::Steady(health) => Some(health.clone()),
+        _ => (desired.shards > 0).then(|| health::health(&t)),
+    };
+    Verdict {
+        decision,
+        bindings: t.bindings(),
+        health,
+    }
+}
+
+/// The rules, in order, over a topology of a spec [`check_spec`] accepted.
+fn decide_on(t: &Topology, observed: &Observation) -> Decision {
+    let repairs = slots::slots_first_at_formation(t)
+        .or_else(|| membership::meet(t))
+        .or_else(|| failure::failing_primaries(t))
+        .or_else(|| emptied::emptied_primaries(t))
+        .or_else(|| failure::strangers(t))
+        .or_else(|| fence::admit(t, observed.fence_user.as_deref()));
     if !t.whole() {
         return repairs
-            .or_else(|| replicas::attach(&t))
-            .or_else(|| replicas::surplus_primaries(&t))
-            .or_else(|| failure::unreachable(&t))
-            .unwrap_or_else(|| Decision::Steady(health::health(&t)));
+            .or_else(|| replicas::attach(t))
+            .or_else(|| replicas::surplus_primaries(t))
+            .or_else(|| failure::unreachable(t))
+            .unwrap_or_else(|| Decision::Steady(health::health(t)));
     }
     repairs
-        .or_else(|| slots::open_migrations(&t).map(|open| beside_running_jobs(&t, open)))
-        .or_else(|| slots::coverage(&t))
-        .or_else(|| replicas::attach(&t))
-        .or_else(|| slots::rebalance(&t))
-        .or_else(|| replicas::surplus_primaries(&t))
-        .or_else(|| removal::remove_leaving(&t))
-        .or_else(|| health::gates(&t))
-        .or_else(|| rolling::roll(&t))
-        .or_else(|| spread::spread_primaries(&t))
-        .unwrap_or_else(|| Decision::Steady(health::health(&t)))
+        .or_else(|| slots::open_migrations(t).map(|open| beside_running_jobs(t, open)))
+        .or_else(|| slots::coverage(t))
+        .or_else(|| replicas::attach(t))
+        .or_else(|| slots::rebalance(t))
+        .or_else(|| replicas::surplus_primaries(t))
+        .or_else(|| removal::remove_leaving(t))
+        .or_else(|| health::gates(t))
+        .or_else(|| rolling::roll(t))
+        .or_else(|| spread::spread_primaries(t))
+        .unwrap_or_else(|| Decision::Steady(health::health(t)))
 }
 
 /// While migration jobs run (`open` waits for them), another source may start its own job
