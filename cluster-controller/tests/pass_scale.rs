@@ -378,7 +378,8 @@ struct Measured {
 }
 
 /// One pass as `Engine::pass` makes it: observe every member, then judge that observation (the
-/// decision, the bindings and the health, from one topology). Single-threaded, so the thread's CPU time is the pass's.
+/// decision, the bindings and the health, from one topology). Single-threaded, so the thread's
+/// CPU time is the pass's.
 fn pass(cluster: &Cluster) -> Measured {
     let servers = Servers::new(cluster);
     let members = cluster.members();

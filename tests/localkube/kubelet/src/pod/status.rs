@@ -382,10 +382,9 @@ fn condition_order(type_: &str) -> usize {
 
 /// The status as a strategic-merge patch body. Conditions merge by `type`, so a field that went
 /// away (a reason once the condition is True) must be sent as null or the old value stays; the
-/// same holds for the pod-level message.
-/// The patch of a pod's status. The pod's UID goes with it, as a precondition (a real kubelet's
-/// too): a pod recreated under the same name (a StatefulSet's) is another pod, and the API
-/// server refuses the write (409) instead of giving it the old pod's IP and state.
+/// same holds for the pod-level message. The pod's UID goes with it as a precondition (a real
+/// kubelet's does too): a pod recreated under the same name (a StatefulSet's) is another pod, and
+/// the API server refuses the write (409) instead of giving it the old pod's IP and state.
 pub fn patch_body(status: &PodStatus, uid: &str) -> serde_json::Value {
     let mut value = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
     if let Some(conditions) = value.get_mut("conditions").and_then(|c| c.as_array_mut()) {
