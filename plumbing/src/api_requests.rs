@@ -14,6 +14,7 @@
 //! that kube's own retry layer (inside the stack) sends again after a 429 or 503 counts once.
 
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::http::{Method, Request, Uri};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -158,14 +159,35 @@ where
     }
 }
 
+/// The longest a request waits for the API server to send anything. kube sets no such limit,
+/// so a request on a connection that died unseen (opened while the API server was restarting,
+/// or cut by a partition) waits forever, and with it the pass that sent it. Longer than a
+/// watch's own time ([`crate::cache::WATCH_TIMEOUT_SECONDS`]), so a watch with nothing to say
+/// ends the server's way first.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(70);
+
 /// A kube client from the environment (in-cluster, else `KUBECONFIG`), as
-/// `kube::Client::try_default` builds it, with every request counted into `family`.
+/// `kube::Client::try_default` builds it, with every request counted into `family` and
+/// [`READ_TIMEOUT`] on every read.
 pub async fn counted_client(
     family: Family<ApiRequestLabels, Counter>,
 ) -> Result<kube::Client, kube::Error> {
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
+    client_from(config, family, READ_TIMEOUT)
+}
+
+/// A client for `config`, counted into `family`, giving up on a response after `read_timeout`
+/// without a byte. The timeout counts from when the request was sent, not from when its pooled
+/// connection was last used (`reset_reader_on_write`).
+pub fn client_from(
+    mut config: kube::Config,
+    family: Family<ApiRequestLabels, Counter>,
+    read_timeout: Duration,
+) -> Result<kube::Client, kube::Error> {
+    config.read_timeout = Some(read_timeout);
+    config.reset_reader_on_write = true;
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&CountApiRequests::new(family))
         .build())
@@ -183,6 +205,44 @@ mod tests {
 
     fn pair(verb: &'static str, resource: &str) -> (&'static str, String) {
         (verb, resource.to_owned())
+    }
+
+    /// A connection that died unseen: the server takes the request and never answers. Without a
+    /// read timeout the request, and the pass that sent it, would wait forever.
+    #[tokio::test]
+    async fn a_request_the_server_never_answers_fails_after_the_read_timeout()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let read_timeout = Duration::from_millis(500);
+        let client = client_from(
+            kube::Config::new(url.parse()?),
+            Family::default(),
+            read_timeout,
+        )?;
+        let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), api.get("any")).await;
+        silent.abort();
+        let Ok(answer) = outcome else {
+            panic!("the request was still waiting 20 s later");
+        };
+        assert!(
+            answer.is_err(),
+            "a silent server cannot have answered: {answer:?}"
+        );
+        assert!(
+            started.elapsed() >= read_timeout,
+            "it gave up before the timeout"
+        );
+        Ok(())
     }
 
     #[test]

@@ -24,6 +24,22 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::health::{Readiness, SyncHandle};
 use crate::reconcile::ObjectKey;
 
+/// How long the API server keeps one watch request open (`timeoutSeconds`) before the cache
+/// starts the next. kube's watcher takes a watch that has sent nothing for this long and 5 s more
+/// for a dead connection and starts again. At kube's default (290 s) a watch opened on a
+/// connection that died unseen while the API server restarted left a controller's cache stale
+/// for almost 5 minutes (a replica Ready that no pass heard of); at 55 s it is under a minute,
+/// for about one more WATCH request a minute per cache.
+pub const WATCH_TIMEOUT_SECONDS: u32 = 55;
+
+/// `config` with [`WATCH_TIMEOUT_SECONDS`] when it names no timeout of its own.
+fn bounded(config: watcher::Config) -> watcher::Config {
+    match config.timeout {
+        Some(_) => config,
+        None => config.timeout(WATCH_TIMEOUT_SECONDS),
+    }
+}
+
 /// The watch events of one kind, already written to a store.
 type Events<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
 
@@ -42,7 +58,9 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// A cache of the objects `api` and `config` select; `readiness` waits until it has listed.
+    /// Each watch request lasts [`WATCH_TIMEOUT_SECONDS`] unless `config` says otherwise.
     pub fn new(api: kube::Api<K>, config: watcher::Config, readiness: &Readiness) -> Self {
+        let config = bounded(config);
         let (store, writer) = reflector::store();
         let mut handle: Option<SyncHandle> = Some(readiness.register());
         let events = watch(api, config)
@@ -145,6 +163,22 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    #[test]
+    fn every_watch_ends_within_a_minute_unless_told_otherwise() {
+        let default = bounded(watcher::Config::default());
+        assert_eq!(default.timeout, Some(WATCH_TIMEOUT_SECONDS));
+        assert_eq!(
+            bounded(watcher::Config::default().timeout(10)).timeout,
+            Some(10)
+        );
+        // A watch with nothing to say ends the server's way (at its timeout) before the client's
+        // read timeout takes it for a dead connection.
+        assert!(
+            u64::from(WATCH_TIMEOUT_SECONDS) + 5 < crate::api_requests::READ_TIMEOUT.as_secs(),
+            "the read timeout would cut quiet watches"
+        );
+    }
 
     #[test]
     fn a_cached_object_keeps_everything_but_its_managed_fields() {
