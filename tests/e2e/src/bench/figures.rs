@@ -10,7 +10,13 @@ use super::charts::{self, Bars, Goal, Series};
 use crate::{E2eError, Result};
 
 /// The benchmarks whose results have charts, by the name of their results file.
-pub const BENCHMARKS: [&str; 4] = ["engine-scale", "formation", "resharding", "failover"];
+pub const BENCHMARKS: [&str; 5] = [
+    "engine-scale",
+    "formation",
+    "resharding",
+    "failover",
+    "fleet",
+];
 
 /// One chart to write: `docs/charts/<file>.svg`.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +44,7 @@ pub fn charts_of(name: &str, json: &str) -> Result<Vec<Chart>> {
         "failover" => failover(&parse::<Vec<Failover>>(name, json)?),
         "engine-scale" => engine_scale(&parse(name, json)?),
         "formation" => formation(&parse(name, json)?),
+        "fleet" => fleet(&parse(name, json)?),
         _ => Ok(Vec::new()),
     }
 }
@@ -67,11 +74,14 @@ pub fn chart_path(root: &Path, file: &str) -> PathBuf {
     root.join(format!("docs/charts/{file}.svg"))
 }
 
-/// The charts of every benchmark whose results are there.
+/// The charts of every benchmark whose results are there, each shown in its section of
+/// `docs/benchmarks.md` (a section written before its benchmark had a chart gets its image).
 pub fn write_all(root: &Path) -> Result<Vec<Chart>> {
     let mut all = Vec::new();
     for name in BENCHMARKS {
-        all.extend(write(root, name)?);
+        let charts = write(root, name)?;
+        super::link_charts(root, name, &charts)?;
+        all.extend(charts);
     }
     Ok(all)
 }
@@ -376,6 +386,100 @@ fn formation(f: &Formation) -> Result<Vec<Chart>> {
     }])
 }
 
+// ---- fleet -------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct Fleet {
+    real: Option<RealFleet>,
+    simulated: Option<SimulatedFleet>,
+}
+
+#[derive(Deserialize)]
+struct RealFleet {
+    valkey_nodes: u64,
+    at_rest: Vec<AtRest>,
+}
+
+#[derive(Deserialize)]
+struct SimulatedFleet {
+    valkey_nodes: u64,
+    at_rest: AtRest,
+}
+
+#[derive(Deserialize)]
+struct AtRest {
+    controller: String,
+    peak_rss_mib: f64,
+    steady_rss_mib: f64,
+    requests_per_minute: PerMinute,
+}
+
+#[derive(Deserialize)]
+struct PerMinute {
+    reads: f64,
+    writes: f64,
+}
+
+/// The issue's goal: each controller under 30 MiB resident.
+const FLEET_RSS_GOAL_MIB: f64 = 30.0;
+
+/// Memory and API requests at rest, a group per controller and part of the fleet ("node-controller,
+/// 300 real ValkeyNodes").
+fn fleet(f: &Fleet) -> Result<Vec<Chart>> {
+    let real = f.real.iter().flat_map(|r| {
+        r.at_rest.iter().map(move |c| {
+            (
+                format!("{}, {} real ValkeyNodes", c.controller, r.valkey_nodes),
+                c,
+            )
+        })
+    });
+    let simulated = f.simulated.iter().map(|s| {
+        let c = &s.at_rest;
+        (format!("{}, {} simulated", c.controller, s.valkey_nodes), c)
+    });
+    let rows: Vec<(String, &AtRest)> = real.chain(simulated).collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let categories: Vec<String> = rows.iter().map(|(name, _)| name.clone()).collect();
+    let series = |name: &str, value: &dyn Fn(&AtRest) -> f64| Series {
+        name: name.into(),
+        values: rows.iter().map(|(_, c)| Some(value(c))).collect(),
+    };
+    Ok(vec![
+        Chart {
+            file: "fleet-rss".into(),
+            bars: Bars {
+                title: "Fleet: each controller's memory (release build)".into(),
+                unit: "MiB resident".into(),
+                categories: categories.clone(),
+                series: vec![
+                    series("peak", &|c| c.peak_rss_mib),
+                    series("steady at rest", &|c| c.steady_rss_mib),
+                ],
+                goals: vec![Goal {
+                    name: format!("goal: {FLEET_RSS_GOAL_MIB} MiB"),
+                    value: FLEET_RSS_GOAL_MIB,
+                }],
+            },
+        },
+        Chart {
+            file: "fleet-requests".into(),
+            bars: Bars {
+                title: "Fleet: each controller's API requests at rest (goal: 0 writes)".into(),
+                unit: "requests a minute".into(),
+                categories,
+                series: vec![
+                    series("reads", &|c| c.requests_per_minute.reads),
+                    series("writes", &|c| c.requests_per_minute.writes),
+                ],
+                goals: Vec::new(),
+            },
+        },
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,6 +545,41 @@ mod tests {
         assert_eq!(bars.categories, ["1x0", "3x1"]);
         assert_eq!(bars.series[0].values, [Some(4.0), Some(8.0)]);
         assert_eq!(bars.series[1].values, [Some(1.5), Some(5.0)]);
+    }
+
+    #[test]
+    fn fleet_charts_memory_and_requests_per_controller_and_part() {
+        let at_rest = |controller: &str, peak: f64, writes: f64| {
+            format!(
+                r#"{{"controller": "{controller}", "peak_rss_mib": {peak}, "steady_rss_mib": 20.0,
+                "requests_per_minute": {{"reads": 180.0, "writes": {writes}}}}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"real": {{"valkey_nodes": 300, "at_rest": [{}, {}]}},
+                "simulated": {{"valkey_nodes": 3000, "at_rest": {}}}}}"#,
+            at_rest("node-controller", 27.0, 0.0),
+            at_rest("cluster-controller", 21.0, 40.0),
+            at_rest("node-controller", 82.0, 3.0)
+        );
+        let charts = charts_of("fleet", &json).expect("charts");
+        let rss = &charts[0].bars;
+        assert_eq!(
+            rss.categories,
+            [
+                "node-controller, 300 real ValkeyNodes",
+                "cluster-controller, 300 real ValkeyNodes",
+                "node-controller, 3000 simulated"
+            ]
+        );
+        assert_eq!(rss.series[0].values, [Some(27.0), Some(21.0), Some(82.0)]);
+        assert_eq!(rss.goals[0].value, 30.0);
+        assert_eq!(
+            charts[1].bars.series[1].values,
+            [Some(0.0), Some(40.0), Some(3.0)]
+        );
+        let only_real = r#"{"real": {"valkey_nodes": 3, "at_rest": []}, "simulated": null}"#;
+        assert!(charts_of("fleet", only_real).expect("no rows").is_empty());
     }
 
     #[test]

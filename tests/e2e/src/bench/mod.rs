@@ -60,6 +60,33 @@ pub fn publish(root: &Path, name: &str, figures: &impl Serialize, body: &str) ->
     charts.map(|_| ())
 }
 
+/// Makes the section `name` of `docs/benchmarks.md` show `charts` too, where it does not yet: a
+/// section a benchmark wrote before it had those charts, whose charts `make bench-charts` drew
+/// from its committed figures. A section not there is left for the benchmark to write.
+pub fn link_charts(root: &Path, name: &str, charts: &[self::figures::Chart]) -> Result<()> {
+    let docs = root.join("docs/benchmarks.md");
+    let io = |e: std::io::Error| E2eError::Check(format!("{}: {e}", docs.display()));
+    let doc = match std::fs::read_to_string(&docs) {
+        Ok(doc) => doc,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(e)),
+    };
+    let (begin, end) = (begin(name), end(name));
+    let (Some(b), Some(e)) = (doc.find(&begin), doc.find(&end)) else {
+        return Ok(());
+    };
+    let Some(body) = doc.get(b + begin.len()..e) else {
+        return Ok(());
+    };
+    let links: Vec<String> = charts.iter().map(self::figures::Chart::link).collect();
+    let section = format!("{begin}\n{}\n{end}\n", with_charts(body.trim(), &links));
+    let updated = replace_section(&doc, name, &section);
+    if updated != doc {
+        std::fs::write(&docs, updated).map_err(io)?;
+    }
+    Ok(())
+}
+
 /// `body` with the image `links` whose image it does not show yet (whatever their text) after
 /// its first paragraph under the heading, so the charts come before the tables they sum up.
 fn with_charts(body: &str, links: &[String]) -> String {
@@ -117,6 +144,43 @@ mod tests {
             replace_section("# B\n\n", "x", &new),
             format!("# B\n\n{new}")
         );
+    }
+
+    #[test]
+    fn charts_drawn_again_are_linked_once_in_a_section_written_without_them() {
+        let root = std::env::temp_dir().join(format!("bench-link-{}", std::process::id()));
+        let docs = root.join("docs/benchmarks.md");
+        let written = std::fs::create_dir_all(root.join("docs")).and_then(|()| {
+            let (b, e) = (begin("fleet"), end("fleet"));
+            std::fs::write(
+                &docs,
+                format!("# B\n\n{b}\n## Fleet\n\nintro\n\n| table |\n{e}\n"),
+            )
+        });
+        let chart = self::figures::Chart {
+            file: "fleet-rss".into(),
+            bars: self::charts::Bars {
+                title: "Fleet".into(),
+                unit: "MiB".into(),
+                categories: Vec::new(),
+                series: Vec::new(),
+                goals: Vec::new(),
+            },
+        };
+        let first = link_charts(&root, "fleet", std::slice::from_ref(&chart)).and_then(|()| {
+            std::fs::read_to_string(&docs).map_err(|e| E2eError::Check(e.to_string()))
+        });
+        let second = link_charts(&root, "fleet", std::slice::from_ref(&chart)).and_then(|()| {
+            std::fs::read_to_string(&docs).map_err(|e| E2eError::Check(e.to_string()))
+        });
+        let absent = link_charts(&root, "formation", &[chart]);
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(written.is_ok() && absent.is_ok());
+        let first = first.expect("linked");
+        let image = first.find("(charts/fleet-rss.svg)").expect("the image");
+        assert!(first.find("intro").is_some_and(|i| i < image));
+        assert!(first.find("| table |").is_some_and(|t| image < t));
+        assert_eq!(second.expect("linked again"), first, "linked twice");
     }
 
     #[test]
