@@ -46,6 +46,7 @@ pub fn int(name: &str) -> u64 {
 }
 
 pub mod lab;
+pub mod memory;
 pub mod net;
 pub mod replication_lab;
 pub mod servers;
