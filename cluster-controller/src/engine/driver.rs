@@ -29,6 +29,9 @@ pub struct EngineConfig {
     pub settle_budget: Duration,
     /// How often a pass looks again while a short wait settles.
     pub settle_poll: Duration,
+    /// How long one pass may watch slot migration jobs that Valkey runs by itself (Valkey 9)
+    /// when it has not acted.
+    pub job_watch_budget: Duration,
 }
 
 impl EngineConfig {
@@ -44,6 +47,7 @@ impl EngineConfig {
             step_budget: Duration::from_secs(4),
             settle_budget: Duration::from_secs(1),
             settle_poll: Duration::from_millis(200),
+            job_watch_budget: Duration::from_secs(5),
         }
     }
 }
@@ -115,7 +119,8 @@ impl<C: ValkeyClient> Engine<C> {
     ///
     /// The pass stops at a Kubernetes step, a failure, a forced step (announced at once), a slot
     /// migration step (each moves data and has its own time budget; the status reports progress
-    /// between them), a wait that is not short, or the end of its budget.
+    /// between them), a wait that is not short, or the end of its budget. Slot migration jobs
+    /// that Valkey runs by itself are watched for up to `job_watch_budget`.
     pub async fn pass(&self, desired: &Desired, members: &[Member]) -> Pass {
         let started = Instant::now();
         let mut members = members.to_vec();
@@ -162,7 +167,15 @@ impl<C: ValkeyClient> Engine<C> {
                     Some(outcome)
                 }
                 Decision::Act { .. } => Some(self.act(&decision).await),
-                Decision::Wait { reason, .. } if time_left && settles_soon(*reason) => {
+                Decision::Wait { reason, .. }
+                    if (time_left && settles_soon(*reason))
+                        || (*reason == Reason::MigratingSlots
+                            && earlier.is_empty()
+                            && started.elapsed() < self.config.job_watch_budget) =>
+                {
+                    // A running job is watched longer than a short wait: it ends once its keys
+                    // have moved, and what follows (the next job, a leaving shard's removal) is
+                    // then taken at once rather than at the next pass, up to a second later.
                     tracing::debug!(reason = %reason, "{}", decision.message());
                     tokio::time::sleep(self.config.settle_poll).await;
                     timing.settle += self.config.settle_poll;
