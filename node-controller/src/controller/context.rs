@@ -42,6 +42,8 @@ pub struct Context {
     applied: Mutex<HashMap<ObjectKey, HashMap<String, Applied>>>,
     /// Per node: the fingerprint (server run id and settings) of the live settings last set.
     live_set: Mutex<HashMap<ObjectKey, String>>,
+    /// The credentials each Secret held when last read (see [`super::secrets::Known`]).
+    pub credentials: super::secrets::Known,
 }
 
 impl Context {
@@ -52,6 +54,7 @@ impl Context {
             stores,
             applied: Mutex::new(HashMap::new()),
             live_set: Mutex::new(HashMap::new()),
+            credentials: super::secrets::Known::default(),
         }
     }
 

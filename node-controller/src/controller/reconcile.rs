@@ -41,7 +41,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         }
     };
 
-    let (credentials_state, credentials) = secrets::read(node, &ctx.client).await?;
+    let mut known = ctx.credentials.read(node, &ctx.client).await?;
     let trust = secrets::read_trust(node, &ctx.client).await?;
 
     let stores = &ctx.stores;
@@ -54,21 +54,19 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     // (Valkey 9's shutdown-on-sigterm failover, on an upgrade from 8), which would hold the roll
     // that replaces it forever.
     let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
-    let answer = match (pod.and_then(observe::running_ip), &trust) {
-        (Some(_), Some(Err(why))) => Some((String::new(), Answer::Failed(why.clone()))),
-        (Some(ip), _) if credentials.is_some() || node.spec.credentials.is_none() => {
-            let trust = trust.as_ref().and_then(|t| t.as_ref().ok());
-            Some((
-                ip.clone(),
-                probe::ask(&ip, credentials.as_ref(), trust).await,
-            ))
-        }
-        (Some(_), _) => Some((
-            String::new(),
-            Answer::Failed("no credentials to authenticate with".into()),
-        )),
-        (None, _) => None,
-    };
+    let mut answer = ask(node, pod, &known, &trust).await;
+    if known.remembered && matches!(answer, Some((_, Answer::Failed(_)))) {
+        // Remembered credentials the server may no longer take (someone changed the Secret):
+        // read the Secret again and ask once more before saying the node is not ready.
+        ctx.credentials.forget(node);
+        known = ctx.credentials.read(node, &ctx.client).await?;
+        answer = ask(node, pod, &known, &trust).await;
+    }
+    let secrets::Read {
+        state: credentials_state,
+        credentials,
+        ..
+    } = known;
     let trust = trust.and_then(Result::ok);
     let live_outcome = match &answer {
         Some((ip, Answer::Pong { server, .. })) => {
@@ -189,6 +187,30 @@ struct Login<'a> {
     ip: &'a str,
     credentials: Option<&'a probe::Credentials>,
     trust: Option<&'a plumbing::valkey_tls::Trust>,
+}
+
+/// What Valkey answers the node-controller's PING with, over the pod's IP: `None` while no pod
+/// runs. Without the credentials the node names, or without the CA its TLS needs, nothing is
+/// asked and the answer says why.
+async fn ask(
+    node: &ValkeyNode,
+    pod: Option<&std::sync::Arc<k8s_openapi::api::core::v1::Pod>>,
+    known: &secrets::Read,
+    trust: &Option<Result<plumbing::valkey_tls::Trust, String>>,
+) -> Option<(String, Answer)> {
+    match (pod.and_then(observe::running_ip), trust) {
+        (Some(_), Some(Err(why))) => Some((String::new(), Answer::Failed(why.clone()))),
+        (Some(ip), _) if known.credentials.is_some() || node.spec.credentials.is_none() => {
+            let trust = trust.as_ref().and_then(|t| t.as_ref().ok());
+            let answer = probe::ask(&ip, known.credentials.as_ref(), trust).await;
+            Some((ip, answer))
+        }
+        (Some(_), _) => Some((
+            String::new(),
+            Answer::Failed("no credentials to authenticate with".into()),
+        )),
+        (None, _) => None,
+    }
 }
 
 /// A TLS server that does not reload its certificate files by itself (older than Valkey 9.1,

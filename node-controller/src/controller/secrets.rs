@@ -3,6 +3,10 @@
 //! leave this module except as the `Credentials` whose Debug hides the password; of the TLS
 //! Secret only the CA (no secret) is read.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
@@ -13,6 +17,99 @@ use valkey_api::v1alpha1::ValkeyNode;
 use super::error::Error;
 use crate::probe::Credentials;
 use crate::status::CredentialsState;
+
+/// How long credentials read from a Secret are used without reading it again. A ready node is
+/// looked at every 10 s, and its Secret was read each time: over a fleet at rest, six reads a
+/// minute for each node, for a value that almost never changes. Now each Secret is read about
+/// once a minute, whatever the number of nodes naming it, and at once when the server refuses
+/// what was remembered (see [`Known::forget`]). A Secret deleted or emptied is said in the
+/// `Credentials` condition within this long.
+pub const CREDENTIALS_FRESH: Duration = Duration::from_secs(60);
+
+/// Where a node's credentials come from, in the Secret it names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Source {
+    namespace: String,
+    secret: String,
+    key: String,
+    username: String,
+}
+
+impl Source {
+    fn of(node: &ValkeyNode) -> Option<Self> {
+        let spec = node.spec.credentials.as_ref()?;
+        Some(Self {
+            namespace: node.namespace().unwrap_or_default(),
+            secret: spec.secret_name.clone(),
+            key: spec.password_key.clone(),
+            username: spec.username.clone(),
+        })
+    }
+}
+
+/// The credentials last found in each Secret, and when they were read: held in this process's
+/// memory only, never written anywhere, and dropped once stale.
+#[derive(Default)]
+pub struct Known(Mutex<HashMap<Source, (Credentials, Instant)>>);
+
+impl Known {
+    /// The credentials `node` names, from memory when read from its Secret less than
+    /// [`CREDENTIALS_FRESH`] ago, else from the Secret (`remembered` says which).
+    pub async fn read(&self, node: &ValkeyNode, client: &Client) -> Result<Read, Error> {
+        let Some(source) = Source::of(node) else {
+            return Ok(Read::default());
+        };
+        if let Some(credentials) = self.fresh(&source) {
+            return Ok(Read {
+                state: Some(CredentialsState::Found),
+                credentials: Some(credentials),
+                remembered: true,
+            });
+        }
+        let (state, credentials) = read(node, client).await?;
+        let mut known = self.lock();
+        known.retain(|_, (_, read_at)| read_at.elapsed() < CREDENTIALS_FRESH);
+        match &credentials {
+            Some(found) => known.insert(source, (found.clone(), Instant::now())),
+            None => known.remove(&source),
+        };
+        Ok(Read {
+            state,
+            credentials,
+            remembered: false,
+        })
+    }
+
+    /// Forgets what `node`'s Secret held: the server refused it, so the next read asks the API.
+    pub fn forget(&self, node: &ValkeyNode) {
+        if let Some(source) = Source::of(node) {
+            self.lock().remove(&source);
+        }
+    }
+
+    fn fresh(&self, source: &Source) -> Option<Credentials> {
+        self.lock()
+            .get(source)
+            .filter(|(_, read_at)| read_at.elapsed() < CREDENTIALS_FRESH)
+            .map(|(credentials, _)| credentials.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Source, (Credentials, Instant)>> {
+        // The map holds no invariant a panicking holder could break.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A node's credentials: the state to report, the credentials when found, and whether they came
+/// from memory rather than from the Secret just now.
+#[derive(Debug, Default)]
+pub struct Read {
+    pub state: Option<CredentialsState>,
+    pub credentials: Option<Credentials>,
+    pub remembered: bool,
+}
 
 /// The credentials Secret, read for the node-controller's own PING. Its values never leave this
 /// function except as the `Credentials` whose Debug hides the password.
@@ -157,6 +254,80 @@ mod tests {
         // A node without credentials reads nothing.
         let (client, api) = plumbing::testing::mock_client();
         assert!(matches!(read(&node(NODE), &client).await, Ok((None, None))));
+        api.done().await;
+    }
+
+    /// The Secret is read once for all the reads within [`CREDENTIALS_FRESH`], whichever node
+    /// names it, and again after `forget`; a Secret without the password is not remembered.
+    #[tokio::test]
+    async fn credentials_are_read_once_a_minute_and_again_once_forgotten() {
+        let yaml = |name: &str| {
+            format!(
+                "{}  credentials: {{secretName: cache-acl, username: healthcheck, passwordKey: healthcheck-password}}\n",
+                NODE.replace("name: cache-0-0", &format!("name: {name}"))
+            )
+        };
+        let (first, second) = (node(&yaml("cache-0-0")), node(&yaml("cache-0-1")));
+        let (client, mut api) = plumbing::testing::mock_client();
+        let script = tokio::spawn(async move {
+            for password in ["czNjcmV0", "bmV3"] {
+                api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-acl")
+                    .await
+                    .answer(
+                        http::StatusCode::OK,
+                        &serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cache-acl"}, "data": {"healthcheck-password": password}}),
+                    );
+            }
+            api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-acl")
+                .await
+                .not_found();
+            api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-acl")
+                .await
+                .not_found();
+            api.done().await;
+        });
+        let known = Known::default();
+        let password = |read: &Read| read.credentials.as_ref().map(|c| c.password.clone());
+        let read = async |node: &ValkeyNode| {
+            known
+                .read(node, &client)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let read_first = read(&first).await;
+        assert!(!read_first.remembered);
+        let again = read(&second).await;
+        assert!(again.remembered, "read again within the minute");
+        assert_eq!(password(&again).as_deref(), Some("s3cret"));
+        assert!(matches!(again.state, Some(CredentialsState::Found)));
+        known.forget(&first);
+        let refreshed = read(&second).await;
+        assert!(!refreshed.remembered);
+        assert_eq!(password(&refreshed).as_deref(), Some("new"));
+        known.forget(&first);
+        let gone = read(&first).await;
+        assert!(matches!(
+            gone.state,
+            Some(CredentialsState::SecretMissing { .. })
+        ));
+        let still_gone = read(&first).await;
+        assert!(!still_gone.remembered, "a missing Secret was remembered");
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[tokio::test]
+    async fn a_node_without_credentials_reads_nothing_and_remembers_nothing() {
+        let (client, api) = plumbing::testing::mock_client();
+        let known = Known::default();
+        let read = known.read(&node(NODE), &client).await;
+        assert!(matches!(
+            read,
+            Ok(Read {
+                state: None,
+                credentials: None,
+                remembered: false
+            })
+        ));
         api.done().await;
     }
 }
