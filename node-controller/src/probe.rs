@@ -33,6 +33,17 @@ pub enum Answer {
     Failed(String),
 }
 
+/// How an answer that refused the node-controller's credentials begins.
+const REFUSED: &str = "Valkey refused the health user";
+
+impl Answer {
+    /// Whether Valkey refused the credentials (a wrong password, an unknown user): what reading
+    /// the Secret again may mend. A server that does not answer at all is not such a refusal.
+    pub fn refused_credentials(&self) -> bool {
+        matches!(self, Self::Failed(why) if why.starts_with(REFUSED))
+    }
+}
+
 /// What INFO says of the server process.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Server {
@@ -137,7 +148,7 @@ pub fn parse_server(info: &str) -> Server {
 pub fn describe(ip: &str, e: &redis::RedisError) -> String {
     let text = e.to_string();
     if text.contains("WRONGPASS") || text.contains("NOAUTH") || text.contains("NOPERM") {
-        format!("Valkey refused the health user: {text}")
+        format!("{REFUSED}: {text}")
     } else if e.is_timeout() || UNREACHABLE.iter().any(|words| text.contains(words)) {
         no_answer(ip)
     } else {
@@ -199,6 +210,18 @@ mod tests {
         let refused =
             redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_ne!(describe(ip, &refused), no_answer(ip));
+    }
+
+    #[test]
+    fn only_a_refusal_of_the_credentials_is_one() {
+        let ip = "10.0.0.9";
+        let wrong = redis::RedisError::from(std::io::Error::other(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ));
+        let timed_out = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(Answer::Failed(describe(ip, &wrong)).refused_credentials());
+        assert!(!Answer::Failed(describe(ip, &timed_out)).refused_credentials());
+        assert!(!Answer::Failed("PING answered \"nope\"".into()).refused_credentials());
     }
 
     #[test]

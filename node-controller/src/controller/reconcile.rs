@@ -55,9 +55,14 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     // that replaces it forever.
     let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
     let mut answer = ask(node, pod, &known, &trust).await;
-    if known.remembered && matches!(answer, Some((_, Answer::Failed(_)))) {
-        // Remembered credentials the server may no longer take (someone changed the Secret):
-        // read the Secret again and ask once more before saying the node is not ready.
+    if known.remembered
+        && answer
+            .as_ref()
+            .is_some_and(|(_, a)| a.refused_credentials())
+    {
+        // Remembered credentials the server no longer takes (someone changed the Secret): read
+        // the Secret again and ask once more before saying the node is not ready. Only then: a
+        // server that does not answer would make the pass wait for its timeout twice.
         ctx.credentials.forget(node);
         known = ctx.credentials.read(node, &ctx.client).await?;
         answer = ask(node, pod, &known, &trust).await;
