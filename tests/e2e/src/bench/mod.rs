@@ -55,7 +55,7 @@ pub fn publish(root: &Path, name: &str, figures: &impl Serialize, body: &str) ->
          that measured it (see [bench/README.md](../bench/README.md)).\n\n"
             .to_owned()
     });
-    let section = format!("{}\n{}\n{}\n", begin(name), body.trim_end(), end(name));
+    let section = section(name, body.trim_end());
     std::fs::write(&docs, replace_section(&existing, name, &section)).map_err(|e| io(&docs, e))?;
     charts.map(|_| ())
 }
@@ -79,8 +79,11 @@ pub fn link_charts(root: &Path, name: &str, charts: &[self::figures::Chart]) -> 
         return Ok(());
     };
     let links: Vec<String> = charts.iter().map(self::figures::Chart::link).collect();
-    let section = format!("{begin}\n{}\n{end}\n", with_charts(body.trim(), &links));
-    let updated = replace_section(&doc, name, &section);
+    let updated = replace_section(
+        &doc,
+        name,
+        &section(name, &with_charts(body.trim(), &links)),
+    );
     if updated != doc {
         std::fs::write(&docs, updated).map_err(io)?;
     }
@@ -107,6 +110,11 @@ fn with_charts(body: &str, links: &[String]) -> String {
         Some(at) => format!("{}\n\n{images}{}", &body[..at], &body[at..]),
         None => format!("{}\n\n{images}\n", body.trim_end()),
     }
+}
+
+/// The section `name` of `docs/benchmarks.md` holding `body`, between its markers.
+fn section(name: &str, body: &str) -> String {
+    format!("{}\n{body}\n{}\n", begin(name), end(name))
 }
 
 /// `doc` with the section `name` replaced by `section` (appended when absent).
