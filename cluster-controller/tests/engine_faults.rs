@@ -124,6 +124,127 @@ async fn a_primary_back_empty_in_place_hands_over_to_its_replica_on_valkey_8_wit
     primary_back_empty_in_place("emptied8", servers::valkey_8(), 115, true).await;
 }
 
+/// A primary back empty in place that took more keys than its replica holds before the
+/// operator first looked (whatever let them in): the shard's data is still its replica's, and
+/// the replica takes over. Decided from the replication history (a fresh history without an
+/// append-only file, against a replica that holds data of the old one), never by counting keys,
+/// which the writes to the empty server would outnumber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_empty_that_took_more_keys_than_its_replica_holds_still_hands_over() {
+    let name = "outnumbered";
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options(name, servers::valkey_9(), 122, options);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    let held = value::int(&lab.command("c-0-1", &["DBSIZE"]).await).unwrap_or(0);
+    assert!(held > 0, "the replica holds the shard's keys");
+    let tag = lab.tag_served_by("c-0-0").await;
+
+    lab.restart_in_place("c-0-0");
+    lab.refresh().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lab.member("c-0-0").ready {
+        assert!(Instant::now() < deadline, "c-0-0 did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lab.refresh().await;
+    }
+    // It serves its slots again once Valkey lets it (cluster_state ok: seconds).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let probe = format!("{{{tag}}}:new:probe");
+    while value::text(&lab.try_as_operator("c-0-0", &["SET", &probe, "x"]).await)
+        != Some("OK".into())
+    {
+        assert!(Instant::now() < deadline, "c-0-0 never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Before the operator's first look: more keys than the replica holds.
+    let written = held * 2 + 10;
+    for n in 1..written {
+        let key = format!("{{{tag}}}:new:{n}");
+        lab.command_as_operator("c-0-0", &["SET", &key, "x"]).await;
+    }
+    assert_eq!(
+        value::int(&lab.command_as_operator("c-0-0", &["DBSIZE"]).await),
+        Some(written)
+    );
+
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        lab.forced
+            .iter()
+            .any(|l| l.contains("FAILOVER FORCE on c-0-1")),
+        "c-0-1, which holds the shard's data, took over: {:?}",
+        lab.history
+    );
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+/// Without persistence, a server restarted in place takes no client's write before the engine has
+/// judged it: its clients' users start off, like the replication user, and open when the engine
+/// admits it (here: after its replica took over). So nothing it acknowledges can be lost by the
+/// handover, and the writer loses no acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_empty_takes_no_clients_write_before_the_engine_admits_it() {
+    let name = "closed";
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options(name, servers::valkey_8(), 123, options);
+    let mut keys = formed(&mut lab, THREE_BY_ONE).await;
+    let tag = lab.tag_served_by("c-0-0").await;
+    let writer = Writer::start(&lab.addresses(), "w").await;
+
+    lab.restart_in_place("c-0-0");
+    // Up again, serving its slots as far as Valkey is concerned, but closed to clients.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let key = format!("{{{tag}}}:direct");
+    loop {
+        let served = lab.try_as_operator("c-0-0", &["SET", &key, "x"]).await;
+        if value::text(&served).as_deref() == Some("OK") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "c-0-0 never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = lab
+        .try_command("c-0-0", &["SET", &key, "from-a-client"])
+        .await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| ["NOAUTH", "WRONGPASS", "AuthenticationFailed"]
+                .iter()
+                .any(|refusal| e.contains(refusal))),
+        "a client's write is refused before the engine admits the server: {refused:?}"
+    );
+
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        lab.forced
+            .iter()
+            .any(|l| l.contains("FAILOVER FORCE on c-0-1")),
+        "{:?}",
+        lab.history
+    );
+    // Admitted once it replicates c-0-1: clients may use it again.
+    let opened = lab.try_command("c-0-0", &["GET", &key]).await;
+    assert!(
+        opened.as_ref().is_err_and(|e| e.contains("Moved")) || opened.is_ok(),
+        "a client is served (or redirected) again: {opened:?}"
+    );
+    let report = writer.finish().await;
+    assert!(!report.acked.is_empty());
+    keys.extend(report.acked);
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_member_down_does_not_stop_repairs_elsewhere() {
     let mut lab = Lab::new("down", servers::valkey_9(), 116);

@@ -187,6 +187,7 @@ impl Lab {
     /// kill -9, as a crashed pod.
     pub fn kill(&mut self, name: &str) {
         self.server(name).kill();
+        self.probe.disconnect_all();
         let member = self.member_mut(name);
         member.address = None;
         member.ready = false;
@@ -195,6 +196,7 @@ impl Lab {
     /// SIGTERM, as a deleted pod (data flushed).
     pub fn stop(&mut self, name: &str) {
         self.server(name).stop();
+        self.probe.disconnect_all();
         let member = self.member_mut(name);
         member.address = None;
         member.ready = false;
@@ -219,6 +221,7 @@ impl Lab {
     /// node id (nodes.conf), and without persistence no data.
     pub fn restart_in_place(&mut self, name: &str) {
         self.server(name).kill();
+        self.probe.disconnect_all();
         self.start(name, Address::Same);
     }
 
@@ -543,6 +546,71 @@ impl Lab {
             .command(addr, &cmd, Duration::from_secs(5))
             .await
             .unwrap_or_else(|e| panic!("{args:?} on {name}: {e}"))
+    }
+
+    /// A command sent as the operator (a user with every right here), whatever the clients'
+    /// users may do at that moment.
+    pub async fn command_as_operator(&self, name: &str, args: &[&str]) -> Value {
+        let addr = self
+            .member(name)
+            .address
+            .unwrap_or_else(|| panic!("{name} is down"));
+        let mut cmd = redis::Cmd::new();
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        self.engine
+            .client()
+            .command(addr, &cmd, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} on {name} as the operator: {e}"))
+    }
+
+    /// [`Lab::command_as_operator`], with an error as a value (`Value::Nil`).
+    pub async fn try_as_operator(&self, name: &str, args: &[&str]) -> Value {
+        let Some(addr) = self.member(name).address else {
+            return Value::Nil;
+        };
+        let mut cmd = redis::Cmd::new();
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        self.engine
+            .client()
+            .command(addr, &cmd, Duration::from_secs(5))
+            .await
+            .unwrap_or(Value::Nil)
+    }
+
+    /// A hash tag whose keys land in a slot `name` serves, found with CLUSTER KEYSLOT.
+    pub async fn tag_served_by(&self, name: &str) -> String {
+        let nodes = self.cluster_nodes(name).await;
+        let slots = nodes.myself().expect("myself").slots.clone();
+        for n in 0..10_000 {
+            let tag = format!("t{n}");
+            let reply = self.command(name, &["CLUSTER", "KEYSLOT", &tag]).await;
+            let slot = value::int(&reply).unwrap_or(-1);
+            if u16::try_from(slot).is_ok_and(|s| slots.contains(s)) {
+                return tag;
+            }
+        }
+        panic!("no hash tag of {name}'s slots found")
+    }
+
+    /// A command as a client (the default user), with Valkey's refusal as an error.
+    pub async fn try_command(&self, name: &str, args: &[&str]) -> Result<Value, String> {
+        let addr = self
+            .member(name)
+            .address
+            .ok_or_else(|| format!("{name} is down"))?;
+        let mut cmd = redis::Cmd::new();
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        self.probe
+            .command(addr, &cmd, Duration::from_secs(5))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     pub async fn cluster_nodes(&self, name: &str) -> ClusterNodes {
