@@ -270,9 +270,16 @@ fn a_restarted_replica_replicates_the_primary_again() {
     assert_eq!(d.reason(), Reason::Attaching);
 }
 
+/// A member that restarted with its data: from its append-only file.
+fn reloaded(i: u32, keys: u64) -> ServerState {
+    let mut state = parked(i, keys);
+    state.history.aof = true;
+    state
+}
+
 #[test]
 fn a_primary_that_restarted_with_its_data_is_the_primary_again() {
-    let w = World::healthy(2).up(0, parked(0, 100));
+    let w = World::healthy(2).up(0, reloaded(0, 100));
     let d = w.decide();
     assert_eq!(
         (promoted(&d), d.reason()),
