@@ -56,6 +56,9 @@ pub struct Parent<'a, K> {
     pub object: &'a K,
     pub label: &'static str,
     pub auth: &'a valkey_api::v1alpha1::Auth,
+    /// The clients' users start off on every server until the engine admits it (servers that
+    /// keep no data: see [`UserSet::with_clients_fenced`]).
+    pub fence_clients: bool,
     pub reason: Option<&'a str>,
     pub message: Option<&'a str>,
 }
@@ -92,6 +95,7 @@ pub fn cluster_parent<'a>(
         object: cluster,
         label: CLUSTER_LABEL,
         auth: &cluster.spec.auth,
+        fence_clients: !cluster.spec.persistence.enabled,
         reason: status.and_then(|s| s.reason.as_deref()),
         message: status.and_then(|s| s.message.as_deref()),
     };
@@ -202,6 +206,11 @@ where
         })
         .collect();
     let users = UserSet::new(default_login, &passwords, named_users);
+    let users = if parent.fence_clients {
+        users.with_clients_fenced()
+    } else {
+        users
+    };
 
     let owner = cluster
         .controller_owner_ref(&())
@@ -529,6 +538,51 @@ mod tests {
         );
         assert_eq!(auth.credentials.username.as_deref(), Some(OPERATOR_USER));
         assert_eq!(auth.password_secret, None);
+    }
+
+    /// A cluster without persistence: its servers come back empty from a restart in place, so
+    /// their clients start off, like the replication user, until the engine admits them.
+    #[tokio::test]
+    async fn the_clients_of_a_cluster_without_persistence_start_off() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!(
+            "{CLUSTER}  auth: {{enabled: false, users: [{{name: app, passwordSecret: {{name: app-pw}}, rules: '+@read'}}]}}\n  persistence: {{enabled: false}}\n"
+        );
+        let script = tokio::spawn(async move {
+            let pw = secret_json("app-pw", Value::Null, Value::Null, &[("password", "x")]);
+            expect_get(&mut api, "app-pw")
+                .await
+                .answer(StatusCode::OK, &pw);
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
+            let acl = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
+                .await;
+            let file = decoded(&acl.body, auth::ACL_FILE_KEY);
+            acl.echo();
+            api.expect(Method::PATCH, &format!("{SECRETS}/cache-operator?"))
+                .await
+                .echo();
+            api.done().await;
+            file
+        });
+        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        let file = script.await.unwrap_or_else(|e| panic!("{e}"));
+        for user in ["default", "app", REPLICATION_USER] {
+            assert!(
+                file.lines()
+                    .any(|l| l.starts_with(&format!("user {user} off "))),
+                "{user} starts off: {file}"
+            );
+        }
+        assert!(
+            file.lines().any(|l| l.starts_with("user operator on ")),
+            "{file}"
+        );
+        assert!(auth.users.clients_fenced());
     }
 
     #[tokio::test]

@@ -96,8 +96,9 @@ pub enum Action {
     /// longer than Valkey needs to notice, and no election can happen (too few primaries left
     /// to vote, as in a two-shard cluster). The replica takes the slots without a vote.
     Takeover { on_replica: NodeRef, failed: NodeId },
-    /// `ACL SETUSER <user> on` on `on`: the node is settled in the cluster, so replicas (and slot
-    /// imports) may log in to it as the replication user.
+    /// `ACL SETUSER ... on` for every user of `on`, the replication user `user` last: the node
+    /// is settled in the cluster, so replicas (and slot imports) may log in to it as the
+    /// replication user, and clients (fenced too on a server that keeps no data) may use it.
     AdmitReplication { on: NodeRef, user: String },
     /// Kubernetes: set the member's `allowedRevision` to its desired revision.
     AllowRestart { member: String },
@@ -199,7 +200,7 @@ impl fmt::Display for Action {
             Action::AdmitReplication { on, user } => {
                 write!(
                     f,
-                    "ACL SETUSER {user} on on {on} (it may now serve replicas)"
+                    "ACL SETUSER {user} on on {on} (it may now serve replicas and clients)"
                 )
             }
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),

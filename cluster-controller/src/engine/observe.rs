@@ -12,6 +12,7 @@ use redis::Value;
 
 use crate::client::ValkeyClient;
 use crate::valkey::ParseError;
+pub use crate::valkey::acl::user_enabled;
 use crate::valkey::cluster_info::{self, ClusterInfo};
 use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, LineCache, NodeId};
 use crate::valkey::info::{self, Info};
@@ -353,27 +354,6 @@ fn pairs(reply: &Value) -> Option<BTreeMap<String, String>> {
             .collect(),
         _ => None,
     }
-}
-
-/// Whether an `ACL GETUSER` reply's flags say `on` (RESP2 list or RESP3 map). Only the flags are
-/// read: the reply also holds password hashes, which go nowhere.
-pub fn user_enabled(reply: &Value) -> Option<bool> {
-    let pairs: Vec<(&Value, &Value)> = match reply {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|c| Some((c.first()?, c.get(1)?)))
-            .collect(),
-        Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
-        _ => return None,
-    };
-    let (_, flags) = pairs
-        .into_iter()
-        .find(|(k, _)| value::text(k).as_deref() == Some("flags"))?;
-    let flags: Vec<String> = match flags {
-        Value::Array(items) | Value::Set(items) => items.iter().filter_map(value::text).collect(),
-        _ => return None,
-    };
-    Some(flags.iter().any(|f| f == "on"))
 }
 
 fn text(reply: &str, value: Value) -> Result<String, String> {

@@ -25,4 +25,3 @@ pub fn user_enabled(reply: &Value) -> Option<bool> {
     };
     Some(flags.iter().any(|f| f == "on"))
 }
-

@@ -45,7 +45,7 @@ pub struct Lab {
     pending_starts: Vec<(String, Instant, Address)>,
     last_ips: BTreeMap<String, Ipv4Addr>,
     pub engine: Engine<RedisClient>,
-    /// A client as the default user, for readiness probes and checks.
+    /// A client as the default user: what a client of the cluster sees.
     pub probe: RedisClient,
     /// How a member released by `AllowRestart` comes back.
     pub restart_address: Address,
@@ -310,9 +310,11 @@ impl Lab {
         self.max_down_per_shard = self.max_down_per_shard.max(worst);
     }
 
+    /// Readiness as the node-controller sees it: PING as a user that is never fenced.
     async fn ping(&self, addr: SocketAddr) -> bool {
         let reply = self
-            .probe
+            .engine
+            .client()
             .command(addr, &redis::cmd("PING"), Duration::from_millis(300))
             .await;
         matches!(reply.as_ref().map(value::text), Ok(Some(pong)) if pong == "PONG")

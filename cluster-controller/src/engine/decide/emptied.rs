@@ -11,9 +11,10 @@
 //! history never does. The emptied node then follows the new primary and resyncs from it.
 //!
 //! Which node lacks the data is judged from the replication history (see
-//! [`safety::restart_would_lose`]), never from key counts, which writes to the emptied node
-//! could outnumber. Writes the emptied node accepted since it came back are lost; the
-//! alternative is losing the shard's data.
+//! [`safety::restart_would_lose`]), never from key counts. And the emptied node takes no write
+//! meanwhile: a server that keeps no data starts with its clients' users off, like the
+//! replication user, until the engine admits it (see the fence), so nothing it accepts can be
+//! lost by the handover.
 
 use std::cmp::Reverse;
 
@@ -80,8 +81,7 @@ fn takes_over(primary: &Live, replica: &Live) -> Decision {
         format!(
             "{p} came back without the data its replica {r} holds (a replication history of its \
              own, without an append-only file, against {rk} keys of the shard's history; it holds \
-             {pk}); {r} takes over before {p} can serve it, and {p} resyncs from {r} (writes {p} \
-             accepted since it came back are lost)",
+             {pk}); {r} takes over before {p} serves anyone, and {p} resyncs from {r}",
             p = primary.name(),
             pk = primary.state.keys(),
             r = replica.name(),

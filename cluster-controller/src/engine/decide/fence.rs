@@ -42,7 +42,7 @@ pub(super) fn admit(t: &Topology, user: Option<&str>) -> Option<Decision> {
             },
             Reason::Converging,
             format!(
-                "{} is settled in the cluster; it may now serve replicas",
+                "{} is settled in the cluster; it may now serve replicas and clients",
                 l.name()
             ),
         ))

@@ -81,6 +81,9 @@ pub async fn pass(
         object: replication,
         label: REPLICATION_LABEL,
         auth: &replication.spec.auth,
+        // A restarted member of a replication starts parked (a replica of nothing): it takes no
+        // write before the engine has judged its data.
+        fence_clients: false,
         reason: status.and_then(|s| s.reason.as_deref()),
         message: status.and_then(|s| s.message.as_deref()),
     };
