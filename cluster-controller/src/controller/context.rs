@@ -52,6 +52,9 @@ pub struct ClusterMemory {
     /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
     /// while the controller runs does not lock it out.
     passwords: Mutex<Option<OperatorPasswords>>,
+    /// The clients' password the operator generated, as last read: kept so that losing its
+    /// Secret and the operator's copy together while the controller runs locks no client out.
+    client_password: Mutex<Option<crate::client::Secret>>,
     /// The other controller last found holding the cluster, so it is announced once.
     other_holder: Mutex<Option<String>>,
     /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
@@ -106,6 +109,21 @@ impl ClusterMemory {
 
     pub fn remember_pod_monitor(&self, applied: String) {
         *self.pod_monitor.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
+    }
+
+    pub fn client_password(&self) -> Option<String> {
+        self.client_password
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|p| p.expose().to_owned())
+    }
+
+    pub fn remember_client_password(&self, password: &str) {
+        *self
+            .client_password
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(crate::client::Secret::new(password));
     }
 
     pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
