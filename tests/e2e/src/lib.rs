@@ -190,6 +190,33 @@ impl TestNamespace {
         Api::namespaced(self.client.clone(), &self.name)
     }
 
+    /// Creates or replaces the Secret `name` holding `password` under the key `password` (the
+    /// shape `spec.auth.passwordSecret` and users' Secrets take by default).
+    pub async fn put_password(&self, name: &str, password: &str) -> Result<()> {
+        let secret = k8s_openapi::api::core::v1::Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    "password".to_owned(),
+                    k8s_openapi::ByteString(password.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        self.api::<k8s_openapi::api::core::v1::Secret>()
+            .patch(
+                name,
+                &kube::api::PatchParams::apply("e2e-test").force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// `kubectl apply` of a YAML manifest in this namespace.
     pub async fn apply(&self, manifest: &str) -> Result<String> {
         kubectl_stdin(&["apply", "-n", &self.name, "-f", "-"], manifest).await

@@ -11,7 +11,7 @@ use e2e::{E2eError, Poll, Result, TestNamespace, check, wait_until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use valkey_api::v1alpha1::ValkeyNode;
 
 const READY: Duration = Duration::from_secs(300);
@@ -183,28 +183,7 @@ fn cannot_log_in(
 }
 
 async fn put_secret(ns: &TestNamespace, name: &str, password: &str) -> Result<()> {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        data: Some(
-            [(
-                "password".to_owned(),
-                ByteString(password.as_bytes().to_vec()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    ns.api::<Secret>()
-        .patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
-    Ok(())
+    ns.put_password(name, password).await
 }
 
 /// The refusals of `commands` as `user`: every one must be NOPERM; returns those that were not.
