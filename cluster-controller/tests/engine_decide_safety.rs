@@ -7,7 +7,7 @@ mod common;
 
 use cluster_controller::engine::safety::FailoverSettings;
 use cluster_controller::engine::{
-    Action, Decision, Desired, Member, NodeState, Reach, Reason, bindings,
+    Action, Decision, Desired, Member, NodeState, Reach, Reason, Scope, bindings,
 };
 use cluster_controller::valkey::cluster_nodes::NodeId;
 use cluster_controller::valkey::{cluster_info, cluster_nodes, info};
@@ -297,6 +297,43 @@ fn a_primary_back_without_its_data_hands_over_to_its_replica() {
         }
         other => panic!("{other}"),
     }
+}
+
+/// While the rest of a pass cannot go on (a Secret missing, an apply failing), the rules that
+/// protect data still run: the emptied primary hands over all the same, and a takeover happens
+/// when no election can; nothing that follows the spec does (here: a fourth shard asked for).
+#[test]
+fn the_safety_rules_run_when_nothing_else_may() {
+    let world = emptied_world();
+    let handover = world.decide_in(Scope::Safety, Desired::new(4, 1));
+    assert!(
+        matches!(
+            &handover,
+            Decision::Act {
+                action: Action::ForcedFailover { .. },
+                reason: Reason::PrimaryRestartedEmpty,
+                ..
+            }
+        ),
+        "{handover}"
+    );
+    let failed = failure(2, 40, settings(5000), &everyone(2));
+    let everything = failed.decide(Desired::new(2, 1));
+    assert!(is_takeover(&everything), "{everything}");
+    let safety = failed.decide_in(Scope::Safety, Desired::new(5, 1));
+    assert_eq!(
+        safety, everything,
+        "the same takeover, whatever the spec asks"
+    );
+    // A healthy cluster asked for more shards: the safety rules have nothing to say.
+    let healthy = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    assert!(
+        matches!(
+            healthy.decide_in(Scope::Safety, Desired::new(4, 1)),
+            Decision::Steady(_)
+        ),
+        "no member is created, no slot moves"
+    );
 }
 
 /// The same c-0-0 with fewer keys than its replica and a history of its own, but restarted from

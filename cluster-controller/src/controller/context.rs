@@ -55,8 +55,15 @@ pub struct ClusterMemory {
     /// The clients' password the operator generated, as last read: kept so that losing its
     /// Secret and the operator's copy together while the controller runs locks no client out.
     client_password: Mutex<Option<crate::client::Secret>>,
+    /// The CA the servers' certificates were last verified against (with TLS): what the
+    /// engine's safety rules reach the servers with while the TLS stage cannot run.
+    trust: Mutex<Option<Trust>>,
     /// The other controller last found holding the cluster, so it is announced once.
     other_holder: Mutex<Option<String>>,
+    /// The primary this controller last recorded in the parent's status (a replication's),
+    /// which the cache may not show yet: a decision never acts on a record older than its own
+    /// last write. Forgotten when another controller holds the parent.
+    primary_written: Mutex<Option<String>>,
     /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
     network: Mutex<Option<String>>,
     /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
@@ -86,7 +93,28 @@ impl ClusterMemory {
         let mut known = self.other_holder.lock().unwrap_or_else(|e| e.into_inner());
         let news = known.as_deref() != holder;
         *known = holder.map(str::to_owned);
+        if holder.is_some() {
+            // What the other controller records is newer than anything this one wrote.
+            *self
+                .primary_written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
         news
+    }
+
+    pub fn primary_written(&self) -> Option<String> {
+        self.primary_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn note_primary_written(&self, primary: Option<&str>) {
+        *self
+            .primary_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = primary.map(str::to_owned);
     }
 
     pub fn network_applied(&self) -> Option<String> {
@@ -124,6 +152,14 @@ impl ClusterMemory {
             .client_password
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(crate::client::Secret::new(password));
+    }
+
+    pub fn trust(&self) -> Option<Trust> {
+        self.trust.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn remember_trust(&self, trust: &Trust) {
+        *self.trust.lock().unwrap_or_else(|e| e.into_inner()) = Some(trust.clone());
     }
 
     pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
@@ -218,6 +254,8 @@ pub struct Context {
     kept: Kept<Engine<RedisClient>>,
     /// Valkey actions that failed in a row, per cluster: each retry waits longer.
     pub action_failures: Backoff,
+    /// Kubernetes stages that failed in a row, per cluster (see [`super::stop`]).
+    pub stage_failures: Backoff,
     pub settings: Settings,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
@@ -274,6 +312,7 @@ impl Context {
             nodes,
             kept: Kept::default(),
             action_failures: Backoff::default(),
+            stage_failures: Backoff::default(),
             settings,
             serving: Applied::default(),
             pod_monitors: KindPresence::default(),
@@ -328,6 +367,7 @@ impl Reconciler for Context {
     fn forget(&self, key: &ObjectKey) {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
+        self.stage_failures.succeeded(key);
         self.serving.forget(key);
     }
 }

@@ -47,6 +47,20 @@ pub fn topology(cluster: &ValkeyCluster) -> Result<Desired, Problem> {
     })
 }
 
+/// [`topology`], or with a malformed `spec.acceptLostSlots` read as accepting no loss: what the
+/// engine's safety rules go by while the spec cannot be read whole.
+pub fn topology_or_safest(cluster: &ValkeyCluster) -> Desired {
+    topology(cluster).unwrap_or_else(|_| Desired {
+        persistent: cluster.spec.persistence.enabled,
+        formed: cluster.status.as_ref().is_some_and(|s| s.shards > 0),
+        lost_slots: LostSlotsPolicy {
+            refill: cluster.spec.on_slots_lost == SlotsLostPolicy::Refill,
+            accepted: None,
+        },
+        ..size(cluster)
+    })
+}
+
 /// How many shards, how many replicas each.
 fn size(cluster: &ValkeyCluster) -> Desired {
     Desired::new(

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::client::{Credentials, ValkeyClient};
 use crate::valkey::cluster_nodes::NodeId;
 
-use super::decide::{Verdict, judge};
+use super::decide::{Scope, Verdict, judge_in};
 use super::decision::{Action, Decision, Health, Reason};
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome, execute, migrate_auth};
@@ -122,6 +122,13 @@ impl<C: ValkeyClient> Engine<C> {
     /// between them), a wait that is not short, or the end of its budget. Slot migration jobs
     /// that Valkey runs by itself are watched for up to `job_watch_budget`.
     pub async fn pass(&self, desired: &Desired, members: &[Member]) -> Pass {
+        self.pass_in(Scope::Everything, desired, members).await
+    }
+
+    /// [`Engine::pass`] with only the rules of `scope`: [`Scope::Safety`] when the Kubernetes
+    /// side could not get in step with the spec this pass, and the rules that protect data must
+    /// run all the same.
+    pub async fn pass_in(&self, scope: Scope, desired: &Desired, members: &[Member]) -> Pass {
         let started = Instant::now();
         let mut members = members.to_vec();
         let mut earlier = Vec::new();
@@ -142,7 +149,7 @@ impl<C: ValkeyClient> Engine<C> {
                 decision,
                 bindings,
                 health,
-            } = judge(desired, &members, &observation);
+            } = judge_in(scope, desired, &members, &observation);
             timing.decide += observed.elapsed();
             let budget = if earlier.is_empty() {
                 self.config.settle_budget

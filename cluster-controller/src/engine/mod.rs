@@ -26,7 +26,7 @@ mod member;
 mod observe;
 pub mod safety;
 
-pub use decide::{ATOMIC_MAX_ATTEMPTS, Verdict, bindings, decide, health, judge};
+pub use decide::{ATOMIC_MAX_ATTEMPTS, Scope, Verdict, bindings, decide, health, judge, judge_in};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass, Step, Timing, settles_soon};
 pub use error::EngineError;

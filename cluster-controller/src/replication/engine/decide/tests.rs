@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Spec, decide, health};
-use crate::engine::Member;
+use super::{Spec, decide, decide_in, health};
 use crate::engine::safety::{LinkAge, ReplicationHistory};
+use crate::engine::{Member, Scope};
 use crate::replication::engine::decision::{Action, Decision, Reason};
 use crate::replication::engine::observe::{Observation, Reach};
 use crate::replication::engine::server::{PARKED_HOST, PARKED_PORT, ServerState, Upstream};
@@ -160,6 +160,16 @@ impl World {
 
     fn decide(&self) -> Decision {
         decide(
+            &self.spec,
+            &self.members,
+            self.recorded.as_deref(),
+            &self.observed,
+        )
+    }
+
+    fn decide_safely(&self) -> Decision {
+        decide_in(
+            Scope::Safety,
             &self.spec,
             &self.members,
             self.recorded.as_deref(),
@@ -552,6 +562,39 @@ fn a_roll_restarts_replicas_first_then_hands_over_and_restarts_the_primary() {
     outdated(alone.member(0));
     let d = alone.decide();
     assert!(matches!(action(&d), Action::AllowRestart { member } if member == "r-0"));
+}
+
+/// While the rest of a pass cannot go on, a primary back without its data is still replaced
+/// and members still follow the primary; nothing that follows the spec happens (no formation, no
+/// roll).
+#[test]
+fn the_safety_rules_run_when_nothing_else_may() {
+    let emptied = World::new(2)
+        .recorded(0)
+        .up(0, parked(0, 0))
+        .up(1, replica(1, 0, LinkAge::DownFor(1), OLD, 4900, 99))
+        .up(2, replica(2, 0, LinkAge::DownFor(1), OLD, 5000, 100));
+    assert_eq!(emptied.decide_safely(), emptied.decide());
+    assert_eq!(promoted(&emptied.decide_safely()), "r-2");
+
+    let stray = World::healthy(2).up(2, parked(2, 100));
+    assert!(
+        matches!(action(&stray.decide_safely()), Action::Follow { on, .. } if on.member == "r-2")
+    );
+
+    let forming = World::new(1).up(0, parked(0, 0)).up(1, parked(1, 0));
+    assert!(matches!(forming.decide(), Decision::Act { .. }));
+    assert_eq!(forming.decide_safely(), Decision::Steady, "no formation");
+
+    let mut rolling = World::healthy(1);
+    rolling.member(1).current_revision = Some("a".into());
+    rolling.member(1).desired_revision = Some("b".into());
+    rolling.member(1).allowed_revision = Some("a".into());
+    assert!(matches!(
+        action(&rolling.decide()),
+        Action::AllowRestart { .. }
+    ));
+    assert_eq!(rolling.decide_safely(), Decision::Steady, "no roll");
 }
 
 #[test]
