@@ -203,6 +203,13 @@ fn named() -> Vec<Scenario> {
                 paused_seconds: 30,
             },
         ),
+        // No persistence: a primary's replica restarts empty and full-syncs (slowed), while the
+        // primary's node is drained. The primary stays until its replica holds the data.
+        idle(
+            "drain-during-full-sync",
+            SPEC_EPHEMERAL,
+            Fault::DrainDuringFullSync,
+        ),
         // One member out for 10 minutes while another shard's primary restarts: that shard is
         // repaired meanwhile.
         idle(
@@ -350,6 +357,7 @@ async fn quick_faults_of_the_whole_cluster() -> Result<()> {
         &[
             "scale-out.apiserver-restart",
             "named.partial-zone-partition",
+            "named.drain-during-full-sync",
         ],
         12,
     )

@@ -117,6 +117,10 @@ pub enum Fault {
         how: NodeStop,
         seconds: u64,
     },
+    /// A primary's replica restarts and full-syncs from it (slowed to seconds), and meanwhile
+    /// `kubectl drain` empties the primary's node: the primary must not be evicted before its
+    /// replica holds the data.
+    DrainDuringFullSync,
     /// The API server restarts.
     RestartApiServer,
 }
@@ -137,7 +141,8 @@ impl Fault {
             // acknowledged in between and had not sent yet are lost. The operator takes no step.
             Fault::StaleReplicaThenPausedPrimary { .. } => true,
             Fault::PartialZonePartition { .. }
-            | Fault::MemberOutWhileAnotherPrimaryRestarts { .. } => false,
+            | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
+            | Fault::DrainDuringFullSync => false,
             Fault::RestartPrimaryInPlace => !persistence,
             Fault::None
             | Fault::KillClusterController
@@ -168,7 +173,8 @@ impl Fault {
             | Fault::PartialZonePartition { .. }
             | Fault::StaleReplicaThenPausedPrimary { .. }
             | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
-            | Fault::StopNode { .. } => kind == Kind::Cluster,
+            | Fault::StopNode { .. }
+            | Fault::DrainDuringFullSync => kind == Kind::Cluster,
         }
     }
 
@@ -180,6 +186,7 @@ impl Fault {
             Fault::PartitionZone { .. }
                 | Fault::PartialZonePartition { .. }
                 | Fault::StopNode { .. }
+                | Fault::DrainDuringFullSync
                 | Fault::RestartApiServer
         )
     }
@@ -219,6 +226,9 @@ impl fmt::Display for Fault {
                 write!(f, "primary's node stopped ({how:?}) {seconds}s")
             }
             Fault::RestartApiServer => f.write_str("API server restarted"),
+            Fault::DrainDuringFullSync => {
+                f.write_str("primary's node drained while its replica full-syncs")
+            }
         }
     }
 }
@@ -535,7 +545,8 @@ async fn strike(c: &mut Fixture, fault: &Fault) -> Result<()> {
         | Fault::PartialZonePartition { .. }
         | Fault::StaleReplicaThenPausedPrimary { .. }
         | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
-        | Fault::StopNode { .. } => strike_cluster(c.cluster()?, fault).await,
+        | Fault::StopNode { .. }
+        | Fault::DrainDuringFullSync => strike_cluster(c.cluster()?, fault).await,
     }
 }
 
@@ -619,6 +630,7 @@ async fn strike_cluster(c: &ClusterFixture, fault: &Fault) -> Result<()> {
         Fault::MemberOutWhileAnotherPrimaryRestarts { seconds } => {
             member_out_while_another_primary_restarts(c, *seconds).await
         }
+        Fault::DrainDuringFullSync => drain_during_full_sync(c).await,
         other => Err(E2eError::Check(format!("{other} is a fault of both kinds"))),
     }
 }
@@ -686,6 +698,122 @@ async fn member_out_while_another_primary_restarts(c: &ClusterFixture, seconds: 
     tokio::time::sleep(left).await;
     cut.undo().await?;
     repaired
+}
+
+/// The primary's replica restarts and full-syncs from it, slowed to about 15 s
+/// (`rdb-key-save-delay` on the primary), and `kubectl drain` empties the primary's node
+/// meanwhile. The primary's pod must still be there, not terminating, for as long as its replica
+/// is syncing: evicting it then would leave the shard's data only in a half-loaded replica (or
+/// nowhere, without persistence). Once the replica is in sync the drain must finish.
+async fn drain_during_full_sync(c: &ClusterFixture) -> Result<()> {
+    let ns = c.ns.name.clone();
+    let t = primary_target(c).await?;
+    let replica = t
+        .replicas
+        .first()
+        .cloned()
+        .ok_or_else(|| E2eError::Check("a full sync needs a replica".to_owned()))?;
+    let ip_of = |pod: String| async move {
+        let pod = c.ns.pod(&pod).await?;
+        crate::pod_ip(&pod).ok_or_else(|| E2eError::Check("a pod without an IP".to_owned()))
+    };
+    let primary_ip = ip_of(t.pod.clone()).await?;
+    let keys: u64 = c
+        .admin_command_on(&primary_ip, &["DBSIZE"])
+        .await?
+        .trim()
+        .parse()
+        .unwrap_or(1);
+    let delay_us = (15_000_000 / keys.max(1)).clamp(100, 1_000_000);
+    c.admin_command_on(
+        &primary_ip,
+        &["CONFIG", "SET", "rdb-key-save-delay", &delay_us.to_string()],
+    )
+    .await?;
+    faults::kill(&ns, &replica, Some("valkey")).await?;
+    let replica_ip = ip_of(replica.clone()).await?;
+    let syncing = || async {
+        let info = c
+            .admin_command_on(&replica_ip, &["INFO", "replication"])
+            .await
+            .unwrap_or_default();
+        !info.contains("master_link_status:up") || info.contains("master_sync_in_progress:1")
+    };
+    wait_until(
+        Duration::from_secs(60),
+        &format!("{replica} in a full sync from {}", t.pod),
+        || async {
+            let info = c
+                .admin_command_on(&replica_ip, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            Ok(if info.contains("master_sync_in_progress:1") {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(info.lines().take(8).collect::<Vec<_>>().join(" "))
+            })
+        },
+    )
+    .await?;
+    let uid = c.ns.pod(&t.pod).await?.metadata.uid;
+    let node = t.node.clone();
+    let _uncordon = Uncordon(node.clone());
+    let drain = tokio::spawn(async move {
+        crate::kubectl(&[
+            "drain",
+            &node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--force",
+            "--timeout=240s",
+        ])
+        .await
+    });
+    let watched = Instant::now();
+    while syncing().await {
+        let pod = c.ns.api::<k8s_openapi::api::core::v1::Pod>().get_opt(&t.pod).await?;
+        let evicted = pod.is_none_or(|p| {
+            p.metadata.uid != uid || p.metadata.deletion_timestamp.is_some()
+        });
+        if evicted {
+            drain.abort();
+            return Err(E2eError::Check(format!(
+                "{} was evicted {:.1?} into the drain while its replica {replica} was still in                  its full sync",
+                t.pod,
+                watched.elapsed()
+            )));
+        }
+        if watched.elapsed() > Duration::from_secs(180) {
+            drain.abort();
+            return Err(E2eError::Check(format!(
+                "{replica} was still syncing after 180 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "drain: {replica} in sync {:.1?} into the drain; {} was kept until then",
+        watched.elapsed(),
+        t.pod
+    );
+    drain
+        .await
+        .map_err(|e| E2eError::Check(format!("the drain task: {e}")))?
+        .map(|_| ())
+}
+
+/// Uncordons a node when dropped: a drained node takes pods again after the scenario.
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(crate::kubectl_program())
+            .args(["uncordon", &self.0])
+            .env("KUBECONFIG", crate::kubeconfig_path().unwrap_or_default())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 /// What reading every acknowledged write back found missing.
