@@ -336,6 +336,31 @@ fn the_safety_rules_run_when_nothing_else_may() {
     );
 }
 
+/// A drain may evict one member of a shard at a time, but none while a replica of the shard does
+/// not hold the primary's data (syncing, loading, or not read): the primary may be its only copy.
+#[test]
+fn a_shard_whose_replica_is_not_in_sync_lets_no_member_go() {
+    use cluster_controller::controller::serving::shards_out_of_sync;
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    assert!(shards_out_of_sync(&world.members, &world.observed).is_empty());
+    let syncing = common::text("v9/info_replica")
+        .replace("master_sync_in_progress:0", "master_sync_in_progress:1");
+    let view = view_of(&v9_primary(), "127.0.0.65", &["127.0.0.67"]);
+    let full_sync = state(&view, "127.0.0.65", &syncing, 0, settings(5000));
+    world
+        .observed
+        .members
+        .insert("c-1-1".into(), Reach::Up(Box::new(full_sync)));
+    world.down("c-2-1");
+    let held: Vec<u32> = shards_out_of_sync(&world.members, &world.observed)
+        .into_iter()
+        .collect();
+    assert_eq!(held, [1, 2]);
+    // A shard of one member has no copy to wait for.
+    let alone = Vec::from_iter(world.members.iter().filter(|m| m.index == 0).cloned());
+    assert!(shards_out_of_sync(&alone, &world.observed).is_empty());
+}
+
 /// The same c-0-0 with fewer keys than its replica and a history of its own, but restarted from
 /// its append-only file (a slot migration moved keys away before its replica resynced), or
 /// already admitted by the fence since it started: nothing is lost, and a forced failover to

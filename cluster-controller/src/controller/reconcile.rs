@@ -90,6 +90,7 @@ pub async fn pass(
         );
     }
     work_left(ctx, key, &pass);
+    serve(ctx, cluster, key, &existing, &members, &pass).await;
 
     report::decision_events(ctx, cluster, &pass).await;
     let outcome = report::outcome(&pass, &existing, refused.or(failing));
@@ -147,11 +148,6 @@ async fn prepare(
     let desired = desired::members(cluster, &node_auth);
     let applied = apply::member_nodes(ctx, cluster, &desired, existing).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
-    // Services and budgets serve clients and drains, not the cluster itself: a failure to apply
-    // them (a chart without their RBAC) is logged and retried, and holds nothing else back.
-    if let Err(error) = apply::serving_objects(ctx, cluster, key, existing).await {
-        tracing::warn!(%error, "the client Services or disruption budgets could not be applied");
-    }
     if let Some(parent) = monitoring::Parent::of(cluster, "cluster", labels::CLUSTER_LABEL) {
         let desired = monitoring::desired(&parent, &cluster.spec.metrics);
         let monitored =
@@ -203,6 +199,7 @@ async fn protect(
     };
     let mut requeue = stop.requeue;
     if let Some(pass) = &pass {
+        serve(ctx, cluster, key, existing, &members, pass).await;
         report::decision_events(ctx, cluster, pass).await;
         if let Decision::Act { action, .. } = &pass.decision {
             ctx.metrics.action_taken(
@@ -233,6 +230,24 @@ async fn protect(
         .await?;
     }
     Ok(Requeue::requeue(requeue))
+}
+
+/// The objects that serve clients and drains, from what this pass saw: the client Services, and
+/// a disruption budget per shard that lets no member go while one of its replicas does not hold
+/// the primary's data yet. They serve clients and drains, not the cluster itself: a failure to
+/// apply them (a chart without their RBAC) is logged and retried, and holds nothing else back.
+async fn serve(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    key: &ObjectKey,
+    existing: &[Arc<ValkeyNode>],
+    members: &[crate::engine::Member],
+    pass: &Pass,
+) {
+    let held = super::serving::shards_out_of_sync(members, &pass.observation);
+    if let Err(error) = apply::serving_objects(ctx, cluster, key, existing, &held).await {
+        tracing::warn!(%error, "the client Services or disruption budgets could not be applied");
+    }
 }
 
 /// The work a pass left, as metrics.

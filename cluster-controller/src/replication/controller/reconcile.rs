@@ -128,7 +128,10 @@ pub async fn pass(
     apply_services(ctx, replication, primary.as_deref()).await?;
     // The budget serves drains, not the replication itself: a failure to apply it is logged and
     // the pass goes on.
-    if let Err(error) = apply_budget(ctx, replication, key).await {
+    // No member may go while a wanted replica does not hold the primary's data (or the primary
+    // is unknown: the replicas may hold the only copies).
+    let held = health.primary.is_none() || health.replicas_in_step < health.replicas_wanted;
+    if let Err(error) = apply_budget(ctx, replication, key, held).await {
         tracing::warn!(%error, "the disruption budget could not be applied");
     }
     if let Some(parent) = monitoring::Parent::of(replication, "replication", REPLICATION_LABEL) {
@@ -396,8 +399,9 @@ async fn apply_budget(
     ctx: &Context,
     replication: &ValkeyReplication,
     key: &ObjectKey,
+    held: bool,
 ) -> Result<(), Error> {
-    let Some(budget) = services::budget(replication) else {
+    let Some(budget) = services::budget(replication, held) else {
         return Ok(());
     };
     let fingerprint = serde_json::to_string(&budget).unwrap_or_default();

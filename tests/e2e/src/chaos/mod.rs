@@ -771,10 +771,12 @@ async fn drain_during_full_sync(c: &ClusterFixture) -> Result<()> {
     });
     let watched = Instant::now();
     while syncing().await {
-        let pod = c.ns.api::<k8s_openapi::api::core::v1::Pod>().get_opt(&t.pod).await?;
-        let evicted = pod.is_none_or(|p| {
-            p.metadata.uid != uid || p.metadata.deletion_timestamp.is_some()
-        });
+        let pod =
+            c.ns.api::<k8s_openapi::api::core::v1::Pod>()
+                .get_opt(&t.pod)
+                .await?;
+        let evicted =
+            pod.is_none_or(|p| p.metadata.uid != uid || p.metadata.deletion_timestamp.is_some());
         if evicted {
             drain.abort();
             return Err(E2eError::Check(format!(
