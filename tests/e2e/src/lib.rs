@@ -537,3 +537,46 @@ pub fn localkube_container_log(pod: &Pod, container: &str) -> Option<String> {
     logs.sort();
     std::fs::read_to_string(&logs.last()?.1).ok()
 }
+
+/// Waits until every ValkeyNode's status describes its current spec with ConfigApplied True:
+/// the running server has every live setting the new release's cluster-controller asked for.
+pub async fn wait_live_settings_applied(ns: &TestNamespace) -> Result<()> {
+    wait_until(
+        Duration::from_secs(90),
+        "every ValkeyNode's live settings applied to its running server",
+        || async move {
+            let nodes = ns
+                .api::<valkey_api::v1alpha1::ValkeyNode>()
+                .list(&kube::api::ListParams::default())
+                .await?;
+            let behind: Vec<String> = nodes
+                .items
+                .iter()
+                .filter_map(|n| {
+                    let status = n.status.clone().unwrap_or_default();
+                    let applied = status
+                        .conditions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|c| c.type_ == "ConfigApplied")
+                        .map(|c| (c.status, c.message));
+                    let current = status.observed_generation == n.metadata.generation;
+                    (!current || applied.as_ref().is_none_or(|(s, _)| s != "True")).then(|| {
+                        format!(
+                            "{}: generation {:?} observed {:?}, ConfigApplied {applied:?}",
+                            kube::ResourceExt::name_any(n),
+                            n.metadata.generation,
+                            status.observed_generation
+                        )
+                    })
+                })
+                .collect();
+            Ok(if behind.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(behind.join("; "))
+            })
+        },
+    )
+    .await
+}
