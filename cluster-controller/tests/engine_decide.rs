@@ -771,6 +771,7 @@ fn two_primaries_on_one_node_are_spread_by_a_planned_failover() {
             reason: Reason::SpreadingPrimaries,
             message,
             forced,
+            ..
         } => {
             assert!(!forced, "a planned failover, announced as Normal");
             assert!(

@@ -649,6 +649,19 @@ fn slots_without_an_owner_are_served_again_only_with_the_users_word() {
         ),
         "{decision}"
     );
+    assert!(
+        !decision.spends_acknowledgement(),
+        "a cache's policy is not an acknowledgement to spend"
+    );
+    // The user's word for these slots: the same step, which spends it (once the cluster is
+    // whole again, that value of acceptLostSlots allows nothing more).
+    let mut accepted = Desired::new(2, 1);
+    accepted.lost_slots.accepted = Some("10922-16383".parse().expect("slots"));
+    let decision = world.decide(accepted);
+    assert!(
+        decision.is_forced() && decision.spends_acknowledgement(),
+        "{decision}"
+    );
 }
 
 #[test]

@@ -245,6 +245,59 @@ async fn a_primary_back_empty_takes_no_clients_write_before_the_engine_admits_it
     traffic::verify(&lab.addresses(), &keys).await;
 }
 
+/// A primary without a replica and without persistence restarted in place (same node ID, same
+/// slots, no key): its data is gone, as surely as a shard whose members were all deleted. It is
+/// not served again empty without a word (`Failed / SlotsLost` naming its slots; its clients stay
+/// off), until the user accepts the loss, once; then it serves, announced as forced. It used
+/// to serve at once, empty, and the cluster said Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_without_a_copy_back_empty_is_lost_data_until_the_user_accepts_it() {
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options("alone", servers::valkey_9(), 124, options);
+    lab.scale(Desired::new(3, 0));
+    lab.converge(Duration::from_secs(90)).await;
+    traffic::write_keys(&lab.addresses(), "k", 300).await;
+    let slots = myself(&lab, "c-0-0").await.slots.clone();
+
+    lab.restart_in_place("c-0-0");
+    let mut blocked = None;
+    lab.run_until(Duration::from_secs(60), |pass| {
+        if let Decision::Blocked { reason, message } = &pass.decision {
+            blocked = Some((*reason, message.clone()));
+            return true;
+        }
+        false
+    })
+    .await;
+    let (reason, message) = blocked.unwrap_or_else(|| panic!("{:?}", lab.history));
+    assert_eq!(reason, Reason::SlotsLost, "{message}");
+    assert!(
+        message.contains("c-0-0") && message.contains(&slots.to_string()),
+        "{message}"
+    );
+    let refused = lab.try_command("c-0-0", &["PING"]).await;
+    assert!(refused.is_err(), "its clients stay off: {refused:?}");
+
+    lab.desired.lost_slots.accepted = Some(slots.clone());
+    let mut spent = false;
+    lab.run_until(Duration::from_secs(60), |pass| {
+        spent |= pass.spent_acknowledgement();
+        matches!(pass.decision, Decision::Steady(_))
+    })
+    .await;
+    assert!(spent, "serving it again spent the acknowledgement");
+    assert!(
+        lab.forced.iter().any(|l| l.contains("SlotsLost")),
+        "announced as forced: {:?}",
+        lab.forced
+    );
+    assert!(lab.try_command("c-0-0", &["PING"]).await.is_ok());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_member_down_does_not_stop_repairs_elsewhere() {
     let mut lab = Lab::new("down", servers::valkey_9(), 116);

@@ -68,6 +68,9 @@ pub struct ClusterMemory {
     network: Mutex<Option<String>>,
     /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
     pod_monitor: Mutex<Option<String>>,
+    /// Whether the cluster held keys when a pass looked (sticky): what tells a primary that lost
+    /// its data from one that came up new (see the engine's `Desired::held_keys`).
+    held_keys: std::sync::atomic::AtomicBool,
     /// Whether the last pass found the cluster steady with nothing to do.
     steady: std::sync::atomic::AtomicBool,
 }
@@ -78,6 +81,24 @@ impl ClusterMemory {
         self.steady
             .swap(steady, std::sync::atomic::Ordering::Relaxed)
             && steady
+    }
+
+    /// Whether a pass of this controller saw the cluster hold keys.
+    pub fn held_keys(&self) -> bool {
+        self.held_keys.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records what a pass saw: any member holding a key.
+    pub fn note_keys(&self, observed: &crate::engine::Observation) {
+        let any = observed
+            .members
+            .values()
+            .filter_map(|reach| reach.state())
+            .any(|state| state.keys() > 0);
+        if any {
+            self.held_keys
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub fn passwords(&self) -> Option<OperatorPasswords> {

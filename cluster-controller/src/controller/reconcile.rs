@@ -69,8 +69,9 @@ pub async fn pass(
         auth,
         served,
         desired,
-        topology,
+        mut topology,
     } = prepared;
+    topology.held_keys = memory.held_keys();
 
     let members = observe::engine_members(&existing, cluster);
     let trust = served.as_ref().map(|s| &s.trust);
@@ -78,6 +79,7 @@ pub async fn pass(
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
     let before_engine = started.elapsed();
     let pass = engine.pass(&topology, &members).await;
+    memory.note_keys(&pass.observation);
     let engine_took = started.elapsed() - before_engine;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
@@ -100,6 +102,7 @@ pub async fn pass(
         &outcome,
         auth.password_secret.as_deref(),
         Some(&pass.bindings),
+        pass.spent_acknowledgement(),
     )
     .await?;
     let still_steady =
@@ -192,8 +195,13 @@ async fn protect(
         Some(passwords) if !tls || trust.is_some() => {
             let credentials = Credentials::user(OPERATOR_USER, passwords.operator);
             let engine = ctx.engine(key, &credentials, trust.as_ref());
-            let topology = desired::topology_or_safest(cluster);
-            Some(engine.pass_in(Scope::Safety, &topology, &members).await)
+            let topology = Desired {
+                held_keys: memory.held_keys(),
+                ..desired::topology_or_safest(cluster)
+            };
+            let pass = engine.pass_in(Scope::Safety, &topology, &members).await;
+            memory.note_keys(&pass.observation);
+            Some(pass)
         }
         _ => None,
     };
@@ -226,6 +234,7 @@ async fn protect(
             &outcome,
             password_secret.as_deref(),
             pass.as_ref().map(|p| &p.bindings),
+            pass.as_ref().is_some_and(Pass::spent_acknowledgement),
         )
         .await?;
     }

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use super::member::Permit;
 use crate::plan::migration::legacy::Intent;
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slots::{SlotRange, SlotSet};
@@ -327,6 +328,9 @@ pub enum Decision {
         reason: Reason,
         message: String,
         forced: bool,
+        /// Taken on the user's acknowledgement of a loss (see
+        /// [`Decision::spends_acknowledgement`]).
+        acknowledged: bool,
     },
     /// Something is in progress (handshake, sync, failover election, a migration job).
     Wait { reason: Reason, message: String },
@@ -364,6 +368,7 @@ impl Decision {
             reason,
             message: message.into(),
             forced: false,
+            acknowledged: false,
         }
     }
 
@@ -374,7 +379,38 @@ impl Decision {
             reason,
             message: message.into(),
             forced: true,
+            acknowledged: false,
         }
+    }
+
+    /// A step that loses data only the user's word allows (`permit`), announced with a Warning;
+    /// taken on an acknowledgement (`acceptLostSlots`), it spends it.
+    pub(crate) fn lossy(
+        permit: Permit,
+        action: Action,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        Decision::Act {
+            action,
+            reason,
+            message: message.into(),
+            forced: true,
+            acknowledged: permit == Permit::Accepted,
+        }
+    }
+
+    /// True for a step taken on the user's acknowledgement of a loss (`acceptLostSlots`): the
+    /// Kubernetes side records that it was acted on, and once the cluster is whole again it
+    /// allows nothing more.
+    pub fn spends_acknowledgement(&self) -> bool {
+        matches!(
+            self,
+            Decision::Act {
+                acknowledged: true,
+                ..
+            }
+        )
     }
 
     /// True for a forced step (see [`Decision::Act`]).

@@ -79,6 +79,18 @@ pub struct Pass {
     pub timing: Timing,
 }
 
+impl Pass {
+    /// Whether a step this pass took (and that Valkey carried out) was taken on the user's
+    /// acknowledgement of a loss: the Kubernetes side records that it was acted on.
+    pub fn spent_acknowledgement(&self) -> bool {
+        self.earlier
+            .iter()
+            .any(|step| step.decision.spends_acknowledgement())
+            || (self.decision.spends_acknowledgement()
+                && matches!(self.outcome, Some(Ok(ref o)) if !matches!(o, Outcome::Blocked(_))))
+    }
+}
+
 /// Where one pass's time went, summed over its looks: asking the servers, deciding, acting, and
 /// watching a short wait settle. What a slow formation or repair is made of.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

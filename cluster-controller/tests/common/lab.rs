@@ -135,10 +135,11 @@ impl Lab {
     /// Changes the spec; creates (and starts) the members it adds, as the Kubernetes side
     /// would. Members it drops stay until the engine deletes them.
     pub fn scale(&mut self, desired: Desired) {
-        let formed = self.desired.formed;
+        let (formed, held_keys) = (self.desired.formed, self.desired.held_keys);
         self.desired = Desired {
             persistent: self.options.persistence,
             formed,
+            held_keys,
             ..desired
         };
         let wanted: Vec<(u32, u32)> = self.desired.slots_of_members().collect();
@@ -373,6 +374,15 @@ impl Lab {
         }
         if pass.health.as_ref().is_some_and(|h| h.shards > 0) {
             self.desired.formed = true;
+        }
+        if pass
+            .observation
+            .members
+            .values()
+            .filter_map(|reach| reach.state())
+            .any(|state| state.keys() > 0)
+        {
+            self.desired.held_keys = true;
         }
         pass
     }

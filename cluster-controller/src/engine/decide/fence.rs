@@ -23,6 +23,7 @@
 
 use crate::engine::decision::{Action, Decision, Reason};
 use crate::engine::safety;
+use crate::valkey::slots::SlotSet;
 
 use super::topology::{Live, Topology};
 
@@ -35,11 +36,31 @@ pub(super) fn admit(t: &Topology, user: Option<&str>) -> Option<Decision> {
         {
             return None;
         }
+        let admit = Action::AdmitReplication {
+            on: l.node_ref(),
+            user: user.to_owned(),
+        };
+        if let Some(slots) = lost_everything(t, l) {
+            let lost = format!(
+                "{} restarted without its data, and no replica holds slots {slots}",
+                l.name()
+            );
+            return Some(match t.desired.lost_slots.permits(slots) {
+                None => super::failure::lost_slots(slots, &lost),
+                Some(permit) => Decision::lossy(
+                    permit,
+                    admit,
+                    Reason::SlotsLost,
+                    format!(
+                        "{lost}: their data is lost, as the user accepted; {} serves them again, \
+                         empty",
+                        l.name()
+                    ),
+                ),
+            });
+        }
         Some(Decision::act(
-            Action::AdmitReplication {
-                on: l.node_ref(),
-                user: user.to_owned(),
-            },
+            admit,
             Reason::Converging,
             format!(
                 "{} is settled in the cluster; it may now serve replicas and clients",
@@ -47,6 +68,23 @@ pub(super) fn admit(t: &Topology, user: Option<&str>) -> Option<Decision> {
             ),
         ))
     })
+}
+
+/// The slots `candidate` serves, when it restarted without their data and nothing else holds
+/// it: no persistence, a history of its own (it loaded nothing), no replica richer than it (the
+/// fence found none), in a cluster that had formed and held keys. Serving them would answer "no
+/// such key" for data the cluster had: the same loss as a shard whose every member is gone.
+fn lost_everything<'a>(t: &Topology, candidate: &Live<'a>) -> Option<&'a SlotSet> {
+    let slots = candidate.slots();
+    let history = candidate.state.history()?;
+    (candidate.is_primary()
+        && !slots.is_empty()
+        && !t.desired.persistent
+        && t.desired.formed
+        && t.desired.held_keys
+        && !history.aof
+        && history.started_fresh())
+    .then_some(slots)
 }
 
 /// Whether some member's view has a replica of a different node at `candidate`'s address: the

@@ -296,9 +296,18 @@ fn a_primary_that_restarted_with_its_data_is_the_primary_again() {
         ("r-0", Reason::PrimaryRestarted)
     );
 
-    // A standalone server has no one to hand over to, with or without data.
+    // A standalone server has no one to hand over to, with or without data; back without it
+    // (no persistence), the loss is said with a Warning.
     let alone = World::new(0).recorded(0).up(0, parked(0, 0));
-    assert_eq!(promoted(&alone.decide()), "r-0");
+    let d = alone.decide();
+    assert_eq!(
+        (promoted(&d), d.reason(), forced(&d)),
+        ("r-0", Reason::PrimaryEmptied, true)
+    );
+    assert!(d.message().contains("lost"), "{}", d.message());
+    let kept = World::new(0).recorded(0).up(0, reloaded(0, 10));
+    let d = kept.decide();
+    assert_eq!((d.reason(), forced(&d)), (Reason::PrimaryRestarted, false));
 }
 
 #[test]
