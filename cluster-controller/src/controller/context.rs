@@ -58,6 +58,9 @@ pub struct ClusterMemory {
     /// The CA the servers' certificates were last verified against (with TLS): what the
     /// engine's safety rules reach the servers with while the TLS stage cannot run.
     trust: Mutex<Option<Trust>>,
+    /// The operator's CA (with TLS and no certificate of the user's), as last used: what brings
+    /// its Secret back when both it and the operator's copy are gone while the controller runs.
+    ca: Mutex<Option<crate::tls::Pem>>,
     /// The other controller last found holding the cluster, so it is announced once.
     other_holder: Mutex<Option<String>>,
     /// The primary this controller last recorded in the parent's status (a replication's),
@@ -173,6 +176,14 @@ impl ClusterMemory {
             .client_password
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(crate::client::Secret::new(password));
+    }
+
+    pub fn ca(&self) -> Option<crate::tls::Pem> {
+        self.ca.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn remember_ca(&self, ca: &crate::tls::Pem) {
+        *self.ca.lock().unwrap_or_else(|e| e.into_inner()) = Some(ca.clone());
     }
 
     pub fn trust(&self) -> Option<Trust> {

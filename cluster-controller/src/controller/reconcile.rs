@@ -124,7 +124,7 @@ async fn prepare(
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
     let auth = stopped(secrets::ensure(ctx, cluster, memory).await, failures, key)?;
-    let served = stopped(tls::ensure(ctx, cluster).await, failures, key)?;
+    let served = stopped(tls::ensure(ctx, cluster, memory).await, failures, key)?;
     if let Some(served) = &served {
         memory.remember_trust(&served.trust);
     }

@@ -241,7 +241,7 @@ where
         auth::operator_secret(&place, &passwords, generated.as_deref()),
     ] {
         let secret_name = want.name_any();
-        if current.get(&secret_name).map(|s| &s.data) != Some(&want.data) {
+        if !holds(current.get(&secret_name), &want) {
             secrets
                 .patch(
                     &secret_name,
@@ -273,6 +273,15 @@ where
         replication_password: passwords.replication.clone().into(),
         password_secret,
     }))
+}
+
+/// Whether `current` holds every key of `want` with its value: other keys (the TLS stage keeps
+/// its CA's copy in the operator Secret, under a field manager of its own) are not this stage's.
+fn holds(current: Option<&Secret>, want: &Secret) -> bool {
+    let (Some(current), Some(wanted)) = (current.and_then(|s| s.data.as_ref()), &want.data) else {
+        return false;
+    };
+    wanted.iter().all(|(k, v)| current.get(k) == Some(v))
 }
 
 /// The name of the Secret holding the default user's password.

@@ -222,6 +222,7 @@ async fn prepare(
         &parent,
         &replication.spec.tls,
         tls::DEFAULT_CERTIFICATE_LIFETIME,
+        memory,
     )
     .await;
     let served = stopped(served, failures, key)?;
