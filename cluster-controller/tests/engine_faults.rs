@@ -298,6 +298,76 @@ async fn a_primary_without_a_copy_back_empty_is_lost_data_until_the_user_accepts
     assert!(lab.try_command("c-0-0", &["PING"]).await.is_ok());
 }
 
+/// On Valkey 8 an aborted slot move carries the keys back from the target. A source that
+/// served the slot as its own meanwhile (it lost its MIGRATING marker, as a replica promoted in
+/// its place never had it) holds the newer value of a key: the move back never overwrites it
+/// (no REPLACE; Valkey answers BUSYKEY, which the operator reports).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_move_never_overwrites_a_newer_value_on_its_source() {
+    let mut lab = Lab::with_options("busykey", servers::valkey_8(), 125, Options::default());
+    lab.scale(Desired::new(2, 0));
+    lab.converge(Duration::from_secs(90)).await;
+    let tag = lab.tag_served_by("c-0-0").await;
+    let slot = value::int(&lab.command("c-0-0", &["CLUSTER", "KEYSLOT", &tag]).await)
+        .unwrap_or_default()
+        .to_string();
+    let key = format!("{{{tag}}}:k");
+    lab.command_as_operator("c-0-0", &["SET", &key, "old"])
+        .await;
+    let (source, target) = (lab.node_id("c-0-0").await, lab.node_id("c-1-0").await);
+    // A legacy move of the slot, opened and the key moved, as the operator does it.
+    lab.command_as_operator(
+        "c-1-0",
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source],
+    )
+    .await;
+    lab.command_as_operator(
+        "c-0-0",
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target],
+    )
+    .await;
+    let target_ip = lab.ip_of("c-1-0").to_string();
+    let moved = lab
+        .command_as_operator(
+            "c-0-0",
+            &[
+                "MIGRATE",
+                &target_ip,
+                "6379",
+                &key,
+                "0",
+                "5000",
+                "AUTH2",
+                servers::OPERATOR_USER,
+                servers::OPERATOR_PASSWORD,
+            ],
+        )
+        .await;
+    assert_eq!(value::text(&moved).as_deref(), Some("OK"));
+    // The source loses its marker and serves the slot as its own: a client writes anew.
+    lab.command_as_operator("c-0-0", &["CLUSTER", "SETSLOT", &slot, "STABLE"])
+        .await;
+    lab.command_as_operator("c-0-0", &["SET", &key, "newer"])
+        .await;
+
+    // The target's shard is to leave: the engine undoes the half-open move (the target still
+    // imports), carrying the key back.
+    lab.scale(Desired::new(1, 0));
+    lab.run_for(Duration::from_secs(8)).await;
+    let now = lab.command_as_operator("c-0-0", &["GET", &key]).await;
+    assert_eq!(
+        value::text(&now).as_deref(),
+        Some("newer"),
+        "the newer value stays: {:?}",
+        lab.history
+    );
+    assert!(
+        lab.errors.iter().any(|e| e.contains("BUSYKEY")),
+        "the conflict is reported: {:?}",
+        lab.errors
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_member_down_does_not_stop_repairs_elsewhere() {
     let mut lab = Lab::new("down", servers::valkey_9(), 116);
