@@ -119,11 +119,15 @@ pub fn restart_would_lose(restarted: &ReplicationHistory, replica: &ReplicationH
         return false;
     }
     let emptied = !restarted.aof && restarted.started_fresh() && !restarted.related(replica);
+    // Only a history the node continued (loaded) counts: along its own current one, a replica
+    // can look further only because its INFO was read a moment after the node's (both move on
+    // while the operator reads), as with a primary the operator's own bootstrap left fenced.
     let further = replica.ids().any(|id| {
-        matches!(
-            (replica.reach(id), restarted.reach(id)),
-            (Some(theirs), Some(ours)) if theirs > ours
-        )
+        id != restarted.replid
+            && matches!(
+                (replica.reach(id), restarted.reach(id)),
+                (Some(theirs), Some(ours)) if theirs > ours
+            )
     });
     emptied || further
 }
@@ -289,6 +293,19 @@ mod tests {
             ..history(NEW, ZERO, 0, 1000)
         };
         assert!(!sync_would_lose(&reloaded, &history(OLD, ZERO, 5000, 1000)));
+    }
+
+    /// A healthy primary the fence reads as not admitted (the operator's bootstrap of an old
+    /// open cluster created its replication user off): its replica's offset, read a moment after
+    /// its own, may be ahead along their one history. That is no loss, and no reason to take
+    /// the shard from it.
+    #[test]
+    fn a_replica_read_a_moment_later_is_not_further_along_its_primarys_own_history() {
+        let primary = continued(NEW, OLD, 2_500, 5_000, 100);
+        let replica = continued(NEW, OLD, 2_500, 5_014, 100);
+        assert!(!restart_would_lose(&primary, &replica));
+        let fresh = history(NEW, ZERO, 5_000, 100);
+        assert!(!restart_would_lose(&fresh, &history(NEW, ZERO, 5_014, 100)));
     }
 
     #[test]
