@@ -702,11 +702,16 @@ fn a_fenced_node_is_admitted_only_once_settled() {
     }
     match world.decide(THREE_BY_ONE) {
         Decision::Act {
-            action: Action::AdmitReplication { on, user },
+            action: Action::AdmitReplication { on, also, user },
             ..
         } => {
             assert_eq!(user, "replication");
             assert!(on.member.starts_with("c-"), "{on}");
+            assert_eq!(
+                also.len(),
+                5,
+                "every settled member in one step (a mass restart admits all at once)"
+            );
         }
         other => panic!("{other}"),
     }

@@ -100,7 +100,13 @@ pub enum Action {
     /// `ACL SETUSER ... on` for every user of `on`, the replication user `user` last: the node
     /// is settled in the cluster, so replicas (and slot imports) may log in to it as the
     /// replication user, and clients (fenced too on a server that keeps no data) may use it.
-    AdmitReplication { on: NodeRef, user: String },
+    AdmitReplication {
+        on: NodeRef,
+        /// Other nodes admitted in the same step, each as `on` (after a mass restart, one look
+        /// admits every settled node rather than one per look).
+        also: Vec<NodeRef>,
+        user: String,
+    },
     /// Kubernetes: set the member's `allowedRevision` to its desired revision.
     AllowRestart { member: String },
     /// Kubernetes: delete the member's ValkeyNode (drained and forgotten).
@@ -198,11 +204,12 @@ impl fmt::Display for Action {
                 f,
                 "CLUSTER FAILOVER TAKEOVER on {on_replica} (its primary {failed} failed and no election can happen)"
             ),
-            Action::AdmitReplication { on, user } => {
-                write!(
-                    f,
-                    "ACL SETUSER {user} on on {on} (it may now serve replicas and clients)"
-                )
+            Action::AdmitReplication { on, also, user } => {
+                write!(f, "ACL SETUSER {user} on on {on}")?;
+                for other in also {
+                    write!(f, ", {other}")?;
+                }
+                f.write_str(" (they may now serve replicas and clients)")
             }
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
             Action::DeleteMember { member } => write!(f, "delete {member}"),

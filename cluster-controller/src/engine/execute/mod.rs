@@ -93,8 +93,14 @@ pub async fn execute(
             Ok(Outcome::Done)
         }
         Action::Failover { on_replica, .. } => failover(client, on_replica, None, config).await,
-        Action::AdmitReplication { on, user } => {
-            admit(client, on.address, user, config.command_timeout).await
+        Action::AdmitReplication { on, also, user } => {
+            let admissions = std::iter::once(on)
+                .chain(also)
+                .map(|node| admit(client, node.address, user, config.command_timeout));
+            for admitted in futures::future::join_all(admissions).await {
+                admitted?;
+            }
+            Ok(Outcome::Done)
         }
         Action::ForcedFailover { on_replica, .. } => {
             failover(client, on_replica, Some("FORCE"), config).await
