@@ -121,6 +121,15 @@ pub enum Fault {
     /// `kubectl drain` empties the primary's node: the primary must not be evicted before its
     /// replica holds the data.
     DrainDuringFullSync,
+    /// The Secret of the clients' password is deleted (an accident): it must come back with
+    /// the same password, and no client be refused.
+    DeletePasswordSecret,
+    /// The cluster-controller is held down (SIGSTOP, not killed) while `during` strikes, and for
+    /// `seconds` in all; then it goes on.
+    OperatorHeldDown {
+        seconds: u64,
+        during: Box<Fault>,
+    },
     /// The API server restarts.
     RestartApiServer,
 }
@@ -142,7 +151,11 @@ impl Fault {
             Fault::StaleReplicaThenPausedPrimary { .. } => true,
             Fault::PartialZonePartition { .. }
             | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
-            | Fault::DrainDuringFullSync => false,
+            | Fault::DrainDuringFullSync
+            | Fault::DeletePasswordSecret => false,
+            Fault::OperatorHeldDown { during, .. } => {
+                during.valkey_alone_may_lose_writes(persistence)
+            }
             Fault::RestartPrimaryInPlace => !persistence,
             Fault::None
             | Fault::KillClusterController
@@ -167,7 +180,9 @@ impl Fault {
             | Fault::IsolatePrimary { .. }
             | Fault::PausePrimary { .. }
             | Fault::RestartPrimaryInPlace
-            | Fault::RestartApiServer => true,
+            | Fault::RestartApiServer
+            | Fault::DeletePasswordSecret => true,
+            Fault::OperatorHeldDown { during, .. } => during.applies_to(kind),
             Fault::PartialPartition { .. }
             | Fault::PartitionZone { .. }
             | Fault::PartialZonePartition { .. }
@@ -181,14 +196,17 @@ impl Fault {
     /// Whether the fault reaches beyond the scenario's own pods and processes (a zone, a node,
     /// the API server): such scenarios must run alone.
     pub fn is_global(&self) -> bool {
-        matches!(
-            self,
-            Fault::PartitionZone { .. }
-                | Fault::PartialZonePartition { .. }
-                | Fault::StopNode { .. }
-                | Fault::DrainDuringFullSync
-                | Fault::RestartApiServer
-        )
+        match self {
+            Fault::OperatorHeldDown { during, .. } => during.is_global(),
+            other => matches!(
+                other,
+                Fault::PartitionZone { .. }
+                    | Fault::PartialZonePartition { .. }
+                    | Fault::StopNode { .. }
+                    | Fault::DrainDuringFullSync
+                    | Fault::RestartApiServer
+            ),
+        }
     }
 }
 
@@ -229,6 +247,10 @@ impl fmt::Display for Fault {
             Fault::DrainDuringFullSync => {
                 f.write_str("primary's node drained while its replica full-syncs")
             }
+            Fault::DeletePasswordSecret => f.write_str("clients' password Secret deleted"),
+            Fault::OperatorHeldDown { seconds, during } => {
+                write!(f, "operator held down {seconds}s while: {during}")
+            }
         }
     }
 }
@@ -244,6 +266,8 @@ pub struct Scenario {
     pub fault: Fault,
     /// The fault strikes at a random moment in `0..=window` after the operation starts.
     pub window: Duration,
+    /// Writers running side by side (1: the usual client; more: clients writing at full speed).
+    pub writers: usize,
 }
 
 impl Scenario {
@@ -261,6 +285,7 @@ impl Scenario {
             operation,
             fault: self.fault.clone(),
             window: self.window,
+            writers: self.writers,
         }
     }
 
@@ -356,10 +381,15 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let before = c.write_keys("pre", 1000).await?;
     let writer = c.start_writer("w").await?;
     wait_acks(&writer, 50).await?;
+    let mut more = Vec::new();
+    for i in 1..scenario.writers {
+        more.push(c.start_writer(&format!("w{i}")).await?);
+    }
 
     let started = Instant::now();
     c.apply(&scenario.operation).await?;
     tokio::time::sleep(struck_after).await;
+    let struck = Instant::now();
     strike(&mut c, &scenario.fault).await?;
     let fault_ended = Instant::now();
 
@@ -375,7 +405,10 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     {
         failure = Some(format!("no writes after the recovery: {e}"));
     }
-    let acks = writer.stop().await;
+    let mut acks = writer.stop().await;
+    for other in more {
+        acks.merge(other.stop().await);
+    }
     let plain_loss_allowed = scenario
         .fault
         .valkey_alone_may_lose_writes(scenario.persistence());
@@ -385,6 +418,9 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let check_ok = check_failed.is_none();
     if failure.is_none() {
         failure = bar(&lost, plain_loss_allowed, check_failed, &acks);
+    }
+    if failure.is_none() {
+        failure = lost_after(&lost, &acks, &scenario.fault, struck);
     }
     eprintln!(
         "chaos {}: operation {} started {:?} ago",
@@ -444,6 +480,38 @@ fn bar(
         ));
     }
     check_failed
+}
+
+/// Writes a restarted server acknowledged after it came back are not Valkey's own asynchronous
+/// replication's to lose (it loses only what was acknowledged and not yet sent before the
+/// crash): losing them is the operator's doing. Said for the faults that restart a server in
+/// place; a margin of a second covers acknowledgements in flight when it was killed.
+fn lost_after(lost: &Losses, acks: &Acks, fault: &Fault, struck: Instant) -> Option<String> {
+    let restarts = match fault {
+        Fault::RestartPrimaryInPlace => true,
+        Fault::OperatorHeldDown { during, .. } => **during == Fault::RestartPrimaryInPlace,
+        _ => false,
+    };
+    if !restarts {
+        return None;
+    }
+    let after: Vec<String> = lost
+        .plain
+        .iter()
+        .filter(|key| {
+            acks.acked_at
+                .get(*key)
+                .is_some_and(|at| *at > struck + Duration::from_secs(1))
+        })
+        .cloned()
+        .collect();
+    (!after.is_empty()).then(|| {
+        format!(
+            "{} writes acknowledged after the primary was restarted were lost ({})",
+            after.len(),
+            Losses::named(&after)
+        )
+    })
 }
 
 async fn wait_acks(writer: &Writer, n: usize) -> Result<()> {
@@ -540,6 +608,15 @@ async fn strike(c: &mut Fixture, fault: &Fault) -> Result<()> {
             faults::kill(&ns, &c.primary_pod().await?, Some("valkey")).await
         }
         Fault::RestartApiServer => faults::restart_apiserver(false).await,
+        Fault::DeletePasswordSecret => delete_password_secret(c).await,
+        Fault::OperatorHeldDown { seconds, during } => {
+            let held = c.hold_cluster_controller()?;
+            let started = Instant::now();
+            Box::pin(strike(c, during)).await?;
+            hold(seconds.saturating_sub(started.elapsed().as_secs())).await;
+            drop(held);
+            Ok(())
+        }
         Fault::PartialPartition { .. }
         | Fault::PartitionZone { .. }
         | Fault::PartialZonePartition { .. }
@@ -816,6 +893,38 @@ impl Drop for Uncordon {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// Deletes the Secret of the clients' password and waits until it is back: with the same
+/// password, or the scenario fails (every client holding the old one would be refused).
+async fn delete_password_secret(c: &Fixture) -> Result<()> {
+    use k8s_openapi::api::core::v1::Secret;
+    let name = c.password_secret().await?;
+    let api = c.ns().api::<Secret>();
+    let password = |secret: Option<Secret>| {
+        secret
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("password").cloned())
+            .map(|b| b.0)
+    };
+    let before = password(api.get_opt(&name).await?);
+    api.delete(&name, &kube::api::DeleteParams::default())
+        .await?;
+    let back = wait_until(
+        Duration::from_secs(60),
+        &format!("Secret {name} created again"),
+        || async {
+            Ok(match api.get_opt(&name).await? {
+                Some(secret) => Poll::Ready(password(Some(secret))),
+                None => Poll::NotYet("not yet".into()),
+            })
+        },
+    )
+    .await?;
+    crate::check(
+        back == before,
+        format!("Secret {name} came back with another password: every client would be refused"),
+    )
 }
 
 /// What reading every acknowledged write back found missing.
