@@ -3,7 +3,7 @@
 //! without its data, a member that stays down while another shard needs repair, a node of
 //! another cluster at a member's old address, and a shard whose every copy is lost.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

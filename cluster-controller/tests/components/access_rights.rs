@@ -3,7 +3,7 @@
 //! NOPERM; the operator's users get what they need and no data; and a change of users or
 //! passwords reaches a running server without a restart.
 
-mod common;
+use crate::common;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

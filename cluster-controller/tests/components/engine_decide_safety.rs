@@ -3,7 +3,7 @@
 //! primary that came back without its data, a member that stays down, nodes that are not who
 //! their address says, lost slots, and a restart that would lose data.
 
-mod common;
+use crate::common;
 
 use cluster_controller::engine::safety::FailoverSettings;
 use cluster_controller::engine::{

@@ -1,7 +1,7 @@
 //! The pure decision, from observations built out of the captured replies in `fixtures/`
 //! (see `common/world.rs` for how the members' views are made from one capture).
 
-mod common;
+use crate::common;
 
 use cluster_controller::engine::{
     Action, Decision, Desired, NodeState, Observation, Reach, Reason, decide, health,
