@@ -19,7 +19,7 @@ use super::auth;
 use super::error::Error;
 use super::monitoring::KindPresence;
 use super::reconcile;
-use crate::access::rights::REPLICATION_USER;
+use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
 use crate::access::{AccessState, OperatorPasswords};
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
@@ -184,6 +184,18 @@ impl ClusterMemory {
 
     pub fn remember_ca(&self, ca: &crate::tls::Pem) {
         *self.ca.lock().unwrap_or_else(|e| e.into_inner()) = Some(ca.clone());
+    }
+
+    /// What the engine last reached the servers with: the operator's credentials and, with
+    /// `tls`, the CA it verified them against; `None` when either is not known (the controller
+    /// started while a Secret was missing).
+    pub fn last_login(&self, tls: bool) -> Option<(Credentials, Option<Trust>)> {
+        let trust = self.trust().filter(|_| tls);
+        if tls && trust.is_none() {
+            return None;
+        }
+        let passwords = self.passwords()?;
+        Some((Credentials::user(OPERATOR_USER, passwords.operator), trust))
     }
 
     pub fn trust(&self) -> Option<Trust> {

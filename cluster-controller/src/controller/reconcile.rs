@@ -29,8 +29,6 @@ use super::stop::{Stop, stopped};
 use super::{
     access, apply, bus, desired, labels, monitoring, network, observe, report, secrets, tls,
 };
-use crate::access::rights::OPERATOR_USER;
-use crate::client::Credentials;
 use crate::engine::{Decision, Desired, EngineError, Pass, Reason, Scope};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
@@ -181,19 +179,10 @@ async fn protect(
     stop: Stop,
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Requeue, Error> {
-    if let Some(error) = &stop.error {
-        ctx.metrics.reconcile_failed(
-            super::CONTROLLER,
-            plumbing::ReconcileError::metric_label(error.as_ref()),
-        );
-        tracing::warn!(%error, retry_in = ?stop.requeue, "a stage failed; only the data-safety rules run this pass");
-    }
+    stop.announce(&ctx.metrics, super::CONTROLLER);
     let members = observe::engine_members(existing, cluster);
-    let tls = cluster.spec.tls.enabled;
-    let trust = memory.trust().filter(|_| tls);
-    let pass = match memory.passwords() {
-        Some(passwords) if !tls || trust.is_some() => {
-            let credentials = Credentials::user(OPERATOR_USER, passwords.operator);
+    let pass = match memory.last_login(cluster.spec.tls.enabled) {
+        Some((credentials, trust)) => {
             let engine = ctx.engine(key, &credentials, trust.as_ref());
             let topology = Desired {
                 held_keys: memory.held_keys(),
@@ -203,7 +192,7 @@ async fn protect(
             memory.note_keys(&pass.observation);
             Some(pass)
         }
-        _ => None,
+        None => None,
     };
     let mut requeue = stop.requeue;
     if let Some(pass) = &pass {

@@ -63,6 +63,19 @@ impl Stop {
     }
 }
 
+impl Stop {
+    /// Counts and logs the API failure behind the stop, if any, as a failed pass of `controller`.
+    pub fn announce(&self, metrics: &plumbing::Metrics, controller: &str) {
+        if let Some(error) = &self.error {
+            metrics.reconcile_failed(
+                controller,
+                plumbing::ReconcileError::metric_label(error.as_ref()),
+            );
+            tracing::warn!(%error, retry_in = ?self.requeue, "a stage failed; only the data-safety rules run this pass");
+        }
+    }
+}
+
 /// The stage's result as a [`Stop`]: a problem, or an API failure.
 pub fn stopped<T>(
     result: Result<Result<T, Problem>, Error>,

@@ -563,35 +563,41 @@ impl Lab {
     /// A command sent as the operator (a user with every right here), whatever the clients'
     /// users may do at that moment.
     pub async fn command_as_operator(&self, name: &str, args: &[&str]) -> Value {
-        let addr = self
-            .member(name)
-            .address
-            .unwrap_or_else(|| panic!("{name} is down"));
-        let mut cmd = redis::Cmd::new();
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        self.engine
-            .client()
-            .command(addr, &cmd, Duration::from_secs(5))
+        self.try_with(self.engine.client(), name, args)
             .await
             .unwrap_or_else(|e| panic!("{args:?} on {name} as the operator: {e}"))
     }
 
     /// [`Lab::command_as_operator`], with an error as a value (`Value::Nil`).
     pub async fn try_as_operator(&self, name: &str, args: &[&str]) -> Value {
-        let Some(addr) = self.member(name).address else {
-            return Value::Nil;
-        };
+        self.try_with(self.engine.client(), name, args)
+            .await
+            .unwrap_or(Value::Nil)
+    }
+
+    /// A command as a client (the default user), with Valkey's refusal as an error.
+    pub async fn try_command(&self, name: &str, args: &[&str]) -> Result<Value, String> {
+        self.try_with(&self.probe, name, args).await
+    }
+
+    async fn try_with(
+        &self,
+        client: &RedisClient,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Value, String> {
+        let addr = self
+            .member(name)
+            .address
+            .ok_or_else(|| format!("{name} is down"))?;
         let mut cmd = redis::Cmd::new();
         for arg in args {
             cmd.arg(*arg);
         }
-        self.engine
-            .client()
+        client
             .command(addr, &cmd, Duration::from_secs(5))
             .await
-            .unwrap_or(Value::Nil)
+            .map_err(|e| e.to_string())
     }
 
     /// A hash tag whose keys land in a slot `name` serves, found with CLUSTER KEYSLOT.
@@ -607,22 +613,6 @@ impl Lab {
             }
         }
         panic!("no hash tag of {name}'s slots found")
-    }
-
-    /// A command as a client (the default user), with Valkey's refusal as an error.
-    pub async fn try_command(&self, name: &str, args: &[&str]) -> Result<Value, String> {
-        let addr = self
-            .member(name)
-            .address
-            .ok_or_else(|| format!("{name} is down"))?;
-        let mut cmd = redis::Cmd::new();
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        self.probe
-            .command(addr, &cmd, Duration::from_secs(5))
-            .await
-            .map_err(|e| e.to_string())
     }
 
     pub async fn cluster_nodes(&self, name: &str) -> ClusterNodes {

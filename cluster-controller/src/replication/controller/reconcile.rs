@@ -21,8 +21,6 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use super::context::Context;
 use super::status::Outcome;
 use super::{desired, observe, report, services};
-use crate::access::rights::OPERATOR_USER;
-use crate::client::Credentials;
 use crate::controller::apply::{allow_restart, apply_members, delete_node};
 use crate::controller::context::ClusterMemory;
 use crate::controller::error::{Error, api_error};
@@ -265,27 +263,16 @@ async fn protect(
     existing: &[std::sync::Arc<ValkeyNode>],
     recorded: Option<String>,
 ) -> Result<Requeue, Error> {
-    if let Some(error) = &stop.error {
-        ctx.metrics.reconcile_failed(
-            super::CONTROLLER,
-            plumbing::ReconcileError::metric_label(error.as_ref()),
-        );
-        tracing::warn!(%error, retry_in = ?stop.requeue, "a stage failed; only the data-safety rules run this pass");
-    }
+    stop.announce(&ctx.metrics, super::CONTROLLER);
     let password = replication
         .status
         .as_ref()
         .and_then(|s| s.password_secret_name.clone());
-    let tls = replication.spec.tls.enabled;
-    let trust = memory.trust().filter(|_| tls);
     let mut requeue = stop.requeue;
     let mut current = replication.clone();
     let mut primary = recorded.clone();
     let mut health = None;
-    if let Some(passwords) = memory.passwords()
-        && (!tls || trust.is_some())
-    {
-        let credentials = Credentials::user(OPERATOR_USER, passwords.operator);
+    if let Some((credentials, trust)) = memory.last_login(replication.spec.tls.enabled) {
         let engine = ctx.engine(key, &credentials, trust.as_ref());
         let members = observe::engine_members(existing);
         let spec = desired::spec(replication);
