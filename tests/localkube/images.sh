@@ -228,6 +228,9 @@ controllers() {
 	done
 }
 
+# Sourced (realnode/oci.sh reuses the private apt functions), it only defines them.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+
 case ${1:-} in
 valkey)
 	mkdir -p "$IMAGES"
