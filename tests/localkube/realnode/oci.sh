@@ -31,6 +31,8 @@ REALNODE_BUILD=$LK/build/realnode
 # glibc, and Debian 8.0's libsystemd with what it links against. Checked after assembly: every
 # library the loader resolves must come from inside the image.
 VALKEY_BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6 libsystemd0 libcap2 libgcrypt20 libgpg-error0 liblz4-1 liblzma5 libzstd1)
+# Debian's prometheus-redis-exporter links glibc.
+EXPORTER_BASE_PACKAGES=(libc6)
 CA_PACKAGE=ca-certificates
 
 command -v umoci >/dev/null || die "umoci is missing (Debian's package; tests/localkube/realnode/prereqs.sh installs it)"
@@ -217,21 +219,27 @@ valkey_image() {
 	rm -rf "$rootfs"
 }
 
-# The Redis exporter as oliver006/redis_exporter lays it out: the static binary at the root, CA
-# certificates, user 59000, port 9121.
+# The Redis exporter as oliver006/redis_exporter lays it out: the binary at the root, CA
+# certificates, user 59000, port 9121. Debian's build links glibc (upstream's is static), so glibc
+# comes along.
 exporter_image() {
 	local out=$1 bin=$IMAGES/redis_exporter/bin/redis_exporter name=redis_exporter
 	local refs=(oliver006/redis_exporter:v1.45.0 oliver006/redis_exporter:latest)
 	[[ -x $bin ]] || die "$bin is missing (make localkube-tools)"
+	local base
+	base=$(debian_root "${EXPORTER_BASE_PACKAGES[@]}")
 	local digest
-	digest=$(printf '%s\n' "$name" "${refs[@]}" | inputs_digest "$bin")
+	digest=$(printf '%s\n' "$name" "${refs[@]}" "${EXPORTER_BASE_PACKAGES[@]}" | inputs_digest "$bin" "$base/../.done")
 	if up_to_date "$out" "$name" "$digest"; then
 		log "$name up to date"
 		return
 	fi
 	local rootfs
 	rootfs=$(mktemp -d)
+	cp -a "$base/." "$rootfs/"
+	rm -rf "$rootfs/usr/share" "$rootfs/usr/lib/x86_64-linux-gnu/gconv" "$rootfs/etc/ld.so.conf.d"
 	install -D -m 0755 "$bin" "$rootfs/redis_exporter"
+	check_libraries "$rootfs" "$rootfs/redis_exporter"
 	mkdir -p "$rootfs/etc/ssl/certs"
 	ca_bundle >"$rootfs/etc/ssl/certs/ca-certificates.crt"
 	pack "$out" "$name" "$rootfs" "$digest" "" \

@@ -71,7 +71,8 @@ $(REALNODE_CNI)/.plugins-$(CNI_PLUGINS_VERSION):
 
 $(REALNODE_BIN)/.registry-$(REGISTRY_VERSION):
 	@mkdir -p $(dir $@)
-	GOBIN=$(REALNODE_BIN) CGO_ENABLED=0 $(REALNODE_GO_INSTALL) -ldflags '-s -w' \
+	GOBIN=$(REALNODE_BIN) CGO_ENABLED=0 $(REALNODE_GO_INSTALL) \
+		-ldflags '-s -w -X github.com/distribution/distribution/v3/version.version=$(REGISTRY_VERSION)' \
 		github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
 	rm -f $(REALNODE_BIN)/.registry-* && touch $@
 
