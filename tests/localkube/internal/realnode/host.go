@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -334,20 +335,29 @@ func Cleanup(l layout.Layout) []string {
 }
 
 // removeShimSockets removes the sockets the shims of containerd's tasks listen on (under
-// /run/containerd/s, whatever containerd's state directory): each task bundle's "address" file
+// /run/containerd/s, whatever containerd's state directory): each task bundle's bootstrap.json
 // names its shim's. A shim that ends cleanly removes its own; a killed one leaves it.
 func removeShimSockets(p Paths) {
-	bundles, _ := filepath.Glob(filepath.Join(p.ContainerdState(), "io.containerd.runtime.v2.task", "*", "*", "address"))
+	bundles, _ := filepath.Glob(filepath.Join(p.ContainerdState(), "io.containerd.runtime.v2.task", "*", "*", "bootstrap.json"))
 	for _, f := range bundles {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		if sock, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "unix://"); ok && strings.HasPrefix(sock, "/run/containerd/s/") {
+		var bootstrap struct {
+			Address string `json:"address"`
+		}
+		if json.Unmarshal(b, &bootstrap) != nil {
+			continue
+		}
+		if sock, ok := strings.CutPrefix(bootstrap.Address, "unix://"); ok && strings.HasPrefix(sock, shimSocketDir+"/") {
 			_ = os.Remove(sock)
 		}
 	}
 }
+
+// shimSocketDir is where containerd's shims make their sockets, whatever its state directory.
+const shimSocketDir = "/run/containerd/s"
 
 // Prepare readies the machine and the files for the real node's processes, after clearing what
 // an earlier run left (containers, shims, mounts, cgroups): its configuration files, CgroupRoot,
