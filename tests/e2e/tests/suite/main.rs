@@ -8,6 +8,7 @@ mod chart;
 mod cluster;
 mod daytwo;
 mod node_controller;
+mod realnode;
 mod replication;
 mod security;
 mod tls;

@@ -11,42 +11,18 @@ use std::time::Duration;
 
 use e2e::{E2eError, Poll, Result, TestNamespace, check, describe_pod, wait_until};
 use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
-use kube::Api;
 use kube::api::ListParams;
 
-use crate::{POD_READY, host, migrate, ping, ready_valkey, skip};
+use e2e::realnode::{LABEL, NODE, POD_PLACEMENT as ON_REAL_NODE};
 
-const NODE: &str = "localkube-real";
-const LABEL: &str = "localkube.io/real-node";
+use crate::{POD_READY, host, migrate, ping, ready_valkey};
+
 const NODE_IP: &str = "10.213.64.1";
 const VALKEY: &str = "valkey/valkey:9.1";
 
-/// The real node, or `None` after saying why the test does not run.
 async fn real_node() -> Result<Option<Node>> {
-    let asked = std::env::var("LOCALKUBE_REAL_NODE").is_ok_and(|v| v == "1");
-    if !asked && !e2e::is_localkube() {
-        skip("the real node is localkube's (this cluster is not)")?;
-        return Ok(None);
-    }
-    let nodes: Api<Node> = Api::all(e2e::client().await?);
-    if let Some(node) = nodes.get_opt(NODE).await? {
-        return Ok(Some(node));
-    }
-    let unavailable = e2e::localkube_dir().join("realnode/state/unavailable");
-    let why = std::fs::read_to_string(&unavailable).unwrap_or_else(|_| {
-        "localkube runs without it (localkube start --real-node, or LOCALKUBE_REAL_NODE=1 make localkube)".into()
-    });
-    if asked {
-        return Err(E2eError::Check(format!("no real node {NODE}: {why}")));
-    }
-    skip(&format!("no real node {NODE}: {why}"))?;
-    Ok(None)
+    e2e::realnode::node().await
 }
-
-/// What a pod needs to run on the real node: its label, and a toleration of its taint.
-const ON_REAL_NODE: &str = r#"  nodeSelector: {localkube.io/real-node: "true"}
-  tolerations: [{key: localkube.io/real-node, operator: Exists, effect: NoSchedule}]
-"#;
 
 /// A Valkey pod on the real node, restricted as the operator's pods are (user 999, read-only
 /// root, no capability, RuntimeDefault seccomp), pulled from the registry every time.
