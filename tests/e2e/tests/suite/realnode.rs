@@ -98,3 +98,74 @@ async fn a_cluster_on_the_real_node_forms_fails_over_with_a_writer_and_is_scrape
     c.verify(&before).await?;
     c.verify(&acked).await
 }
+
+// Fails on the real node, passes with the same spec on the process nodes (28 s): the roll from
+// 8.0 to 9.1 restarted three of the four members within one second (three StatefulSets deleted
+// their pods together), then the writer got no write through, or the cluster ended Failed with
+// ReplicaTooStale. Kept as the reproduction until the operator's roll is fixed for it:
+// `cargo test --test suite -- --ignored realnode::a_rolling`.
+#[ignore = "the roll restarts several members at once on the real node; see the comment"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_image_change_on_the_real_node_pulls_the_new_image_and_loses_no_write()
+-> Result<()> {
+    if e2e::realnode::node().await?.is_none() {
+        return Ok(());
+    }
+    let spec = format!(
+        "{{shards: 2, replicas: 1, placement: Disabled, persistence: {{enabled: false}}, \
+         image: 'valkey/valkey:8.0', {SPEC_PLACEMENT}}}"
+    );
+    let c = ClusterFixture::start("real-roll", "roll", &spec).await?;
+    c.wait_ready(FORM).await?;
+    let before = c.write_keys("pre", 300).await?;
+    let writer = c.start_writer().await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    c.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1"}))
+        .await?;
+    e2e::wait_until(
+        Duration::from_secs(480),
+        "every member on the new image",
+        || {
+            let c = &c;
+            async move {
+                let members = c.nodes().await?;
+                Ok(if e2e::members_rolled(&members, 4) {
+                    e2e::Poll::Ready(())
+                } else {
+                    e2e::Poll::NotYet(format!("{} members, not all rolled", members.len()))
+                })
+            }
+        },
+    )
+    .await?;
+    c.wait_ready(Duration::from_secs(120)).await?;
+    wait_writes(&writer, 50, Duration::from_secs(30)).await?;
+    let (acked, refused) = writer.stop().await;
+    eprintln!(
+        "real node roll: {} writes acknowledged, {refused} refused",
+        acked.len()
+    );
+    // containerd pulled the 9.1 image for every server, and each server says it is 9.1.
+    for p in c.ns.api::<Pod>().list(&ListParams::default()).await?.items {
+        let image = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.name == "valkey")
+            .map(|c| c.image)
+            .unwrap_or_default();
+        check(
+            image == "docker.io/valkey/valkey:9.1",
+            format!("{:?} runs {image}", p.metadata.name),
+        )?;
+    }
+    let version = c.command_on_any(&["INFO", "server"]).await?;
+    check(
+        version.contains("valkey_version:9.1."),
+        "the servers are 9.1",
+    )?;
+    c.verify(&before).await?;
+    c.verify(&acked).await
+}
