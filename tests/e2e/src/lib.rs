@@ -15,6 +15,7 @@ pub mod helm;
 pub mod metrics;
 pub mod operator;
 pub mod pool;
+pub mod realnode;
 pub mod record;
 pub mod replication;
 pub mod resharding;

@@ -9,6 +9,7 @@ mod cluster;
 mod daytwo;
 mod faults;
 mod node_controller;
+mod realnode;
 mod replication;
 mod security;
 mod tls;

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"valkey-operator.local/localkube/internal/layout"
+	"valkey-operator.local/localkube/internal/realnode"
 )
 
 // readiness is one observation of the cluster as a test would need it.
@@ -17,6 +18,8 @@ type readiness struct {
 	readyz     error
 	readyNodes int
 	saErr      error
+	// realNode: why the real node is not ready yet, when it is asked for and may run here.
+	realNode error
 }
 
 // stage names the first condition not yet met, and the log that explains it.
@@ -28,6 +31,8 @@ func (r readiness) stage(wantNodes int) (what, component string, ok bool) {
 		return fmt.Sprintf("%d of %d nodes Ready", r.readyNodes, wantNodes), "kubelet", false
 	case r.saErr != nil:
 		return fmt.Sprintf("ServiceAccount default/default: %v", r.saErr), "controller-manager", false
+	case r.realNode != nil:
+		return r.realNode.Error(), realnode.KubeletLog, false
 	}
 	return "ready", "", true
 }
@@ -41,7 +46,7 @@ func newClient(l layout.Layout) (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-func observe(ctx context.Context, c *kubernetes.Clientset) readiness {
+func observe(ctx context.Context, c *kubernetes.Clientset, real *layout.Layout) readiness {
 	var r readiness
 	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil {
@@ -59,5 +64,8 @@ func observe(ctx context.Context, c *kubernetes.Clientset) readiness {
 		}
 	}
 	_, r.saErr = c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	if real != nil {
+		r.realNode = realNodeReady(ctx, c, *real)
+	}
 	return r
 }

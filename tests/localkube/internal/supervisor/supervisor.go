@@ -29,6 +29,7 @@ type Options struct {
 	Layout    layout.Layout
 	Kubelet   string // path of the process kubelet binary
 	NoKubelet bool   // control plane only
+	RealNode  bool   // also the real node (internal/realnode)
 }
 
 // ErrChildDied is returned when a component exits on its own.
@@ -105,10 +106,17 @@ func Up(opts Options) error {
 	}
 	// Stop order: the kubelet first (it stops the pods), etcd last.
 	stopOrder := []*child{kubelet, sched, kcm, apiserver, etcd}
+	var real *realNode
+	if opts.RealNode {
+		real = newRealNode(l)
+	}
 
 	// Every child that exits reports here; buffered so a late exit never blocks.
 	exits := make(chan exit, 4*len(stopOrder))
 	shutdown := func() {
+		if real != nil {
+			real.stop(logf)
+		}
 		for _, c := range stopOrder {
 			if c != nil {
 				c.stop(logf)
@@ -122,6 +130,9 @@ func Up(opts Options) error {
 	}
 
 	startErr := startAll(ctx, l, logf, exits, etcd, apiserver, kcm, sched, kubelet)
+	if startErr == nil && real != nil {
+		startErr = real.start(ctx, logf, exits)
+	}
 	if startErr != nil {
 		logf("start failed: %v", startErr)
 		shutdown()
