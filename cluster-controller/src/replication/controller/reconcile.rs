@@ -110,8 +110,7 @@ pub async fn pass(
             health: &health,
         };
         let intent = report::status_of(&current, &outcome, primary.as_deref(), password);
-        current = report::write_status(ctx, &current, intent).await?;
-        memory.note_primary_written(primary.as_deref());
+        current = report::write_status(ctx, &memory, &current, intent).await?;
     }
 
     let result = match decision.action() {
@@ -173,7 +172,7 @@ pub async fn pass(
         },
     };
     let new = report::status_of(&current, &outcome, primary.as_deref(), password);
-    report::write_status(ctx, &current, new).await?;
+    report::write_status(ctx, &memory, &current, new).await?;
     Ok(Requeue::requeue(requeue))
 }
 
@@ -300,8 +299,7 @@ async fn protect(
             };
             let intent =
                 report::status_of(&current, &outcome, primary.as_deref(), password.as_deref());
-            current = report::write_status(ctx, &current, intent).await?;
-            memory.note_primary_written(primary.as_deref());
+            current = report::write_status(ctx, memory, &current, intent).await?;
         }
         let result = match decision.action() {
             Some(action) if !action.is_kubernetes() => Some(engine.execute(action).await),
@@ -328,7 +326,7 @@ async fn protect(
             health: health.as_ref(),
         };
         let new = report::status_of(&current, &outcome, primary.as_deref(), password.as_deref());
-        report::write_status(ctx, &current, new).await?;
+        report::write_status(ctx, memory, &current, new).await?;
     }
     Ok(Requeue::requeue(requeue))
 }

@@ -31,12 +31,13 @@ async fn a_primary_back_empty_hands_over_while_a_secret_is_missing() -> Result<(
     let writer = c.start_writer().await?;
     wait_writes(&writer, 100, Duration::from_secs(60)).await?;
 
+    // Found while the Secret is there: the test asks Valkey with the clients' password.
+    let primary = c.member_with_role(Role::Primary).await?;
     c.ns.api::<k8s_openapi::api::core::v1::Secret>()
         .delete("nosecret-pw", &DeleteParams::default())
         .await?;
     c.wait_degraded("PasswordSecretNotFound", Duration::from_secs(60))
         .await?;
-    let primary = c.member_with_role(Role::Primary).await?;
     let primary_name = primary.metadata.name.clone().unwrap_or_default();
     let pod = primary
         .status
