@@ -190,9 +190,13 @@ async fn protect(
             };
             let pass = engine.pass_in(Scope::Safety, &topology, &members).await;
             memory.note_keys(&pass.observation);
+            tracing::info!(decision = %pass.decision.reason(), "safety pass");
             Some(pass)
         }
-        None => None,
+        None => {
+            tracing::warn!("no credentials known yet: not even the data-safety rules can run");
+            None
+        }
     };
     let mut requeue = stop.requeue;
     if let Some(pass) = &pass {

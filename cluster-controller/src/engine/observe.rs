@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use redis::Value;
 
+use crate::access::rights;
 use crate::client::ValkeyClient;
 use crate::valkey::ParseError;
 pub use crate::valkey::acl::user_enabled;
@@ -318,8 +319,14 @@ async fn read_node(
     })?;
     let version = info.server_version().map_err(say)?;
     let migrations = if supports_atomic_slot_migration(version) {
-        let reply = run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await.map_err(say)?;
-        slot_migrations::parse(&reply).map_err(say)?
+        let reply = match run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await {
+            Err(error) if is_no_permission(&error) => {
+                give_version_rights(client, address, timeout).await?;
+                run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await
+            }
+            read => read,
+        };
+        slot_migrations::parse(&reply.map_err(say)?).map_err(say)?
     } else {
         Vec::new()
     };
@@ -339,6 +346,34 @@ async fn read_node(
             .with_replication_admitted(admitted)
             .with_settings(settings),
     )
+}
+
+/// Whether the server refused a command to the operator's user (`NOPERM`).
+fn is_no_permission(error: &crate::client::ClientError) -> bool {
+    matches!(error, crate::client::ClientError::Server { code: Some(code), .. } if code.eq_ignore_ascii_case("NOPERM"))
+}
+
+/// Gives the operator's user the rights that exist only on this server's version (see
+/// [`rights::OPERATOR_RULES_9`]). A server that restarted since the access stage last gave them
+/// holds only what its ACL file gives, and the file cannot name them (8.0 would not load it).
+/// The engine gives them itself, rather than wait for the access stage: that stage stops with a
+/// missing Secret, and the data-safety rules must read every server all the same. The rules
+/// are added (`+command`), nothing else of the user changes.
+async fn give_version_rights(
+    client: &impl ValkeyClient,
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<(), String> {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(rights::OPERATOR_USER);
+    for rule in rights::OPERATOR_RULES_9.split_whitespace() {
+        cmd.arg(rule);
+    }
+    client
+        .command(address, &cmd, timeout)
+        .await
+        .map(|_| ())
+        .map_err(say)
 }
 
 /// The key/value pairs of a RESP2 flat list or a RESP3 map, as text.
