@@ -8,12 +8,12 @@
 //! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
 //!   against real valkey-server processes, no Kubernetes; imports the three above);
 //! - [`tls`]: the certificates the operator issues (pure; imports nothing of this crate);
-//! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out
+//! - [`cluster`]: the ValkeyCluster kind: ValkeyClusters in, ValkeyNodes, Secrets, status out
 //!   (imports the engine and the client's credentials).
 
 pub mod access;
 pub mod client;
-pub mod controller;
+pub mod cluster;
 pub mod crds;
 pub mod engine;
 pub mod plan;

@@ -16,9 +16,9 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::controller::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
-use crate::controller::error::Error;
-use crate::controller::monitoring::KindPresence;
+use crate::cluster::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
+use crate::cluster::error::Error;
+use crate::cluster::monitoring::KindPresence;
 use crate::replication::engine::Engine;
 
 pub struct Context {

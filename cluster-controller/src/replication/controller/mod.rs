@@ -11,11 +11,11 @@
 //! | stage | module | Kubernetes? |
 //! | --- | --- | --- |
 //! | what a pass shares and keeps per replication | [`context`] | holds the client |
-//! | Secrets, the operator's users | [`crate::controller::secrets`] (shared) | yes |
+//! | Secrets, the operator's users | [`crate::cluster::secrets`] (shared) | yes |
 //! | the replication's nodes and Services, from the caches | [`observe`] | no (cache) |
 //! | every member's ValkeyNode, the engine's spec | [`desired`] | no |
-//! | member nodes, Kubernetes actions | [`crate::controller::apply`] (shared) | yes |
-//! | every member's users, applied live | [`crate::controller::access`] (shared) | no (Valkey) |
+//! | member nodes, Kubernetes actions | [`crate::cluster::apply`] (shared) | yes |
+//! | every member's users, applied live | [`crate::cluster::access`] (shared) | no (Valkey) |
 //! | the read/write and read-only Services | [`services`] | yes |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
 
@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
-use crate::controller::Settings;
+use crate::cluster::Settings;
 use context::Context;
 
 /// The controller's name in metrics and logs.

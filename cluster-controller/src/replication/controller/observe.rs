@@ -10,7 +10,7 @@ use valkey_api::contract::cluster::INDEX_LABEL;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
-use crate::controller::members;
+use crate::cluster::members;
 use crate::engine::Member;
 
 /// The replication's ValkeyNodes, by name: those in its namespace with its label and owned by it

@@ -21,14 +21,14 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use super::context::Context;
 use super::status::Outcome;
 use super::{desired, observe, report, services};
-use crate::controller::apply::{allow_restart, apply_members, delete_node};
-use crate::controller::context::ClusterMemory;
-use crate::controller::error::{Error, api_error};
-use crate::controller::labels::FIELD_MANAGER;
-use crate::controller::reconcile::{after_step, claim_for};
-use crate::controller::secrets::{self, Parent, Tools};
-use crate::controller::stop::{Stop, stopped};
-use crate::controller::{access, members, monitoring, tls};
+use crate::cluster::apply::{allow_restart, apply_members, delete_node};
+use crate::cluster::context::ClusterMemory;
+use crate::cluster::error::{Error, api_error};
+use crate::cluster::labels::FIELD_MANAGER;
+use crate::cluster::reconcile::{after_step, claim_for};
+use crate::cluster::secrets::{self, Parent, Tools};
+use crate::cluster::stop::{Stop, stopped};
+use crate::cluster::{access, members, monitoring, tls};
 use crate::engine::{Outcome as StepOutcome, Scope};
 use crate::replication::engine::{Action, Decision, decide, decide_in, health};
 
@@ -44,7 +44,7 @@ pub fn claim_name(name: &str) -> String {
 struct Prepared {
     auth: secrets::Auth,
     served: Option<tls::Served>,
-    desired: Vec<crate::controller::desired::DesiredMember>,
+    desired: Vec<crate::cluster::desired::DesiredMember>,
 }
 
 pub async fn pass(
@@ -334,7 +334,7 @@ async fn protect(
 async fn kubernetes_action(
     api: &Api<ValkeyNode>,
     action: &Action,
-    desired: &[crate::controller::desired::DesiredMember],
+    desired: &[crate::cluster::desired::DesiredMember],
     existing: &[std::sync::Arc<ValkeyNode>],
     members: &[crate::engine::Member],
 ) -> Result<(), Error> {

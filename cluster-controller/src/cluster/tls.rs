@@ -385,7 +385,7 @@ mod tests {
     /// Warning; a new CA would split the servers while each reloads the files at its own moment.
     #[tokio::test]
     async fn a_deleted_ca_secret_comes_back_with_the_same_ca() {
-        use crate::controller::fixtures::{CLUSTER, cluster, context};
+        use crate::cluster::fixtures::{CLUSTER, cluster, context};
         use http::Method;
         let (ctx, mut api, _nodes) = context();
         let c = cluster(&format!("{CLUSTER}  tls: {{enabled: true}}\n"));

@@ -157,8 +157,8 @@ pub fn not_recorded(port: u16, error: &Error) -> Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, desired_node};
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::desired::{NodeAuth, desired_node};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     fn annotated(port: &str) -> ValkeyCluster {
         let mut c = cluster(CLUSTER);

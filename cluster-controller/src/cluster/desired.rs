@@ -310,7 +310,7 @@ mod tests {
     /// status says it formed stays formed though no shard serves slots now.
     #[test]
     fn a_spent_acknowledgement_allows_nothing_more() {
-        let mut c = crate::controller::fixtures::cluster(crate::controller::fixtures::CLUSTER);
+        let mut c = crate::cluster::fixtures::cluster(crate::cluster::fixtures::CLUSTER);
         c.spec.accept_lost_slots = Some("0-5460".into());
         let accepted = |c: &ValkeyCluster| topology(c).map(|d| d.lost_slots.accepted.is_some());
         assert_eq!(accepted(&c), Ok(true));
@@ -338,7 +338,7 @@ mod tests {
             "another value acknowledges another loss"
         );
     }
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     /// `spec.metrics` becomes every member's exporter; off (the default), no member has one, so
     /// their pods stay as they were.

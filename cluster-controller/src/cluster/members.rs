@@ -106,8 +106,8 @@ pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, desired_node};
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::desired::{NodeAuth, desired_node};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     #[test]
     fn members_are_read_back_from_their_nodes() {

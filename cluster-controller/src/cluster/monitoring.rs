@@ -210,8 +210,8 @@ pub async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster};
-    use crate::controller::labels::CLUSTER_LABEL;
+    use crate::cluster::fixtures::{CLUSTER, cluster};
+    use crate::cluster::labels::CLUSTER_LABEL;
     use http::{Method, StatusCode};
     use plumbing::testing::mock_client;
 
@@ -254,8 +254,8 @@ mod tests {
             ])
         );
         // The member pods carry every label it selects by.
-        let auth = crate::controller::desired::NodeAuth::of("cache");
-        for member in crate::controller::desired::members(&c, &auth) {
+        let auth = crate::cluster::desired::NodeAuth::of("cache");
+        for member in crate::cluster::desired::members(&c, &auth) {
             let labels = member.node.spec.pod_labels.clone().unwrap_or_default();
             for (k, v) in value["spec"]["selector"]["matchLabels"]
                 .as_object()

@@ -276,7 +276,7 @@ fn action_verb(action: &Action) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
     use crate::engine::Health;
     use http::Method;
 

@@ -467,7 +467,7 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
 mod tests {
     use super::*;
     use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
     use http::{Method, StatusCode};
     use plumbing::testing::ApiServer;
     use serde_json::Value;

@@ -250,8 +250,8 @@ pub(crate) async fn delete_node(api: &Api<ValkeyNode>, member: &str) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, members};
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::desired::{NodeAuth, members};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
     use http::Method;
 
     #[tokio::test]

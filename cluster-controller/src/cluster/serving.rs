@@ -169,7 +169,7 @@ pub fn cluster_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     #[test]
     fn a_cluster_gets_two_client_services_and_a_budget_per_shard() {

@@ -186,7 +186,7 @@ pub async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     fn rules(policy: &NetworkPolicy) -> Vec<NetworkPolicyIngressRule> {
         policy

@@ -52,8 +52,8 @@ pub fn engine_members(nodes: &[Arc<ValkeyNode>], cluster: &ValkeyCluster) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, members};
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::desired::{NodeAuth, members};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
     use kube::runtime::watcher::Event;
 
     #[test]

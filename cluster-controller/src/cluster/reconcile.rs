@@ -434,7 +434,7 @@ fn failing_problem(action: &dyn Display, error: &EngineError, times: u32) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
     use crate::engine::Action;
     use http::Method;
     use plumbing::Reconciler;
@@ -477,18 +477,18 @@ mod tests {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         );
-        let outcome = |problem: Problem| crate::controller::status::Outcome::Problem {
+        let outcome = |problem: Problem| crate::cluster::status::Outcome::Problem {
             problem,
             health: None,
         };
-        let first = crate::controller::status::compute(
+        let first = crate::cluster::status::compute(
             None,
             Some(1),
             &outcome(third.clone().unwrap_or_else(|| panic!("no problem"))),
             None,
             &now,
         );
-        let again = crate::controller::status::compute(
+        let again = crate::cluster::status::compute(
             Some(&first),
             Some(1),
             &outcome(failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem"))),
