@@ -16,6 +16,7 @@ pub mod client;
 pub mod cluster;
 pub mod crds;
 pub mod engine;
+pub mod parent;
 pub mod plan;
 pub mod replication;
 pub mod tls;

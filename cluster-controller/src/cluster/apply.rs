@@ -14,11 +14,11 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
 use super::desired::DesiredMember;
-use super::error::{Error, api_error};
-use super::labels::FIELD_MANAGER;
-use super::members;
 use super::report::node_reference;
 use crate::engine::{Action, Member};
+use crate::parent::error::{Error, api_error};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::members;
 
 /// Every member the spec wants exists with the spec it should have; true when a node was
 /// created or changed (its status then still speaks for its previous spec). Members the spec no
@@ -113,7 +113,7 @@ pub async fn serving_objects(
     shards.extend(
         existing
             .iter()
-            .filter_map(|n| super::labels::position(n.metadata.labels.as_ref()))
+            .filter_map(|n| crate::parent::labels::position(n.metadata.labels.as_ref()))
             .map(|(shard, _)| shard),
     );
     let Some((services, budgets)) = super::serving::cluster_objects(cluster, shards, held) else {
@@ -143,7 +143,11 @@ pub async fn serving_objects(
             .await
             .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
     }
-    let selector = format!("{}={}", super::labels::CLUSTER_LABEL, cluster.name_any());
+    let selector = format!(
+        "{}={}",
+        crate::parent::labels::CLUSTER_LABEL,
+        cluster.name_any()
+    );
     let live = budget_api
         .list(&kube::api::ListParams::default().labels(&selector))
         .await

@@ -22,8 +22,8 @@ use serde_json::json;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
-use super::error::{Error, api_error};
 use super::status::Problem;
+use crate::parent::error::{Error, api_error};
 
 /// The annotation on a ValkeyCluster that records its bus port.
 pub const ANNOTATION: &str = "valkey.io/cluster-bus-port";

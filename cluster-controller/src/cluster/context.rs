@@ -15,14 +15,14 @@ use plumbing::valkey_tls::Trust;
 use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
-use super::auth;
-use super::error::Error;
-use super::monitoring::KindPresence;
 use super::reconcile;
 use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
 use crate::access::{AccessState, OperatorPasswords};
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
+use crate::parent::auth;
+use crate::parent::error::Error;
+use crate::parent::monitoring::KindPresence;
 
 /// How the controller behaves, from its flags.
 #[derive(Debug, Clone)]
@@ -298,7 +298,7 @@ pub struct Context {
     kept: Kept<Engine<RedisClient>>,
     /// Valkey actions that failed in a row, per cluster: each retry waits longer.
     pub action_failures: Backoff,
-    /// Kubernetes stages that failed in a row, per cluster (see [`super::stop`]).
+    /// Kubernetes stages that failed in a row, per cluster (see [`crate::parent::stop`]).
     pub stage_failures: Backoff,
     pub settings: Settings,
     /// One Lease per cluster: a cluster another controller holds is left alone.

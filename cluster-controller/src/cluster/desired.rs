@@ -13,13 +13,14 @@ use valkey_api::v1alpha1::{
     ValkeyNode, ValkeyNodeSpec,
 };
 
-use super::auth::{
+use super::bus;
+use super::status::Problem;
+use crate::engine::{Desired, LostSlotsPolicy};
+use crate::parent::auth::{
     self, CREDENTIALS_DIR, HEALTHCHECK_PASSWORD_KEY, HEALTHCHECK_USER, MOUNTED_KEYS,
 };
-use super::labels::{member_labels, member_name};
-use super::status::Problem;
-use super::{bus, placement};
-use crate::engine::{Desired, LostSlotsPolicy};
+use crate::parent::labels::{member_labels, member_name};
+use crate::parent::placement;
 use crate::valkey::slots::SlotSet;
 
 /// What the spec asks of the engine: how many shards, how many replicas each, whether the

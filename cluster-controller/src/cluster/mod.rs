@@ -22,36 +22,25 @@
 //! | status and Events | [`report`] ([`status`] computes, [`progress`] counts) | yes |
 //! | what can fail | [`error`] | |
 
-pub mod access;
 pub mod apply;
-pub mod auth;
 pub mod bus;
 pub mod context;
 pub mod desired;
-pub mod error;
 #[cfg(test)]
 pub mod fixtures;
-pub mod labels;
-pub mod members;
-pub mod monitoring;
 pub mod network;
 pub mod observe;
-pub mod placement;
-pub mod progress;
 pub mod reconcile;
 pub mod report;
-pub mod secrets;
 pub mod serving;
 pub mod status;
-pub mod stop;
-pub mod tls;
 
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
+use crate::parent::labels::CLUSTER_LABEL;
 use context::Context;
-use labels::CLUSTER_LABEL;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
 

@@ -19,8 +19,8 @@ use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
 use super::bus;
 use super::context::{ClusterMemory, Context};
-use super::error::{Error, api_error};
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use crate::parent::error::{Error, api_error};
+use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 
 /// The label every pod of the operator's chart carries.
 const OPERATOR_POD_LABEL: (&str, &str) = ("app.kubernetes.io/part-of", "valkey-operator");

@@ -7,9 +7,9 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
-use super::labels::CLUSTER_LABEL;
-use super::members;
 use crate::engine::Member;
+use crate::parent::labels::CLUSTER_LABEL;
+use crate::parent::members;
 use crate::valkey::cluster_nodes::NodeId;
 
 /// The cluster's ValkeyNodes, by name: those in its namespace with its label and owned by it (by

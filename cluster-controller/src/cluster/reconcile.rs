@@ -22,14 +22,13 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::{ClusterMemory, Context};
 use super::desired::DesiredMember;
-use super::error::{Error, api_error};
-use super::secrets::Auth;
 use super::status::{Outcome, Problem};
-use super::stop::{Stop, stopped};
-use super::{
-    access, apply, bus, desired, labels, monitoring, network, observe, report, secrets, tls,
-};
+use super::{apply, bus, desired, network, observe, report};
 use crate::engine::{Decision, Desired, EngineError, Pass, Reason, Scope};
+use crate::parent::error::{Error, api_error};
+use crate::parent::secrets::Auth;
+use crate::parent::stop::{Stop, stopped};
+use crate::parent::{access, labels, monitoring, secrets, tls};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
 const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);

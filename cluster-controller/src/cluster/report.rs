@@ -13,11 +13,11 @@ use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 
 use super::context::Context;
-use super::error::Error;
-use super::labels::FIELD_MANAGER;
-use super::members;
 use super::status::{self, Outcome, Problem};
 use crate::engine::{self, Action, Decision, Pass};
+use crate::parent::error::Error;
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::members;
 use crate::valkey::cluster_nodes::NodeId;
 
 /// A reference to a member's ValkeyNode, as the related object of an Event.

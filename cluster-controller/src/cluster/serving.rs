@@ -14,8 +14,8 @@ use kube::Resource;
 use valkey_api::contract::VALKEY_PORT;
 use valkey_api::v1alpha1::ValkeyCluster;
 
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER, SHARD_LABEL};
 use crate::engine::{Member, Observation};
+use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER, SHARD_LABEL};
 
 /// Who owns the objects and what they carry.
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::v1alpha1::{AcceptedLoss, ClusterState, ValkeyClusterStatus};
 
-use super::progress::{self, WorkLeft};
 use crate::engine::{Decision, Health, Reason};
+use crate::parent::progress::{self, WorkLeft};
 
 pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";

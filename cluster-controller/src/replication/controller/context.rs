@@ -17,8 +17,8 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::cluster::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
-use crate::cluster::error::Error;
-use crate::cluster::monitoring::KindPresence;
+use crate::parent::error::Error;
+use crate::parent::monitoring::KindPresence;
 use crate::replication::engine::Engine;
 
 pub struct Context {

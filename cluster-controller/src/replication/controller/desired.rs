@@ -14,8 +14,8 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use crate::access::rights::REPLICATION_USER;
 use crate::cluster::desired::{DesiredMember, NodeAuth, NodeParts, server_node};
-use crate::cluster::labels::FIELD_MANAGER;
-use crate::cluster::placement::{self, Spread};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::placement::{self, Spread};
 use crate::replication::engine::Spec;
 use crate::replication::engine::server::{PARKED_HOST, PARKED_PORT};
 

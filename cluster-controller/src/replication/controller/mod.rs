@@ -11,11 +11,11 @@
 //! | stage | module | Kubernetes? |
 //! | --- | --- | --- |
 //! | what a pass shares and keeps per replication | [`context`] | holds the client |
-//! | Secrets, the operator's users | [`crate::cluster::secrets`] (shared) | yes |
+//! | Secrets, the operator's users | [`crate::parent::secrets`] (shared) | yes |
 //! | the replication's nodes and Services, from the caches | [`observe`] | no (cache) |
 //! | every member's ValkeyNode, the engine's spec | [`desired`] | no |
 //! | member nodes, Kubernetes actions | [`crate::cluster::apply`] (shared) | yes |
-//! | every member's users, applied live | [`crate::cluster::access`] (shared) | no (Valkey) |
+//! | every member's users, applied live | [`crate::parent::access`] (shared) | no (Valkey) |
 //! | the read/write and read-only Services | [`services`] | yes |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
 

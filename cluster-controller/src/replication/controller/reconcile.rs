@@ -23,13 +23,13 @@ use super::status::Outcome;
 use super::{desired, observe, report, services};
 use crate::cluster::apply::{allow_restart, apply_members, delete_node};
 use crate::cluster::context::ClusterMemory;
-use crate::cluster::error::{Error, api_error};
-use crate::cluster::labels::FIELD_MANAGER;
 use crate::cluster::reconcile::{after_step, claim_for};
-use crate::cluster::secrets::{self, Parent, Tools};
-use crate::cluster::stop::{Stop, stopped};
-use crate::cluster::{access, members, monitoring, tls};
 use crate::engine::{Outcome as StepOutcome, Scope};
+use crate::parent::error::{Error, api_error};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::secrets::{self, Parent, Tools};
+use crate::parent::stop::{Stop, stopped};
+use crate::parent::{access, members, monitoring, tls};
 use crate::replication::engine::{Action, Decision, decide, decide_in, health};
 
 /// The field manager of the annotation that asks the node-controller to look at once.

@@ -10,9 +10,9 @@ use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicatio
 use super::context::Context;
 use super::status::{self, Outcome};
 use crate::cluster::context::ClusterMemory;
-use crate::cluster::error::Error;
-use crate::cluster::labels::FIELD_MANAGER;
 use crate::cluster::report::node_reference;
+use crate::parent::error::Error;
+use crate::parent::labels::FIELD_MANAGER;
 use crate::replication::engine::Decision;
 
 /// Events for the decision: the step (failed or not), or a block when its reason first shows.

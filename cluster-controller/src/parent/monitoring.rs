@@ -22,9 +22,9 @@ use serde_json::json;
 use valkey_api::contract::METRICS_PORT_NAME;
 use valkey_api::v1alpha1::Metrics;
 
-use super::context::ClusterMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
+use crate::cluster::context::ClusterMemory;
 
 pub const GROUP: &str = "monitoring.coreos.com";
 pub const VERSION: &str = "v1";
@@ -211,7 +211,7 @@ pub async fn ensure(
 mod tests {
     use super::*;
     use crate::cluster::fixtures::{CLUSTER, cluster};
-    use crate::cluster::labels::CLUSTER_LABEL;
+    use crate::parent::labels::CLUSTER_LABEL;
     use http::{Method, StatusCode};
     use plumbing::testing::mock_client;
 

@@ -22,11 +22,11 @@ use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use valkey_api::v1alpha1::{NodeTls, Tls};
 
 use super::auth::{self, SecretPlace};
-use super::context::ClusterMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::secrets::{Parent, Tools, not_owned};
-use super::status::Problem;
+use crate::cluster::context::ClusterMemory;
+use crate::cluster::status::Problem;
 use crate::tls::{self as issue, Pem};
 
 /// The key of the CA's private key in `<name>-tls-ca`.
@@ -78,7 +78,7 @@ pub fn certificate_names(parent: &str, namespace: &str) -> Vec<String> {
 
 /// The TLS stage of a ValkeyCluster (see [`ensure_for`]).
 pub async fn ensure(
-    ctx: &super::context::Context,
+    ctx: &crate::cluster::context::Context,
     cluster: &valkey_api::v1alpha1::ValkeyCluster,
     memory: &ClusterMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error> {
@@ -433,7 +433,7 @@ mod tests {
             api.done().await;
             cert
         });
-        let (tools, parent) = super::super::secrets::cluster_parent(&ctx, &c);
+        let (tools, parent) = crate::parent::secrets::cluster_parent(&ctx, &c);
         let memory = ClusterMemory::default();
         let served = ensure_for(
             &tools,

@@ -11,7 +11,7 @@ use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
 
 use super::error::Error;
-use super::status::Problem;
+use crate::cluster::status::Problem;
 
 /// How soon a pass stopped by a problem looks again (the safety rules with it).
 pub const RETRY_PROBLEM: Duration = Duration::from_secs(15);

@@ -19,14 +19,14 @@ use plumbing::events::EventPublisher;
 use valkey_api::v1alpha1::{SecretKeyRef, ValkeyCluster};
 
 use super::auth::{self, SecretPlace};
-use super::context::{ClusterMemory, Context};
-use super::desired::NodeAuth;
 use super::error::{Error, api_error};
 use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
-use super::status::Problem;
 use crate::access::rights::DEFAULT_USER;
 use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
 use crate::client::{self, Credentials};
+use crate::cluster::context::{ClusterMemory, Context};
+use crate::cluster::desired::NodeAuth;
+use crate::cluster::status::Problem;
 
 /// The reason a cluster reports a Secret of its names that the operator did not create.
 pub const SECRET_NOT_OWNED: &str = "SecretNotOwned";

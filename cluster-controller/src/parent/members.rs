@@ -9,7 +9,7 @@ use valkey_api::contract::{POD_CANNOT_RUN_REASONS, READY_CONDITION, VALKEY_PORT}
 use valkey_api::v1alpha1::ValkeyNode;
 
 use super::labels::position;
-use super::status::Problem;
+use crate::cluster::status::Problem;
 use crate::engine::Member;
 
 /// The parent's gate for an existing node: keep what it has; pin a node that has none to the
