@@ -32,8 +32,10 @@ pub mod network;
 pub mod observe;
 pub mod reconcile;
 pub mod report;
+pub mod secrets;
 pub mod serving;
 pub mod status;
+pub mod tls;
 
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
@@ -44,7 +46,7 @@ use context::Context;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
 
-pub use context::Settings;
+pub use crate::parent::Settings;
 
 /// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
 /// readiness waits for them) and returns it, to run until shutdown or lost leadership.

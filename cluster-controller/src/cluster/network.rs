@@ -18,7 +18,8 @@ use valkey_api::contract::{METRICS_PORT, VALKEY_PORT};
 use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
 use super::bus;
-use super::context::{ClusterMemory, Context};
+use super::context::Context;
+use crate::parent::context::ClusterMemory;
 use crate::parent::error::{Error, api_error};
 use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 

@@ -52,8 +52,9 @@ pub fn engine_members(nodes: &[Arc<ValkeyNode>], cluster: &ValkeyCluster) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::desired::{NodeAuth, members};
+    use crate::cluster::desired::members;
     use crate::cluster::fixtures::{CLUSTER, cluster};
+    use crate::parent::node::NodeAuth;
     use kube::runtime::watcher::Event;
 
     #[test]

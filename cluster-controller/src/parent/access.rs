@@ -9,9 +9,9 @@ use crate::access::{Bootstrap, SyncReport, Target};
 use crate::client::{RedisClient, RedisClientConfig};
 use crate::engine::Member;
 
+use super::conditions::Problem;
+use super::context::ClusterMemory;
 use super::secrets::Auth;
-use crate::cluster::context::ClusterMemory;
-use crate::cluster::status::Problem;
 
 /// Time each command of the sync may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);

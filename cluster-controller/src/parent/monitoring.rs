@@ -22,9 +22,9 @@ use serde_json::json;
 use valkey_api::contract::METRICS_PORT_NAME;
 use valkey_api::v1alpha1::Metrics;
 
+use super::context::ClusterMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
-use crate::cluster::context::ClusterMemory;
 
 pub const GROUP: &str = "monitoring.coreos.com";
 pub const VERSION: &str = "v1";
@@ -254,7 +254,7 @@ mod tests {
             ])
         );
         // The member pods carry every label it selects by.
-        let auth = crate::cluster::desired::NodeAuth::of("cache");
+        let auth = crate::parent::node::NodeAuth::of("cache");
         for member in crate::cluster::desired::members(&c, &auth) {
             let labels = member.node.spec.pod_labels.clone().unwrap_or_default();
             for (k, v) in value["spec"]["selector"]["matchLabels"]

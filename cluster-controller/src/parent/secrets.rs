@@ -16,17 +16,17 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use plumbing::events::EventPublisher;
-use valkey_api::v1alpha1::{SecretKeyRef, ValkeyCluster};
+use valkey_api::v1alpha1::SecretKeyRef;
 
 use super::auth::{self, SecretPlace};
+use super::conditions::Problem;
+use super::context::ClusterMemory;
 use super::error::{Error, api_error};
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use super::labels::FIELD_MANAGER;
+use super::node::NodeAuth;
 use crate::access::rights::DEFAULT_USER;
 use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
 use crate::client::{self, Credentials};
-use crate::cluster::context::{ClusterMemory, Context};
-use crate::cluster::desired::NodeAuth;
-use crate::cluster::status::Problem;
 
 /// The reason a cluster reports a Secret of its names that the operator did not create.
 pub const SECRET_NOT_OWNED: &str = "SecretNotOwned";
@@ -68,38 +68,6 @@ pub struct Tools<'a> {
     pub client: &'a kube::Client,
     pub events: &'a EventPublisher,
     pub rotation_grace: Duration,
-}
-
-/// The Secrets of a ValkeyCluster (see [`ensure_for`]).
-pub async fn ensure(
-    ctx: &Context,
-    cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
-) -> Result<Result<Auth, Problem>, Error> {
-    let (tools, parent) = cluster_parent(ctx, cluster);
-    ensure_for(&tools, &parent, memory).await
-}
-
-/// The ValkeyCluster controller's tools, and a ValkeyCluster as the parent of its Secrets.
-pub fn cluster_parent<'a>(
-    ctx: &'a Context,
-    cluster: &'a ValkeyCluster,
-) -> (Tools<'a>, Parent<'a, ValkeyCluster>) {
-    let tools = Tools {
-        client: &ctx.client,
-        events: &ctx.events,
-        rotation_grace: ctx.settings.password_rotation_grace,
-    };
-    let status = cluster.status.as_ref();
-    let parent = Parent {
-        object: cluster,
-        label: CLUSTER_LABEL,
-        auth: &cluster.spec.auth,
-        fence_clients: !cluster.spec.persistence.enabled,
-        reason: status.and_then(|s| s.reason.as_deref()),
-        message: status.and_then(|s| s.message.as_deref()),
-    };
-    (tools, parent)
 }
 
 /// The Secrets authentication needs, created or brought up to date; then what the nodes, the
@@ -467,10 +435,13 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
 mod tests {
     use super::*;
     use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
+    use crate::cluster::context::Context;
     use crate::cluster::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::secrets::ensure;
     use http::{Method, StatusCode};
     use plumbing::testing::ApiServer;
     use serde_json::Value;
+    use valkey_api::v1alpha1::ValkeyCluster;
 
     const SECRETS: &str = "/api/v1/namespaces/prod/secrets";
 

@@ -22,11 +22,11 @@ use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use valkey_api::v1alpha1::{NodeTls, Tls};
 
 use super::auth::{self, SecretPlace};
+use super::conditions::Problem;
+use super::context::ClusterMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::secrets::{Parent, Tools, not_owned};
-use crate::cluster::context::ClusterMemory;
-use crate::cluster::status::Problem;
 use crate::tls::{self as issue, Pem};
 
 /// The key of the CA's private key in `<name>-tls-ca`.
@@ -74,20 +74,6 @@ pub fn certificate_names(parent: &str, namespace: &str) -> Vec<String> {
     }
     names.extend(["localhost".to_owned(), "127.0.0.1".to_owned()]);
     names
-}
-
-/// The TLS stage of a ValkeyCluster (see [`ensure_for`]).
-pub async fn ensure(
-    ctx: &crate::cluster::context::Context,
-    cluster: &valkey_api::v1alpha1::ValkeyCluster,
-    memory: &ClusterMemory,
-) -> Result<Result<Option<Served>, Problem>, Error> {
-    let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
-    let tls = &cluster.spec.tls;
-    if let Some(problem) = unsupported(tls) {
-        return Ok(Err(problem));
-    }
-    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME, memory).await
 }
 
 /// The reason a cluster reports for a TLS setting this version does not serve.
@@ -433,7 +419,7 @@ mod tests {
             api.done().await;
             cert
         });
-        let (tools, parent) = crate::parent::secrets::cluster_parent(&ctx, &c);
+        let (tools, parent) = crate::cluster::secrets::cluster_parent(&ctx, &c);
         let memory = ClusterMemory::default();
         let served = ensure_for(
             &tools,

@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
-use crate::cluster::Settings;
+use crate::parent::Settings;
 use context::Context;
 
 /// The controller's name in metrics and logs.

@@ -21,12 +21,12 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use super::context::Context;
 use super::status::Outcome;
 use super::{desired, observe, report, services};
-use crate::cluster::apply::{allow_restart, apply_members, delete_node};
-use crate::cluster::context::ClusterMemory;
-use crate::cluster::reconcile::{after_step, claim_for};
 use crate::engine::{Outcome as StepOutcome, Scope};
+use crate::parent::apply::{allow_restart, apply_members, delete_node};
+use crate::parent::context::ClusterMemory;
 use crate::parent::error::{Error, api_error};
 use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::pass::{after_step, claim_for};
 use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
 use crate::parent::{access, members, monitoring, tls};
@@ -44,7 +44,7 @@ pub fn claim_name(name: &str) -> String {
 struct Prepared {
     auth: secrets::Auth,
     served: Option<tls::Served>,
-    desired: Vec<crate::cluster::desired::DesiredMember>,
+    desired: Vec<crate::parent::node::DesiredMember>,
 }
 
 pub async fn pass(
@@ -334,7 +334,7 @@ async fn protect(
 async fn kubernetes_action(
     api: &Api<ValkeyNode>,
     action: &Action,
-    desired: &[crate::cluster::desired::DesiredMember],
+    desired: &[crate::parent::node::DesiredMember],
     existing: &[std::sync::Arc<ValkeyNode>],
     members: &[crate::engine::Member],
 ) -> Result<(), Error> {

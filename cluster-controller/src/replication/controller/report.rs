@@ -9,8 +9,8 @@ use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicatio
 
 use super::context::Context;
 use super::status::{self, Outcome};
-use crate::cluster::context::ClusterMemory;
-use crate::cluster::report::node_reference;
+use crate::parent::apply::node_reference;
+use crate::parent::context::ClusterMemory;
 use crate::parent::error::Error;
 use crate::parent::labels::FIELD_MANAGER;
 use crate::replication::engine::Decision;

@@ -1,0 +1,307 @@
+//! What every parent kind's context shares: the controller's settings, and what it keeps per
+//! object (a cluster, a replication) between passes: its engine, its memory, the objects last
+//! applied beside its members (forgotten when the object goes).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use plumbing::ObjectKey;
+use plumbing::valkey_tls::Trust;
+
+use super::auth;
+use crate::access::rights::OPERATOR_USER;
+use crate::access::{AccessState, OperatorPasswords};
+use crate::client::Credentials;
+
+/// How the controller behaves, from its flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a client user's previous password keeps working once every server accepts the
+    /// new one: the time clients have to pick up the new value of the Secret.
+    pub password_rotation_grace: Duration,
+    /// The namespace the controllers' pods run in (`$POD_NAMESPACE`), whose operator pods the
+    /// clusters' NetworkPolicies let in; none when the controller runs outside the cluster.
+    pub operator_namespace: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            password_rotation_grace: Duration::from_secs(120),
+            operator_namespace: None,
+        }
+    }
+}
+
+/// What the controller remembers of one cluster between passes.
+#[derive(Debug, Default)]
+pub struct ClusterMemory {
+    /// Which servers hold which users.
+    pub access: AccessState,
+    /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
+    /// while the controller runs does not lock it out.
+    passwords: Mutex<Option<OperatorPasswords>>,
+    /// The clients' password the operator generated, as last read: kept so that losing its
+    /// Secret and the operator's copy together while the controller runs locks no client out.
+    client_password: Mutex<Option<crate::client::Secret>>,
+    /// The CA the servers' certificates were last verified against (with TLS): what the
+    /// engine's safety rules reach the servers with while the TLS stage cannot run.
+    trust: Mutex<Option<Trust>>,
+    /// The operator's CA (with TLS and no certificate of the user's), as last used: what brings
+    /// its Secret back when both it and the operator's copy are gone while the controller runs.
+    ca: Mutex<Option<crate::tls::Pem>>,
+    /// The other controller last found holding the cluster, so it is announced once.
+    other_holder: Mutex<Option<String>>,
+    /// The primary this controller last recorded in the parent's status (a replication's),
+    /// which the cache may not show yet: a decision never acts on a record older than its own
+    /// last write. Forgotten when another controller holds the parent.
+    primary_written: Mutex<Option<String>>,
+    /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
+    network: Mutex<Option<String>>,
+    /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
+    pod_monitor: Mutex<Option<String>>,
+    /// Whether the cluster held keys when a pass looked (sticky): what tells a primary that lost
+    /// its data from one that came up new (see the engine's `Desired::held_keys`).
+    held_keys: std::sync::atomic::AtomicBool,
+    /// Whether the last pass found the cluster steady with nothing to do.
+    steady: std::sync::atomic::AtomicBool,
+}
+
+impl ClusterMemory {
+    /// Records whether this pass found the cluster steady; true when the one before did too.
+    pub fn note_steady(&self, steady: bool) -> bool {
+        self.steady
+            .swap(steady, std::sync::atomic::Ordering::Relaxed)
+            && steady
+    }
+
+    /// Whether a pass of this controller saw the cluster hold keys.
+    pub fn held_keys(&self) -> bool {
+        self.held_keys.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records what a pass saw: any member holding a key.
+    pub fn note_keys(&self, observed: &crate::engine::Observation) {
+        let any = observed
+            .members
+            .values()
+            .filter_map(|reach| reach.state())
+            .any(|state| state.keys() > 0);
+        if any {
+            self.held_keys
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    pub fn passwords(&self) -> Option<OperatorPasswords> {
+        self.passwords
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records that `holder` (another controller, or none) holds the cluster; true when that is
+    /// news.
+    pub fn note_holder(&self, holder: Option<&str>) -> bool {
+        let mut known = self.other_holder.lock().unwrap_or_else(|e| e.into_inner());
+        let news = known.as_deref() != holder;
+        *known = holder.map(str::to_owned);
+        if holder.is_some() {
+            // What the other controller records is newer than anything this one wrote.
+            *self
+                .primary_written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        news
+    }
+
+    pub fn primary_written(&self) -> Option<String> {
+        self.primary_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn note_primary_written(&self, primary: Option<&str>) {
+        *self
+            .primary_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = primary.map(str::to_owned);
+    }
+
+    pub fn network_applied(&self) -> Option<String> {
+        self.network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn remember_network(&self, applied: String) {
+        *self.network.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
+    }
+
+    pub fn pod_monitor_applied(&self) -> Option<String> {
+        self.pod_monitor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn remember_pod_monitor(&self, applied: String) {
+        *self.pod_monitor.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
+    }
+
+    pub fn client_password(&self) -> Option<String> {
+        self.client_password
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|p| p.expose().to_owned())
+    }
+
+    pub fn remember_client_password(&self, password: &str) {
+        *self
+            .client_password
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(crate::client::Secret::new(password));
+    }
+
+    pub fn ca(&self) -> Option<crate::tls::Pem> {
+        self.ca.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn remember_ca(&self, ca: &crate::tls::Pem) {
+        *self.ca.lock().unwrap_or_else(|e| e.into_inner()) = Some(ca.clone());
+    }
+
+    /// What the engine last reached the servers with: the operator's credentials and, with
+    /// `tls`, the CA it verified them against; `None` when either is not known (the controller
+    /// started while a Secret was missing).
+    pub fn last_login(&self, tls: bool) -> Option<(Credentials, Option<Trust>)> {
+        let trust = self.trust().filter(|_| tls);
+        if tls && trust.is_none() {
+            return None;
+        }
+        let passwords = self.passwords()?;
+        Some((Credentials::user(OPERATOR_USER, passwords.operator), trust))
+    }
+
+    pub fn trust(&self) -> Option<Trust> {
+        self.trust.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn remember_trust(&self, trust: &Trust) {
+        *self.trust.lock().unwrap_or_else(|e| e.into_inner()) = Some(trust.clone());
+    }
+
+    pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
+        *self.passwords.lock().unwrap_or_else(|e| e.into_inner()) = Some(passwords.clone());
+    }
+}
+
+/// What a controller keeps of each object (a cluster, a replication) between passes: its engine,
+/// made anew when what it was made with changes (told by a fingerprint), and its memory. Both kinds'
+/// contexts keep them here, so that forgetting an object drops them together.
+pub struct Kept<E> {
+    engines: Mutex<HashMap<ObjectKey, (String, E)>>,
+    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+}
+
+impl<E> Default for Kept<E> {
+    fn default() -> Self {
+        Self {
+            engines: Mutex::new(HashMap::new()),
+            memory: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<E: Clone> Kept<E> {
+    /// What the controller remembers of the object `key`.
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// The object's engine: the one kept while `fingerprint` is the one it was made with, else
+    /// one made by `make`.
+    pub fn engine(&self, key: &ObjectKey, fingerprint: String, make: impl FnOnce() -> E) -> E {
+        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((known, engine)) = engines.get(key)
+            && *known == fingerprint
+        {
+            return engine.clone();
+        }
+        let engine = make();
+        engines.insert(key.clone(), (fingerprint, engine.clone()));
+        engine
+    }
+
+    /// Drops what is kept of `key` (its object is gone).
+    pub fn forget(&self, key: &ObjectKey) {
+        self.engines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// How many objects have an engine: what `forget` must bring down.
+    #[cfg(test)]
+    pub fn engines(&self) -> usize {
+        self.engines.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A short fingerprint of what an engine is made with: the operator's password (none: empty) and,
+/// with TLS, the CA it verifies the servers against. An engine made with others is outdated.
+pub fn engine_fingerprint(credentials: &Credentials, trust: Option<&Trust>) -> String {
+    let mut fingerprint = credentials
+        .password
+        .as_ref()
+        .map(|p| auth::fingerprint(p.expose()))
+        .unwrap_or_default();
+    if let Some(trust) = trust {
+        fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
+    }
+    fingerprint
+}
+
+/// How long applied Services and budgets are trusted to be as applied before they are sent again
+/// (nothing watches them: someone may have edited or deleted one).
+const SERVING_REFRESH: Duration = Duration::from_secs(300);
+
+/// Per parent, the fingerprint of the objects last applied beside its members (Services,
+/// budgets), and when: they are sent again only when they changed or were sent long ago.
+#[derive(Default)]
+pub struct Applied(Mutex<HashMap<ObjectKey, (String, Instant)>>);
+
+impl Applied {
+    /// Whether the objects must be applied: they changed, or were last applied long ago.
+    pub fn outdated(&self, key: &ObjectKey, fingerprint: &str) -> bool {
+        let applied = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        applied
+            .get(key)
+            .is_none_or(|(known, at)| known != fingerprint || at.elapsed() > SERVING_REFRESH)
+    }
+
+    pub fn remember(&self, key: &ObjectKey, fingerprint: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), (fingerprint, Instant::now()));
+    }
+
+    pub fn forget(&self, key: &ObjectKey) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+}
