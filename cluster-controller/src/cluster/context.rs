@@ -17,7 +17,7 @@ use super::reconcile;
 use crate::access::rights::REPLICATION_USER;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
-use crate::parent::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
+use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::error::Error;
 use crate::parent::monitoring::KindPresence;
 
@@ -69,7 +69,7 @@ impl Context {
     }
 
     /// What the controller remembers of the cluster `key`.
-    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ParentMemory> {
         self.kept.memory(key)
     }
 

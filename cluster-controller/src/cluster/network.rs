@@ -19,7 +19,7 @@ use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
 use super::bus;
 use super::context::Context;
-use crate::parent::context::ClusterMemory;
+use crate::parent::context::ParentMemory;
 use crate::parent::error::{Error, api_error};
 use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 
@@ -154,7 +154,7 @@ fn tcp(port: u16) -> NetworkPolicyPort {
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<(), Error> {
     let desired = desired_policy(cluster, ctx.settings.operator_namespace.as_deref());
     let fingerprint = serde_json::to_string(&desired).unwrap_or_default();

@@ -24,7 +24,7 @@ use super::status::Outcome;
 use super::{apply, bus, desired, network, observe, report, secrets, tls};
 use crate::engine::{Decision, Desired, Pass, Reason, Scope};
 use crate::parent::conditions::Problem;
-use crate::parent::context::ClusterMemory;
+use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
 use crate::parent::node::DesiredMember;
 use crate::parent::pass::{after_step, claim_for};
@@ -112,7 +112,7 @@ async fn prepare(
     ctx: &Context,
     cluster: &ValkeyCluster,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
@@ -170,7 +170,7 @@ async fn protect(
     ctx: &Context,
     cluster: &ValkeyCluster,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     stop: Stop,
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Requeue, Error> {
@@ -305,7 +305,7 @@ fn trace(pass: &Pass, took: Duration, engine_took: Duration, requeue: Duration, 
 async fn claim(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Option<Requeue>, Error> {
     claim_for(
         &ctx.claims,

@@ -5,7 +5,7 @@ use valkey_api::v1alpha1::ValkeyCluster;
 
 use super::context::Context;
 use crate::parent::conditions::Problem;
-use crate::parent::context::ClusterMemory;
+use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
 use crate::parent::labels::CLUSTER_LABEL;
 use crate::parent::secrets::{Auth, Parent, Tools, ensure_for};
@@ -14,7 +14,7 @@ use crate::parent::secrets::{Auth, Parent, Tools, ensure_for};
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<Auth, Problem>, Error> {
     let (tools, parent) = cluster_parent(ctx, cluster);
     ensure_for(&tools, &parent, memory).await

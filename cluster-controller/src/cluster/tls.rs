@@ -4,7 +4,7 @@ use valkey_api::v1alpha1::ValkeyCluster;
 
 use super::context::Context;
 use crate::parent::conditions::Problem;
-use crate::parent::context::ClusterMemory;
+use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
 use crate::parent::tls::{DEFAULT_CERTIFICATE_LIFETIME, Served, ensure_for, unsupported};
 
@@ -12,7 +12,7 @@ use crate::parent::tls::{DEFAULT_CERTIFICATE_LIFETIME, Served, ensure_for, unsup
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error> {
     let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
     let tls = &cluster.spec.tls;

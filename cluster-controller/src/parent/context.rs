@@ -34,9 +34,9 @@ impl Default for Settings {
     }
 }
 
-/// What the controller remembers of one cluster between passes.
+/// What the controller remembers of one parent (a cluster, a replication) between passes.
 #[derive(Debug, Default)]
-pub struct ClusterMemory {
+pub struct ParentMemory {
     /// Which servers hold which users.
     pub access: AccessState,
     /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
@@ -68,7 +68,7 @@ pub struct ClusterMemory {
     steady: std::sync::atomic::AtomicBool,
 }
 
-impl ClusterMemory {
+impl ParentMemory {
     /// Records whether this pass found the cluster steady; true when the one before did too.
     pub fn note_steady(&self, steady: bool) -> bool {
         self.steady
@@ -206,7 +206,7 @@ impl ClusterMemory {
 /// contexts keep them here, so that forgetting an object drops them together.
 pub struct Kept<E> {
     engines: Mutex<HashMap<ObjectKey, (String, E)>>,
-    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+    memory: Mutex<HashMap<ObjectKey, Arc<ParentMemory>>>,
 }
 
 impl<E> Default for Kept<E> {
@@ -220,7 +220,7 @@ impl<E> Default for Kept<E> {
 
 impl<E: Clone> Kept<E> {
     /// What the controller remembers of the object `key`.
-    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ParentMemory> {
         self.memory
             .lock()
             .unwrap_or_else(|e| e.into_inner())

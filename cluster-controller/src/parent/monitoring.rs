@@ -22,7 +22,7 @@ use serde_json::json;
 use valkey_api::contract::METRICS_PORT_NAME;
 use valkey_api::v1alpha1::Metrics;
 
-use super::context::ClusterMemory;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 
@@ -166,7 +166,7 @@ pub async fn ensure(
     presence: &KindPresence,
     parent: &Parent,
     desired: Option<DynamicObject>,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<(), Error> {
     let fingerprint = serde_json::to_string(&desired).unwrap_or_default();
     if memory.pod_monitor_applied().as_deref() == Some(fingerprint.as_str()) {
@@ -287,7 +287,7 @@ mod tests {
     async fn applied_where_the_kind_exists_deleted_when_off_and_nothing_without_it() {
         let (client, mut api) = mock_client();
         let presence = KindPresence::default();
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let on = metered("");
         let parent = parent_of(&on);
         let script = tokio::spawn(async move {
@@ -331,7 +331,7 @@ mod tests {
         // A cluster without the Prometheus operator: asked once, then trusted.
         let (client, mut api) = mock_client();
         let presence = KindPresence::default();
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let script = tokio::spawn(async move {
             api.expect(Method::GET, "/apis/monitoring.coreos.com/v1")
                 .await

@@ -11,7 +11,7 @@ use plumbing::ObjectKey;
 use plumbing::leader::Claim;
 
 use super::conditions::Problem;
-use super::context::ClusterMemory;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use crate::engine::EngineError;
 
@@ -29,7 +29,7 @@ pub async fn claim_for<K: Resource<DynamicType = ()>>(
     events: &plumbing::events::EventPublisher,
     object: &K,
     lease: String,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Option<Requeue>, Error> {
     let namespace = object.namespace().unwrap_or_default();
     let owner = object

@@ -20,7 +20,7 @@ use valkey_api::v1alpha1::SecretKeyRef;
 
 use super::auth::{self, SecretPlace};
 use super::conditions::Problem;
-use super::context::ClusterMemory;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::node::NodeAuth;
@@ -76,7 +76,7 @@ pub struct Tools<'a> {
 pub async fn ensure_for<K>(
     ctx: &Tools<'_>,
     parent: &Parent<'_, K>,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<Auth, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -476,7 +476,7 @@ mod tests {
 
     /// What `ensure` reports for `cluster`, which must be a problem.
     async fn problem_of(ctx: &Context, cluster: &ValkeyCluster) -> Problem {
-        ensure(ctx, cluster, &ClusterMemory::default())
+        ensure(ctx, cluster, &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .err()
@@ -535,7 +535,7 @@ mod tests {
             backup.echo();
             api.done().await;
         });
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let auth = ensure(&ctx, &cluster(CLUSTER), &memory)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
@@ -568,7 +568,7 @@ mod tests {
             api.done().await;
             file
         });
-        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+        let auth = ensure(&ctx, &cluster(&yaml), &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
@@ -609,7 +609,7 @@ mod tests {
             api.done().await;
             file
         });
-        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+        let auth = ensure(&ctx, &cluster(&yaml), &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
@@ -721,7 +721,7 @@ mod tests {
             // The backup already holds what it should: not written again.
             api.done().await;
         });
-        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+        let auth = ensure(&ctx, &cluster(&yaml), &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
@@ -797,7 +797,7 @@ mod tests {
             acl.echo();
             api.done().await;
         });
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let auth = ensure(&ctx, &cluster(CLUSTER), &memory)
             .await
             .unwrap_or_else(|e| panic!("{e}"))

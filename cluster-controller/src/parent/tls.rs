@@ -23,7 +23,7 @@ use valkey_api::v1alpha1::{NodeTls, Tls};
 
 use super::auth::{self, SecretPlace};
 use super::conditions::Problem;
-use super::context::ClusterMemory;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::secrets::{Parent, Tools, not_owned};
@@ -104,7 +104,7 @@ pub async fn ensure_for<K>(
     parent: &Parent<'_, K>,
     tls: &Tls,
     lifetime: Duration,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -186,7 +186,7 @@ async fn operators_secret<K>(
     parent: &Parent<'_, K>,
     secrets: &Api<Secret>,
     lifetime: Duration,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<(String, Trust), Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -420,7 +420,7 @@ mod tests {
             cert
         });
         let (tools, parent) = crate::cluster::secrets::cluster_parent(&ctx, &c);
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let served = ensure_for(
             &tools,
             &parent,

@@ -16,7 +16,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::parent::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
+use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::error::Error;
 use crate::parent::monitoring::KindPresence;
 use crate::replication::engine::Engine;
@@ -72,7 +72,7 @@ impl Context {
         }
     }
 
-    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ParentMemory> {
         self.kept.memory(key)
     }
 

@@ -23,7 +23,7 @@ use super::status::Outcome;
 use super::{desired, observe, report, services};
 use crate::engine::{Outcome as StepOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
-use crate::parent::context::ClusterMemory;
+use crate::parent::context::ParentMemory;
 use crate::parent::error::{Error, api_error};
 use crate::parent::labels::FIELD_MANAGER;
 use crate::parent::pass::{after_step, claim_for};
@@ -183,7 +183,7 @@ async fn prepare(
     ctx: &Context,
     replication: &ValkeyReplication,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     existing: &[std::sync::Arc<ValkeyNode>],
     api: &Api<ValkeyNode>,
     forming: bool,
@@ -243,7 +243,7 @@ async fn prepare(
 /// it made one (the cache may not have seen it yet, and a pass that read the older record would
 /// take the primary it just promoted for a stranger and promote another), else the status as
 /// cached.
-fn recorded_primary(replication: &ValkeyReplication, memory: &ClusterMemory) -> Option<String> {
+fn recorded_primary(replication: &ValkeyReplication, memory: &ParentMemory) -> Option<String> {
     memory
         .primary_written()
         .or_else(|| replication.status.as_ref().and_then(|s| s.primary.clone()))
@@ -257,7 +257,7 @@ async fn protect(
     ctx: &Context,
     replication: &ValkeyReplication,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     stop: Stop,
     existing: &[std::sync::Arc<ValkeyNode>],
     recorded: Option<String>,
@@ -457,7 +457,7 @@ mod tests {
              status: {primary: orders-0}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         assert_eq!(
             recorded_primary(&cached, &memory).as_deref(),
             Some("orders-0")
