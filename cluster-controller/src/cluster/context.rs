@@ -4,21 +4,18 @@
 use std::sync::Arc;
 
 use kube::Client;
-use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::Store;
+use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
 use plumbing::leader::Claims;
 use plumbing::valkey_tls::Trust;
-use plumbing::{ObjectKey, Reconciler};
-use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+use valkey_api::v1alpha1::ValkeyNode;
 
-use super::reconcile;
 use crate::access::rights::REPLICATION_USER;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
 use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
-use crate::parent::error::Error;
 use crate::parent::monitoring::KindPresence;
 
 pub struct Context {
@@ -30,7 +27,7 @@ pub struct Context {
     pub nodes: Store<ValkeyNode>,
     /// Per cluster: one engine per operator password and CA (it keeps Valkey connections between
     /// passes), and the memory (its servers' users, the operator's passwords).
-    kept: Kept<Engine<RedisClient>>,
+    pub(super) kept: Kept<Engine<RedisClient>>,
     /// Valkey actions that failed in a row, per cluster: each retry waits longer.
     pub action_failures: Backoff,
     /// Kubernetes stages that failed in a row, per cluster (see [`crate::parent::stop`]).
@@ -102,21 +99,5 @@ impl Context {
     #[cfg(test)]
     pub fn engines(&self) -> usize {
         self.kept.engines()
-    }
-}
-
-impl Reconciler for Context {
-    type Object = ValkeyCluster;
-    type Error = Error;
-
-    async fn reconcile(&self, cluster: &ValkeyCluster, key: &ObjectKey) -> Result<Requeue, Error> {
-        reconcile::pass(self, cluster, key).await
-    }
-
-    fn forget(&self, key: &ObjectKey) {
-        self.kept.forget(key);
-        self.action_failures.succeeded(key);
-        self.stage_failures.succeeded(key);
-        self.serving.forget(key);
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action as Requeue;
-use plumbing::ObjectKey;
+use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
@@ -347,6 +347,23 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
         _ => None,
     };
     after_step(&ctx.action_failures, key, failed, requeue)
+}
+
+/// The controller's side of the runtime: a pass per object, and what is dropped when one goes.
+impl Reconciler for Context {
+    type Object = ValkeyCluster;
+    type Error = Error;
+
+    async fn reconcile(&self, cluster: &ValkeyCluster, key: &ObjectKey) -> Result<Requeue, Error> {
+        pass(self, cluster, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.kept.forget(key);
+        self.action_failures.succeeded(key);
+        self.stage_failures.succeeded(key);
+        self.serving.forget(key);
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use plumbing::ObjectKey;
+use plumbing::{ObjectKey, Reconciler};
 use valkey_api::contract::OBSERVE_ANNOTATION;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
@@ -439,6 +439,26 @@ async fn apply_services(
         .map_err(api_error(format!("applying Service {name}")))?;
     }
     Ok(())
+}
+
+/// The controller's side of the runtime: a pass per object, and what is dropped when one goes.
+impl Reconciler for Context {
+    type Object = ValkeyReplication;
+    type Error = Error;
+
+    async fn reconcile(
+        &self,
+        replication: &ValkeyReplication,
+        key: &ObjectKey,
+    ) -> Result<Requeue, Error> {
+        pass(self, replication, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.kept.forget(key);
+        self.action_failures.succeeded(key);
+        self.budgets.forget(key);
+    }
 }
 
 #[cfg(test)]
