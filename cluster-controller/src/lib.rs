@@ -8,8 +8,13 @@
 //! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
 //!   against real valkey-server processes, no Kubernetes; imports the three above);
 //! - [`tls`]: the certificates the operator issues (pure; imports nothing of this crate);
+//! - [`parent`]: the floor every parent kind of ValkeyNodes stands on: Secrets, TLS, member
+//!   nodes, access, placement, monitoring, conditions, the per-object memory (imports the
+//!   layers above, never a kind);
 //! - [`cluster`]: the ValkeyCluster kind: ValkeyClusters in, ValkeyNodes, Secrets, status out
-//!   (imports the engine and the client's credentials).
+//!   (imports [`engine`] and [`parent`]);
+//! - [`replication`]: the ValkeyReplication kind: its own engine and a controller on [`parent`]
+//!   (imports [`parent`], never [`cluster`]).
 
 pub mod access;
 pub mod client;

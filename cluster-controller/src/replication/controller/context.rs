@@ -30,7 +30,7 @@ pub struct Context {
     pub claims: Claims,
     /// Valkey actions that failed in a row, per replication.
     pub action_failures: Backoff,
-    /// Kubernetes stages that failed in a row, per replication (see `controller::stop`).
+    /// Kubernetes stages that failed in a row, per replication (see `parent::stop`).
     pub stage_failures: Backoff,
     /// Reconcile and action metrics, beside the shell's.
     pub metrics: plumbing::Metrics,

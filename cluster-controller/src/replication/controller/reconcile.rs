@@ -210,7 +210,7 @@ async fn prepare(
         failures,
         key,
     )?;
-    // TLS as for a cluster: the same Secrets, certificate and CA (see `controller::tls`).
+    // TLS as for a cluster: the same Secrets, certificate and CA (see `parent::tls`).
     if let Some(problem) = tls::unsupported(&replication.spec.tls) {
         return Err(Stop::problem(problem));
     }
