@@ -4,7 +4,7 @@
 //! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`.
 
 use clap::{Parser, ValueEnum};
-use cluster_controller::{cluster, crds, replication};
+use cluster_controller::{cluster, crds, parent, replication};
 use plumbing::{CommonArgs, Names};
 
 /// A kind this binary can reconcile.
@@ -55,7 +55,7 @@ async fn main() -> std::process::ExitCode {
         controller: cluster::CONTROLLER,
         default_lease: cluster::CONTROLLER,
     };
-    let settings = cluster::Settings {
+    let settings = parent::Settings {
         password_rotation_grace: std::time::Duration::from_secs(
             cli.password_rotation_grace_seconds,
         ),

@@ -43,12 +43,11 @@ use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
+use crate::parent::Settings;
 use crate::parent::labels::CLUSTER_LABEL;
 use context::Context;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
-
-pub use crate::parent::Settings;
 
 /// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
 /// readiness waits for them) and returns it, to run until shutdown or lost leadership.
