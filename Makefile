@@ -18,6 +18,7 @@ E2E_HEAVY ?= $(shell echo $$(( $$(nproc) + 1 )))
 # The local control plane (build, start, stop) lives with its own README.
 include tests/localkube/localkube.mk
 include hack/demo.mk
+include tests/objectstore/objectstore.mk
 
 .PHONY: help
 help:
@@ -74,9 +75,10 @@ else
 endif
 
 # Unit and component tests: no cluster needed (the cluster-controller's engine tests run real
-# valkey-server processes from the localkube image table; the chart's static checks run helm).
+# valkey-server processes from the localkube image table; the backup crate's tests also run the
+# object store process; the chart's static checks run helm).
 # localkube's own tests (tests/localkube/suite) need the cluster: they run with e2e.
-unit: $(HELM)
+unit: $(HELM) objectstore
 	$(CARGO_TEST) --exclude e2e --exclude localkube-suite --no-fail-fast
 	# The e2e crate's own unit tests need no cluster: benchmark charts and reports, chaos results.
 	$(CARGO_TEST) --lib -- bench:: chaos:: fleet:: formation:: resharding::
