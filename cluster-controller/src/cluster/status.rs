@@ -156,6 +156,8 @@ pub fn compute(
             }),
         // The caller records an acknowledgement acted on (see [`accepted_loss`]).
         accepted_loss: previous.and_then(|s| s.accepted_loss.clone()),
+        // Backups record their newest success here; a pass over the members never changes it.
+        last_successful_backup: previous.and_then(|s| s.last_successful_backup.clone()),
         password_secret_name: password_secret.map(str::to_owned),
         // The members' nodes: the caller sets them from the pass; otherwise they stand.
         node_ids: previous.and_then(|s| s.node_ids.clone()),

@@ -130,6 +130,8 @@ pub fn compute(
             ),
             None => previous.and_then(|s| s.progress.clone()),
         },
+        // Backups record their newest success here; a pass over the members never changes it.
+        last_successful_backup: previous.and_then(|s| s.last_successful_backup.clone()),
         password_secret_name: password_secret.map(str::to_owned),
         conditions: Some(conditions),
         observed_generation: generation,
