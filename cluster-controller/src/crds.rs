@@ -9,18 +9,31 @@ use kube::api::{Api, Patch, PatchParams};
 /// The field manager of the CRDs the operator applies.
 pub const FIELD_MANAGER: &str = "valkey-operator-crds";
 
-/// Server-side applies every CRD of the API this binary speaks.
-pub async fn apply(client: &kube::Client) -> Result<(), kube::Error> {
+/// Server-side applies every CRD of the API this binary speaks. Each is tried even when an
+/// earlier one fails: a kind new in this release has no CRD yet after a `helm upgrade` (Helm
+/// installs `crds/` only on install) and the operator may only patch CRDs that exist, and that
+/// must not keep the CRDs of the existing kinds from being brought up to date. Returns the
+/// failures, by CRD name.
+pub async fn apply(client: &kube::Client) -> Result<(), Vec<(String, kube::Error)>> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut failed = Vec::new();
     for crd in valkey_api::v1alpha1::custom_resource_definitions() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        tracing::info!(crd = %name, "applied the CRD this operator was built with");
+        match api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(crd = %name, "applied the CRD this operator was built with"),
+            Err(e) => failed.push((name, e)),
+        }
     }
-    Ok(())
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed)
+    }
 }

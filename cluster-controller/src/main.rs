@@ -67,9 +67,11 @@ async fn main() -> std::process::ExitCode {
     let kinds = cli.kinds.clone();
     let apply_crds = cli.apply_crds;
     plumbing::runtime::main(&cli.common, names, move |handles| async move {
-        if apply_crds && let Err(e) = crds::apply(&handles.client).await {
+        if apply_crds && let Err(failed) = crds::apply(&handles.client).await {
             // The CRDs in place still serve; the controllers go on, and say why they are old.
-            tracing::error!(error = %e, "could not apply the CRDs");
+            for (crd, e) in failed {
+                tracing::error!(crd = %crd, error = %e, "could not apply the CRD");
+            }
         }
         // Every controller's caches are made before any of them runs (readiness waits for all).
         let clusters = kinds
