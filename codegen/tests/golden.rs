@@ -102,3 +102,19 @@ fn a_fragment_is_included_once_and_misuse_is_named() {
         "{as_type}"
     );
 }
+
+#[test]
+fn rules_on_a_field_and_on_its_type_are_refused() {
+    let schema = "kind: K\ngroup: g\nversion: v1\nplural: ks\ndescription: d\nspec: KSpec\ntypes:\n  KSpec:\n    description: d\n    fields:\n      inner:\n        type: Inner\n        description: d\n        immutable: true\n  Inner:\n    description: d\n    validations:\n      - rule: has(self.a)\n    fields:\n      a:\n        type: string\n        description: d\n";
+    let err = codegen::load_sources(&[("k.yaml".into(), schema.into())])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("k.yaml: KSpec.inner: has CEL rules") && err.contains("its type Inner"),
+        "{err}"
+    );
+    // Without the field's own rule the same schema loads.
+    let fine = schema.replace("        immutable: true\n", "");
+    assert!(codegen::load_sources(&[("k.yaml".into(), fine)]).is_ok());
+}

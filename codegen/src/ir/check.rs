@@ -110,6 +110,19 @@ fn check_field(api: &Api, f: &Field, at: &str) -> Result<(), Error> {
     for rule in &f.validations {
         check_rule(rule, at)?;
     }
+    // In the CRD a field's rules and its type's rules would share one `x-kubernetes-validations`
+    // key, and the field's would replace the type's without a word.
+    if let (false, TypeRef::Named(name)) = (f.validations.is_empty(), &f.ty)
+        && let Some(TypeDef {
+            body: TypeBody::Object { validations, .. },
+            ..
+        }) = api.type_def(name)
+        && !validations.is_empty()
+    {
+        return Err(invalid(format!(
+            "{at}: has CEL rules (or `immutable`) and so does its type {name}; in the CRD the field's would replace the type's: put the field's rules on the type that holds it"
+        )));
+    }
     if let Some(fragment) = fragment_named(api, &f.ty) {
         return Err(invalid(format!(
             "{at}: {fragment} is a fragment: include it in a type (`include: [{fragment}]`) rather than name it as a field's type"
