@@ -137,6 +137,7 @@ func TestRestoreFromIsSetOnlyAtCreation(t *testing.T) {
 		neither   = `{"restoreFrom":{}}`
 		noPath    = `{"restoreFrom":{"store":{"s3":{"bucket":"backups","credentials":{"secretName":"s3"}}}}}`
 		dotDot    = `{"restoreFrom":{"store":{"s3":{"bucket":"backups","credentials":{"secretName":"s3"}}},"path":"prod/../orders"}}`
+		null      = `{"restoreFrom":null}`
 	)
 	for _, k := range []struct{ file, kind string }{
 		{"valkey.io_valkeyclusters.yaml", "ValkeyCluster"},
@@ -155,6 +156,9 @@ func TestRestoreFromIsSetOnlyAtCreation(t *testing.T) {
 				{name: "neither backup nor store", new: parent(k.kind, neither), want: "restoreFrom needs exactly one of backup"},
 				{name: "store without path", new: parent(k.kind, noPath), want: "restoreFrom.store and restoreFrom.path go together"},
 				{name: "path with ..", new: parent(k.kind, dotDot), want: "restoreFrom.path must not have . or .."},
+				// A client that sends null means absent: nothing to refuse, and no way around the rules.
+				{name: "null on an object without it", new: parent(k.kind, null), old: parent(k.kind, empty)},
+				{name: "null over a backup", new: parent(k.kind, null), old: parent(k.kind, fromA), want: "spec.restoreFrom can only be set when the object is created"},
 			})
 		})
 	}
