@@ -213,9 +213,13 @@ func fail(sub string, err error) int {
 }
 
 func clientOf(l layout.Layout) (*kubernetes.Clientset, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	return clientFromKubeconfig(l.Kubeconfig())
+}
+
+func clientFromKubeconfig(path string) (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", l.Kubeconfig(), err)
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	return kubernetes.NewForConfig(cfg)
 }

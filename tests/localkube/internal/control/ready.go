@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"valkey-operator.local/localkube/internal/layout"
+	"valkey-operator.local/localkube/internal/supervisor"
 )
 
 // readiness is one observation of the cluster as a test would need it.
@@ -17,6 +20,9 @@ type readiness struct {
 	readyz     error
 	readyNodes int
 	saErr      error
+	// dnsErr: CoreDNS /ready; proxyErr: kube-proxy has written its rules once (only with nodes).
+	dnsErr   error
+	proxyErr error
 }
 
 // stage names the first condition not yet met, and the log that explains it.
@@ -28,6 +34,10 @@ func (r readiness) stage(wantNodes int) (what, component string, ok bool) {
 		return fmt.Sprintf("%d of %d nodes Ready", r.readyNodes, wantNodes), "kubelet", false
 	case r.saErr != nil:
 		return fmt.Sprintf("ServiceAccount default/default: %v", r.saErr), "controller-manager", false
+	case r.dnsErr != nil:
+		return fmt.Sprintf("CoreDNS %s: %v", supervisor.CoreDNSReadyURL, r.dnsErr), "coredns", false
+	case wantNodes > 0 && r.proxyErr != nil:
+		return fmt.Sprintf("kube-proxy: %v", r.proxyErr), "kube-proxy", false
 	}
 	return "ready", "", true
 }
@@ -59,5 +69,23 @@ func observe(ctx context.Context, c *kubernetes.Clientset) readiness {
 		}
 	}
 	_, r.saErr = c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	r.dnsErr = coreDNSReady(ctx)
+	r.proxyErr = supervisor.ProxySynced(ctx)
 	return r
+}
+
+func coreDNSReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, supervisor.CoreDNSReadyURL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return nil
 }

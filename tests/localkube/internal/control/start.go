@@ -93,7 +93,7 @@ func Start(opts StartOptions) error {
 			last = observe(qctx, client)
 			qcancel()
 			if _, _, ok := last.stage(wantNodes); ok {
-				fmt.Printf("ready in %s: %s, %d nodes Ready, default ServiceAccount present\n",
+				fmt.Printf("ready in %s: %s, %d nodes Ready, default ServiceAccount present, CoreDNS ready, kube-proxy synced\n",
 					time.Since(t0).Round(100*time.Millisecond), layout.APIServerURL, last.readyNodes)
 				return nil
 			}

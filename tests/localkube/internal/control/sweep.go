@@ -13,6 +13,7 @@ import (
 
 	"valkey-operator.local/localkube/internal/bridge"
 	"valkey-operator.local/localkube/internal/faults"
+	"valkey-operator.local/localkube/internal/hostnet"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/proc"
 )
@@ -28,11 +29,14 @@ type Leftovers struct {
 	Bridge    bool
 	// Faults in force: records, nftables tables, stopped nodes.
 	Faults []string
+	// Network: kube-proxy's nftables tables, the outside namespace's fence and link.
+	Network []string
 }
 
 // Empty reports whether nothing is left.
 func (r Leftovers) Empty() bool {
-	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge && len(r.Faults) == 0
+	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge && len(r.Faults) == 0 &&
+		len(r.Network) == 0
 }
 
 func (r Leftovers) String() string {
@@ -53,6 +57,7 @@ func (r Leftovers) String() string {
 		parts = append(parts, "bridge "+layout.Bridge)
 	}
 	parts = append(parts, r.Faults...)
+	parts = append(parts, r.Network...)
 	return strings.Join(parts, "\n  ")
 }
 
@@ -94,6 +99,7 @@ func Find(l layout.Layout) (Leftovers, error) {
 	}
 	r.Bridge = bridge.Exists(layout.Bridge)
 	r.Faults = faults.Leftovers(l)
+	r.Network = hostnet.Leftovers()
 	return r, nil
 }
 
@@ -151,7 +157,14 @@ func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// The outside namespace, its fence and kube-proxy's tables; then every lk-* namespace left.
+	if err := hostnet.Down(); err != nil {
+		fmt.Fprintf(os.Stderr, "localkube: %v\n", err)
+	}
 	for _, n := range found.NetNS {
+		if n.Name == layout.OutsideNetns {
+			continue
+		}
 		if out, err := exec.Command("ip", "netns", "delete", n.Name).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "localkube: ip netns delete %s: %v: %s\n", n.Name, err, out)
 		}

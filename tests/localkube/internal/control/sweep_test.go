@@ -33,8 +33,12 @@ func TestReadinessStageNamesTheFirstUnmetCondition(t *testing.T) {
 		{readiness{readyz: errX}, 3, "apiserver", false},
 		{readiness{readyNodes: 2}, 3, "kubelet", false},
 		{readiness{readyNodes: 3, saErr: errX}, 3, "controller-manager", false},
+		{readiness{readyNodes: 3, dnsErr: errX}, 3, "coredns", false},
+		{readiness{readyNodes: 3, proxyErr: errX}, 3, "kube-proxy", false},
 		{readiness{readyNodes: 3}, 3, "", true},
 		{readiness{}, 0, "", true},
+		// Without nodes there is no kube-proxy to wait for.
+		{readiness{proxyErr: errX}, 0, "", true},
 	}
 	for _, c := range cases {
 		_, comp, ok := c.r.stage(c.wantNodes)

@@ -1,6 +1,7 @@
 // Package supervisor is "localkube up": it prepares PKI and network, starts etcd, the API server,
-// the controller manager, the scheduler and the process kubelet as child processes, and stops them
-// in reverse order on SIGTERM/SIGINT or when any of them dies. SIGUSR1 restarts the API server
+// the controller manager, the scheduler, CoreDNS, the LoadBalancer allocator, the process kubelet
+// and kube-proxy as child processes, and stops them in reverse order on SIGTERM/SIGINT or when any
+// of them dies. SIGUSR1 restarts the API server
 // (SIGTERM, as an upgrade would), SIGUSR2 too but with SIGKILL (a crash); and every 2 s it undoes
 // the faults whose owner process has ended.
 package supervisor
@@ -20,6 +21,7 @@ import (
 
 	"valkey-operator.local/localkube/internal/bridge"
 	"valkey-operator.local/localkube/internal/faults"
+	"valkey-operator.local/localkube/internal/hostnet"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/pki"
 )
@@ -72,6 +74,9 @@ func Up(opts Options) error {
 			return fmt.Errorf("process kubelet: %w (build it with cargo build -p localkube-kubelet, or pass --no-kubelet)", err)
 		}
 	}
+	if _, err := os.Stat(l.CoreDNS()); err != nil {
+		return fmt.Errorf("coredns: %w (make localkube-tools builds it)", err)
+	}
 	for _, d := range []string{l.Logs(), l.Etcd(), l.KubeletDir(), l.Images()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -91,6 +96,15 @@ func Up(opts Options) error {
 		return fmt.Errorf("bridge %s: %w", layout.Bridge, err)
 	}
 	logf("bridge %s %s up", layout.Bridge, layout.BridgeCIDR)
+	if err := hostnet.Up(); err != nil {
+		_ = hostnet.Down()
+		_ = bridge.Down(layout.Bridge)
+		return fmt.Errorf("host network: %w", err)
+	}
+	logf("route to %s, outside namespace %s (%s) up", layout.ServiceCIDR, layout.OutsideNetns, layout.OutsideIP)
+	if err := writeCorefile(l); err != nil {
+		return err
+	}
 
 	comp := func(name string, args []string, stop time.Duration) *child {
 		return &child{name: name, path: self, args: args, logPath: l.Log(name), stopTimeout: stop}
@@ -99,12 +113,18 @@ func Up(opts Options) error {
 	apiserver := comp("apiserver", apiserverArgs(l), 30*time.Second)
 	kcm := comp("controller-manager", controllerManagerArgs(l), 15*time.Second)
 	sched := comp("scheduler", schedulerArgs(l), 15*time.Second)
-	var kubelet *child
+	coredns := &child{name: "coredns", path: l.CoreDNS(), args: coreDNSArgs(l), logPath: l.Log("coredns"), stopTimeout: 10 * time.Second}
+	loadbalancer := comp("loadbalancer", loadBalancerArgs(l), 10*time.Second)
+	var kubelet, proxy *child
 	if !opts.NoKubelet {
 		kubelet = &child{name: "kubelet", path: opts.Kubelet, args: kubeletArgs(l), logPath: l.Log("kubelet"), stopTimeout: 30 * time.Second}
+		// Only with nodes: kube-proxy speaks for one of them.
+		proxy = comp("kube-proxy", kubeProxyArgs(l), 10*time.Second)
 	}
+	cs := components{etcd: etcd, apiserver: apiserver, kcm: kcm, sched: sched, coredns: coredns,
+		loadbalancer: loadbalancer, kubelet: kubelet, proxy: proxy}
 	// Stop order: the kubelet first (it stops the pods), etcd last.
-	stopOrder := []*child{kubelet, sched, kcm, apiserver, etcd}
+	stopOrder := []*child{kubelet, proxy, loadbalancer, coredns, sched, kcm, apiserver, etcd}
 
 	// Every child that exits reports here; buffered so a late exit never blocks.
 	exits := make(chan exit, 4*len(stopOrder))
@@ -114,6 +134,10 @@ func Up(opts Options) error {
 				c.stop(logf)
 			}
 		}
+		// kube-proxy leaves its tables: without it they would still route the cluster's Services.
+		if err := hostnet.Down(); err != nil {
+			logf("removing the outside namespace and kube-proxy's tables: %v", err)
+		}
 		if err := bridge.Down(layout.Bridge); err != nil {
 			logf("deleting bridge: %v", err)
 		} else {
@@ -121,7 +145,7 @@ func Up(opts Options) error {
 		}
 	}
 
-	startErr := startAll(ctx, l, logf, exits, etcd, apiserver, kcm, sched, kubelet)
+	startErr := startAll(ctx, l, logf, exits, cs)
 	if startErr != nil {
 		logf("start failed: %v", startErr)
 		shutdown()
@@ -208,51 +232,79 @@ func startAPIServer(ctx context.Context, l layout.Layout, apiserver *child, exit
 	})
 }
 
-func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, etcd, apiserver, kcm, sched, kubelet *child) error {
+// components are the supervisor's children; kubelet and proxy are nil without the kubelet.
+type components struct {
+	etcd, apiserver, kcm, sched, coredns, loadbalancer, kubelet, proxy *child
+}
+
+func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, cs components) error {
 	t0 := time.Now()
-	if err := etcd.start(exits); err != nil {
+	if err := cs.etcd.start(exits); err != nil {
 		return err
 	}
 	plain := selfSignedClient()
-	if err := waitFor(ctx, "etcd", 60*time.Second, etcd, func(c context.Context) error {
+	if err := waitFor(ctx, "etcd", 60*time.Second, cs.etcd, func(c context.Context) error {
 		return probe(c, plain, layout.EtcdClientURL+"/health", `"health":"true"`)
 	}); err != nil {
 		return err
 	}
 	logf("etcd ready after %s", time.Since(t0).Round(time.Millisecond))
 
-	if err := startAPIServer(ctx, l, apiserver, exits); err != nil {
+	if err := startAPIServer(ctx, l, cs.apiserver, exits); err != nil {
 		return err
 	}
 	logf("apiserver ready after %s", time.Since(t0).Round(time.Millisecond))
+	// Before kube-proxy and CoreDNS start, so that their first sync has it.
+	if err := ensureDNSService(ctx, l); err != nil {
+		return fmt.Errorf("kube-dns Service: %w", err)
+	}
 
-	if err := kcm.start(exits); err != nil {
-		return err
+	for _, c := range []*child{cs.kcm, cs.sched, cs.coredns, cs.loadbalancer} {
+		if err := c.start(exits); err != nil {
+			return err
+		}
 	}
-	if err := sched.start(exits); err != nil {
-		return err
+	checks := []struct {
+		c   *child
+		url string
+	}{
+		{cs.kcm, "https://127.0.0.1:" + strconv.Itoa(layout.KCMSecurePort) + "/healthz"},
+		{cs.sched, "https://127.0.0.1:" + strconv.Itoa(layout.SchedSecure) + "/healthz"},
+		// Ready once the kubernetes plugin has synced its caches.
+		{cs.coredns, CoreDNSReadyURL},
 	}
-	for _, hc := range []struct {
-		c    *child
-		port int
-	}{{kcm, layout.KCMSecurePort}, {sched, layout.SchedSecure}} {
-		url := "https://127.0.0.1:" + strconv.Itoa(hc.port) + "/healthz"
-		if err := waitFor(ctx, hc.c.name+" /healthz", 60*time.Second, hc.c, func(c context.Context) error {
-			return probe(c, plain, url, "ok")
+	for _, hc := range checks {
+		want := "ok"
+		if hc.c == cs.coredns {
+			want = "OK"
+		}
+		if err := waitFor(ctx, hc.c.name+" "+hc.url, 60*time.Second, hc.c, func(c context.Context) error {
+			return probe(c, plain, hc.url, want)
 		}); err != nil {
 			return err
 		}
 	}
-	logf("controller-manager and scheduler healthy after %s", time.Since(t0).Round(time.Millisecond))
+	logf("controller-manager, scheduler and CoreDNS ready after %s", time.Since(t0).Round(time.Millisecond))
 
-	if kubelet == nil {
-		logf("kubelet not started (--no-kubelet)")
+	if cs.kubelet == nil {
+		logf("kubelet and kube-proxy not started (--no-kubelet)")
 		return nil
 	}
-	if err := kubelet.start(exits); err != nil {
+	if err := cs.kubelet.start(exits); err != nil {
 		return err
 	}
-	logf("kubelet started (pid %d)", kubelet.pid())
+	logf("kubelet started (pid %d)", cs.kubelet.pid())
+	// After the kubelet: kube-proxy waits for its node's addresses, and the NodePort addresses
+	// it takes from the bridge at its first sync are the node addresses the kubelet adds.
+	if err := cs.proxy.start(exits); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "kube-proxy's first sync", 90*time.Second, cs.proxy, func(c context.Context) error {
+		return ProxySynced(c)
+	}); err != nil {
+		return err
+	}
+	logf("kube-proxy synced after %s", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
