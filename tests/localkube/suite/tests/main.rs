@@ -1,7 +1,8 @@
 //! localkube's own tests, one target (they share one pool of test threads): what the cluster does
 //! for the operator's end-to-end tests (`cluster`), what charts rely on a kubelet for
 //! (`conformance`), the pod network at scale (`network`), fault injection (`faults`), what the
-//! image table's images serve (`images`), and volumes that grow (`storage`).
+//! image table's images serve (`images`), volumes that grow (`storage`), and Services routed by
+//! kube-proxy, LoadBalancer addresses and cluster DNS (`services`).
 //!
 //! They run against the cluster KUBECONFIG names, like the e2e suite (`make localkube-test`); the
 //! network and fault tests need localkube itself and say so elsewhere.
@@ -11,6 +12,7 @@ mod conformance;
 mod faults;
 mod images;
 mod network;
+mod services;
 mod storage;
 
 use std::time::Duration;
