@@ -54,7 +54,7 @@ async fn resp(stream: tokio::net::TcpStream, command: &str) -> Result<String> {
 }
 
 /// `command` over a new connection from the outside namespace.
-async fn from_outside(addr: SocketAddr, command: &str) -> Result<String> {
+pub async fn from_outside(addr: SocketAddr, command: &str) -> Result<String> {
     resp(
         outside::connect(addr, Duration::from_secs(3)).await?,
         command,
@@ -63,7 +63,7 @@ async fn from_outside(addr: SocketAddr, command: &str) -> Result<String> {
 }
 
 /// `command` over a new connection from the host.
-async fn from_host(addr: SocketAddr, command: &str) -> Result<String> {
+pub async fn from_host(addr: SocketAddr, command: &str) -> Result<String> {
     let stream = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| E2eError::Check(format!("connecting to {addr}: timed out")))?
@@ -90,17 +90,17 @@ where
     .await
 }
 
-fn addr(ip: &str, port: i32) -> Result<SocketAddr> {
+pub fn addr(ip: &str, port: i32) -> Result<SocketAddr> {
     format!("{ip}:{port}")
         .parse()
         .map_err(|e| E2eError::Check(format!("{ip}:{port}: {e}")))
 }
 
-async fn service(ns: &TestNamespace, name: &str) -> Result<Service> {
+pub async fn service(ns: &TestNamespace, name: &str) -> Result<Service> {
     Ok(ns.api::<Service>().get(name).await?)
 }
 
-fn cluster_ip(svc: &Service) -> Result<String> {
+pub fn cluster_ip(svc: &Service) -> Result<String> {
     svc.spec
         .as_ref()
         .and_then(|s| s.cluster_ip.clone())
@@ -121,7 +121,7 @@ fn ingress_ip(svc: &Service) -> Option<String> {
 }
 
 /// Waits until the LoadBalancer Service has an address; returns it.
-async fn wait_ingress(ns: &TestNamespace, name: &str) -> Result<String> {
+pub async fn wait_ingress(ns: &TestNamespace, name: &str) -> Result<String> {
     let api = ns.api::<Service>();
     wait_until(ROUTED, &format!("an address for Service {name}"), || {
         let api = api.clone();
@@ -208,7 +208,7 @@ spec:
     )
 }
 
-fn service_manifest(name: &str, app: &str, kind: &str, port: i32, extra: &str) -> String {
+pub fn service_manifest(name: &str, app: &str, kind: &str, port: i32, extra: &str) -> String {
     format!(
         r#"
 apiVersion: v1
