@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -259,53 +260,55 @@ func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), e
 		return fmt.Errorf("kube-dns Service: %w", err)
 	}
 
-	for _, c := range []*child{cs.kcm, cs.sched, cs.coredns, cs.loadbalancer} {
+	// Everything else at once: none of them needs another to start (kube-proxy waits for its
+	// Node, which the kubelet registers), and waiting for each in turn would add their start-up
+	// times.
+	started := []*child{cs.kcm, cs.sched, cs.coredns, cs.loadbalancer}
+	if cs.kubelet != nil {
+		started = append(started, cs.kubelet, cs.proxy)
+	}
+	for _, c := range started {
 		if err := c.start(exits); err != nil {
 			return err
 		}
 	}
+	if cs.kubelet != nil {
+		logf("kubelet started (pid %d)", cs.kubelet.pid())
+	}
 	checks := []struct {
-		c   *child
-		url string
+		c     *child
+		url   string
+		check func(context.Context) error
 	}{
-		{cs.kcm, "https://127.0.0.1:" + strconv.Itoa(layout.KCMSecurePort) + "/healthz"},
-		{cs.sched, "https://127.0.0.1:" + strconv.Itoa(layout.SchedSecure) + "/healthz"},
+		{cs.kcm, "/healthz", urlCheck(plain, "https://127.0.0.1:"+strconv.Itoa(layout.KCMSecurePort)+"/healthz", "ok")},
+		{cs.sched, "/healthz", urlCheck(plain, "https://127.0.0.1:"+strconv.Itoa(layout.SchedSecure)+"/healthz", "ok")},
 		// Ready once the kubernetes plugin has synced its caches.
-		{cs.coredns, CoreDNSReadyURL},
+		{cs.coredns, "/ready", urlCheck(plain, CoreDNSReadyURL, "OK")},
+	}
+	if cs.proxy != nil {
+		// After its first sync: the NodePort addresses it takes from the bridge then are the
+		// node addresses, which the kubelet adds before it registers the Node kube-proxy waits for.
+		checks = append(checks, struct {
+			c     *child
+			url   string
+			check func(context.Context) error
+		}{cs.proxy, "first sync", ProxySynced})
 	}
 	for _, hc := range checks {
-		want := "ok"
-		if hc.c == cs.coredns {
-			want = "OK"
-		}
-		if err := waitFor(ctx, hc.c.name+" "+hc.url, 60*time.Second, hc.c, func(c context.Context) error {
-			return probe(c, plain, hc.url, want)
-		}); err != nil {
+		if err := waitFor(ctx, hc.c.name+" "+hc.url, 90*time.Second, hc.c, hc.check); err != nil {
 			return err
 		}
 	}
-	logf("controller-manager, scheduler and CoreDNS ready after %s", time.Since(t0).Round(time.Millisecond))
-
 	if cs.kubelet == nil {
-		logf("kubelet and kube-proxy not started (--no-kubelet)")
+		logf("controller-manager, scheduler and CoreDNS ready after %s; kubelet and kube-proxy not started (--no-kubelet)", time.Since(t0).Round(time.Millisecond))
 		return nil
 	}
-	if err := cs.kubelet.start(exits); err != nil {
-		return err
-	}
-	logf("kubelet started (pid %d)", cs.kubelet.pid())
-	// After the kubelet: kube-proxy waits for its node's addresses, and the NodePort addresses
-	// it takes from the bridge at its first sync are the node addresses the kubelet adds.
-	if err := cs.proxy.start(exits); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, "kube-proxy's first sync", 90*time.Second, cs.proxy, func(c context.Context) error {
-		return ProxySynced(c)
-	}); err != nil {
-		return err
-	}
-	logf("kube-proxy synced after %s", time.Since(t0).Round(time.Millisecond))
+	logf("controller-manager, scheduler and CoreDNS ready, kube-proxy synced after %s", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+func urlCheck(c *http.Client, url, want string) func(context.Context) error {
+	return func(ctx context.Context) error { return probe(ctx, c, url, want) }
 }
 
 func servingSANs() pki.ServingSANs {
