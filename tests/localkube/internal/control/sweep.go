@@ -3,6 +3,7 @@
 package control
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -136,9 +137,56 @@ func hasEnv(env []string, kv string) bool {
 	return false
 }
 
+// ErrOtherCluster is returned when another checkout's supervisor runs on this machine: the bridge,
+// the lk-* namespaces, the process kubelet and the nftables tables are the machine's, one cluster
+// at a time, so a sweep would tear that cluster down.
+var ErrOtherCluster = errors.New("another localkube runs on this machine")
+
+// OtherSupervisor finds a running "localkube up" whose directory is not l's.
+func OtherSupervisor(l layout.Layout) (pid int, dir string, found bool) {
+	procs, err := proc.List()
+	if err != nil {
+		return 0, "", false
+	}
+	for _, p := range procs {
+		if d, ok := supervisorDir(p.Cmdline); ok && d != l.Dir {
+			return p.PID, d, true
+		}
+	}
+	return 0, "", false
+}
+
+// supervisorDir is the --dir of a "localkube up" command line.
+func supervisorDir(argv []string) (string, bool) {
+	if len(argv) < 2 || filepath.Base(argv[0]) != "localkube" || argv[1] != "up" {
+		return "", false
+	}
+	for i := 2; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--dir" && i+1 < len(argv):
+			return argv[i+1], true
+		case strings.HasPrefix(a, "--dir="):
+			return strings.TrimPrefix(a, "--dir="), true
+		}
+	}
+	return "", false
+}
+
+// refuseOtherCluster fails when another checkout's cluster runs.
+func refuseOtherCluster(l layout.Layout) error {
+	if pid, dir, found := OtherSupervisor(l); found {
+		return fmt.Errorf("%w: the supervisor of %s (pid %d); stop it there (make localkube-down) before starting or sweeping this one", ErrOtherCluster, dir, pid)
+	}
+	return nil
+}
+
 // Sweep removes leftovers: kills the processes, deletes the network namespaces, unmounts, and
 // deletes the bridge. It returns what it found and what is still there afterwards.
 func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
+	if err := refuseOtherCluster(l); err != nil {
+		return found, found, err
+	}
 	found, err = Find(l)
 	if err != nil {
 		return found, found, err

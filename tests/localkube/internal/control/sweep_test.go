@@ -51,3 +51,24 @@ func TestReadinessStageNamesTheFirstUnmetCondition(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestSupervisorDirFindsUpAndItsDirectory(t *testing.T) {
+	cases := []struct {
+		argv []string
+		dir  string
+		ok   bool
+	}{
+		{[]string{"/a/.localkube/bin/localkube", "up", "--dir", "/a/.localkube", "--kubelet", "k"}, "/a/.localkube", true},
+		{[]string{"/b/.localkube/bin/localkube", "up", "--dir=/b/.localkube"}, "/b/.localkube", true},
+		{[]string{"/b/.localkube/bin/localkube", "up", "--dir"}, "", false},
+		{[]string{"/a/.localkube/bin/localkube", "etcd", "--data-dir", "/a/.localkube/etcd"}, "", false},
+		{[]string{"/usr/bin/other", "up", "--dir", "/x"}, "", false},
+		{[]string{"localkube"}, "", false},
+	}
+	for _, c := range cases {
+		dir, ok := supervisorDir(c.argv)
+		if dir != c.dir || ok != c.ok {
+			t.Errorf("%v: %q %v, want %q %v", c.argv, dir, ok, c.dir, c.ok)
+		}
+	}
+}

@@ -92,15 +92,18 @@ func pass(ctx context.Context, client kubernetes.Interface, cfg Config, list lis
 	}
 	changes, evs := Decide(cfg, svcs)
 	var errs []error
+	failed := map[types.UID]bool{}
 	for _, c := range changes {
 		if err := patchIngress(ctx, client, c); err != nil {
 			errs = append(errs, err)
+			failed[c.UID] = true
 			continue
 		}
 		logger.Printf("%s/%s: ingress %s", c.Namespace, c.Name, describe(c.Ingress))
 	}
 	for _, e := range evs {
-		if told[e.UID] == e.Note {
+		// An address not written yet is told once it is (the pass is retried).
+		if told[e.UID] == e.Note || failed[e.UID] {
 			continue
 		}
 		svc := byUID[e.UID]
