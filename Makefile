@@ -30,7 +30,7 @@ help:
 	@echo "make bench-engine     the engine's pass over clusters of up to 990 members (no cluster needed)"
 	@echo "make bench-charts     draw the benchmarks' charts (docs/charts/) again from bench/results/"
 	@echo "make chaos            every operation crossed with every fault, with writers (hours; CHAOS_SEED, CHAOS_FILTER)"
-	@echo "make images           container images of both controllers (needs a Docker engine)"
+	@echo "make images           OCI archives of both controllers' images in target/images (no Docker needed)"
 	@echo "make localkube        start the local control plane;  make localkube-down stops it"
 
 ## ---- build and generated files ----------------------------------------------------------------
@@ -62,11 +62,12 @@ lint:
 
 .PHONY: test unit e2e
 # Everything the issues ask to be tested. With KUBECONFIG set, the end-to-end tests run on that
-# cluster; without it they start the local control plane and stop it (checking nothing is left).
+# cluster; without it they start the local control plane with its real node (kubelet, containerd,
+# registry: tests/localkube/realnode) and stop it (checking nothing is left).
 test: check-generated lint lint-dockerfiles localkube-check localkube-tools previous-release build unit
 ifeq ($(strip $(KUBECONFIG)),)
-	$(MAKE) localkube localkube-images
-	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status
+	$(MAKE) LOCALKUBE_REAL_NODE=1 localkube localkube-images
+	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) LOCALKUBE_REAL_NODE=1 $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status
 else
 	$(MAKE) localkube-images
 	$(MAKE) e2e

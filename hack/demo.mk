@@ -1,4 +1,4 @@
-# make demo, make images, make lint-dockerfiles. Included by the root Makefile (which defines ROOT
+# make demo, make images (images-docker), make lint-dockerfiles. Included by the root Makefile (which defines ROOT
 # and CARGO and includes tests/localkube/localkube.mk first).
 
 # The images' tag is the chart's appVersion, which is also the chart's default tag.
@@ -12,16 +12,27 @@ CONTROLLERS := node-controller cluster-controller
 HADOLINT_VERSION := 2.15.1
 HADOLINT := $(ROOT)/.localkube/bin/hadolint
 
-.PHONY: demo images lint-dockerfiles
+.PHONY: demo images images-docker lint-dockerfiles
 
 ## The local control plane, both controllers from the chart, examples/valkeycluster.yaml Ready.
 demo: localkube-tools localkube-images localkube
 	@bash $(ROOT)/hack/demo.sh
 
-## Container images of both controllers (Dockerfile at the root); needs a Docker engine.
-images:
-	@command -v $(DOCKER) >/dev/null || { echo "make images: $(DOCKER) is not installed; it builds with a Docker engine (make localkube-images serves the local control plane)" >&2; exit 1; }
-	@$(DOCKER) info >/dev/null 2>&1 || { echo "make images: $(DOCKER) cannot reach a Docker engine ($(DOCKER) info failed); start one, or build on a machine that has one" >&2; exit 1; }
+## Container images of both controllers as OCI archives in target/images, without a container
+## engine: the static binaries the root Dockerfile builds (the gnu target with crt-static), laid
+## out as its distroless base (tests/localkube/realnode/oci.sh). Push them with skopeo or crane.
+IMAGES_DIR := $(ROOT)/target/images
+IMAGE_TRIPLE := $(shell uname -m)-unknown-linux-gnu
+images: realnode-prereqs
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked --target $(IMAGE_TRIPLE) \
+		$(foreach c,$(CONTROLLERS),-p $(c))
+	IMAGE_PREFIX=$(IMAGE_PREFIX) bash $(ROOT)/tests/localkube/realnode/oci.sh controllers $(IMAGES_DIR) $(IMAGE_TAG) \
+		$(ROOT)/target/$(IMAGE_TRIPLE)/release
+
+## The same images built by a Docker engine from the root Dockerfile (into the engine's store).
+images-docker:
+	@command -v $(DOCKER) >/dev/null || { echo "make images-docker: $(DOCKER) is not installed (make images needs no engine)" >&2; exit 1; }
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make images-docker: $(DOCKER) cannot reach a Docker engine ($(DOCKER) info failed); make images needs none" >&2; exit 1; }
 	$(foreach c,$(CONTROLLERS),$(DOCKER) build --build-arg CONTROLLER=$(c) -t $(IMAGE_PREFIX)/$(c):$(IMAGE_TAG) $(ROOT) &&) true
 
 lint-dockerfiles: $(HADOLINT)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fails when the local cluster left anything on the machine: a process (the control plane, the
-# process kubelet, a pod, a client in the outside namespace), a mount under .localkube, an lk-*
-# network namespace (lk-outside included), the lkbr0 bridge, the outside namespace's link lkout0,
-# localkube's or kube-proxy's nftables tables, or a fault still in force (an lkfault_* nftables
-# table, a fault record, a stopped node).
+# process kubelet, a pod, a client in the outside namespace, the real node's), a mount under
+# .localkube, an lk-* network namespace (lk-outside included), the real node's cgroups, the lkbr0
+# bridge, the outside namespace's link lkout0, localkube's or kube-proxy's nftables tables, or a
+# fault still in force (an lkfault_* nftables table, a fault record, a stopped node).
 # Run after "make localkube-down"; it changes nothing.
 set -uo pipefail
 
@@ -68,6 +68,19 @@ while read -r mp; do
 	problems+=("mount $mp")
 done < <(awk -v lk="$LK" '$5 == lk || index($5, lk "/") == 1 {print $5}' /proc/self/mountinfo)
 
+# The real node's cgroups (the kubelet's cgroupRoot, "localkube" in every hierarchy) and what
+# runs in them: its pods' containers. Its kubelet, containerd, shims and registry run programs
+# under $LK and are found above.
+for cg in /sys/fs/cgroup/*/localkube /sys/fs/cgroup/localkube; do
+	[[ -d $cg ]] || continue
+	while read -r procs; do
+		for pid in $(cat "$procs" 2>/dev/null); do
+			problems+=("process $pid in the real node's cgroup ${procs%/cgroup.procs}")
+		done
+	done < <(find "$cg" -name cgroup.procs)
+	problems+=("cgroup $cg")
+done
+
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
 	problems+=("bridge $BRIDGE")
 fi
@@ -97,4 +110,4 @@ if ((${#problems[@]})); then
 	printf '  %s\n' "${problems[@]}" >&2
 	exit 1
 fi
-echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace, $BRIDGE bridge, nftables table or fault remains"
+echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace, real node cgroup, $BRIDGE bridge, nftables table or fault remains"

@@ -184,7 +184,7 @@ valkey_80() {
 }
 
 # The Redis exporter as its usual image, oliver006/redis_exporter (any tag): Debian bookworm's
-# prometheus-redis-exporter 1.45, a static Go binary, named as in the upstream image.
+# prometheus-redis-exporter 1.45, a Go binary (it links glibc), named as in the upstream image.
 redis_exporter() {
 	local dst=$IMAGES/redis_exporter
 	if [[ -x $dst/bin/redis_exporter ]] && "$dst/bin/redis_exporter" --version >/dev/null 2>&1; then
@@ -227,6 +227,9 @@ controllers() {
 		fi
 	done
 }
+
+# Sourced (realnode/oci.sh reuses the private apt functions), it only defines them.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case ${1:-} in
 valkey)

@@ -86,7 +86,7 @@ localkube-status:
 
 ## Wipe the cluster's state (etcd, PKI, kubelet state, logs); tools and images stay.
 localkube-reset: localkube-down
-	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs \
+	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs $(LOCALKUBE_DIR)/realnode/state \
 		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid $(LOCALKUBE_DIR)/localkube.lock \
 		$(LOCALKUBE_DIR)/faults $(LOCALKUBE_DIR)/coredns
 
@@ -111,3 +111,6 @@ localkube-check:
 	@out=$$(cd $(LOCALKUBE_SRC) && gofmt -l cmd internal); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	cd $(LOCALKUBE_SRC) && $(LOCALKUBE_GO_ENV) $(GO) vet -trimpath ./...
 	cd $(LOCALKUBE_SRC) && $(LOCALKUBE_GO_ENV) $(GO) test -vet=off -trimpath ./internal/...
+
+# The real node: its programs, images and checks (LOCALKUBE_REAL_NODE=1 asks for it).
+include $(LOCALKUBE_SRC)/realnode/realnode.mk

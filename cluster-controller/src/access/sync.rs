@@ -232,10 +232,17 @@ async fn apply<C: ValkeyClient>(
     version: Version,
     timeout: Duration,
 ) -> Result<(), Failure> {
-    let mut commands = users.setusers(version).into_iter();
+    let mut commands = users.setusers(version, false).into_iter();
     // The operator's own user first: what follows may need what it gains.
     if let Some(first) = commands.next() {
         run(client, address, &to_cmd(&first), timeout).await?;
+    }
+    // Fenced clients are switched on only where the engine has admitted the server. Read on the
+    // same connection as the commands that follow: a server that restarts in between breaks it,
+    // and those commands fail rather than reach the new, unjudged process.
+    if users.clients_fenced() && admitted(client, address, timeout).await? {
+        commands = users.setusers(version, true).into_iter();
+        commands.next();
     }
     let mut list = redis::cmd("ACL");
     list.arg("USERS");
@@ -256,6 +263,19 @@ async fn apply<C: ValkeyClient>(
         run(client, address, &to_cmd(&args), timeout).await?;
     }
     Ok(())
+}
+
+/// Whether the engine has admitted the server: its replication user is on (see the engine's
+/// fence). A server without that user has not been admitted.
+async fn admitted<C: ValkeyClient>(
+    client: &C,
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<bool, Failure> {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("GETUSER").arg(REPLICATION_USER);
+    let reply = run(client, address, &cmd, timeout).await?;
+    Ok(crate::valkey::acl::user_enabled(&reply).unwrap_or(false))
 }
 
 fn to_cmd(args: &[String]) -> Cmd {

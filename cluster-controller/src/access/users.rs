@@ -10,6 +10,9 @@ use super::rights::{
 };
 use crate::valkey::Version;
 
+/// The operator's own users: never fenced with the clients.
+const OPERATORS: [&str; 3] = [OPERATOR_USER, HEALTHCHECK_USER, REPLICATION_USER];
+
 /// The SHA-256 of a password, as Valkey's ACL takes it (`#<hex>`).
 pub fn password_hash(password: &str) -> String {
     hex::encode(Sha256::digest(password.as_bytes()))
@@ -31,8 +34,10 @@ pub struct AclUser {
     pub login: Login,
     /// The complete rules (keys, channels, commands), after a reset.
     pub rules: String,
-    /// Off in the ACL file, so off whenever a server starts, and never switched on or off by
-    /// [`AclUser::setuser`]: the engine's replication fence owns that flag.
+    /// Off in the ACL file, so off whenever a server starts, until the engine admits the server
+    /// (the replication fence, and with it the clients of a server that keeps no data): a change of
+    /// users never switches it on a server the engine has not admitted (see
+    /// [`AclUser::setuser`]).
     pub fenced: bool,
 }
 
@@ -76,10 +81,13 @@ impl AclUser {
 
     /// The arguments of `ACL SETUSER` that give a running server of `version` this user exactly
     /// (every earlier password, key, channel and command rule is reset in the same command, so
-    /// no moment sees a half-applied user), plus the rules that exist only on that version.
-    pub fn setuser(&self, version: Version) -> Vec<String> {
+    /// no moment sees a half-applied user), plus the rules that exist only on that version. A
+    /// fenced user is switched on only on a server the engine has `admitted` (a user added since
+    /// then would otherwise be created off there, and stay off); elsewhere its flag is left as
+    /// the server has it.
+    pub fn setuser(&self, version: Version, admitted: bool) -> Vec<String> {
         let mut args = vec!["ACL".to_owned(), "SETUSER".to_owned(), self.name.clone()];
-        if !self.fenced {
+        if !self.fenced || admitted {
             args.push("on".to_owned());
         }
         args.push("resetpass".to_owned());
@@ -163,6 +171,27 @@ impl UserSet {
         Self { users }
     }
 
+    /// The same set with every client user (the default user and the parent's own) fenced like
+    /// the replication user: off whenever a server starts, on once the engine has admitted it.
+    /// For servers that keep no data across a restart (no append-only file): one restarted in
+    /// place keeps its identity and slots but not its keys, and must take no client's write (nor
+    /// answer "no such key" for data its replica holds) before the engine has judged it.
+    pub fn with_clients_fenced(mut self) -> Self {
+        for user in &mut self.users {
+            if !OPERATORS.contains(&user.name.as_str()) {
+                user.fenced = true;
+            }
+        }
+        self
+    }
+
+    /// Whether any user but the replication user is fenced (the clients are).
+    pub fn clients_fenced(&self) -> bool {
+        self.users
+            .iter()
+            .any(|u| u.fenced && u.name != REPLICATION_USER)
+    }
+
     pub fn users(&self) -> &[AclUser] {
         &self.users
     }
@@ -182,22 +211,26 @@ impl UserSet {
 
     /// The commands that bring a running server of `version` to this set: the operator's own
     /// user first (so the rest may use rights it has just gained), the clients' default user
-    /// last (a server reached through that user must not lose its rights half-way).
-    pub fn setusers(&self, version: Version) -> Vec<Vec<String>> {
+    /// last (a server reached through that user must not lose its rights half-way). `admitted`:
+    /// the engine has admitted the server (see [`AclUser::setuser`]).
+    pub fn setusers(&self, version: Version, admitted: bool) -> Vec<Vec<String>> {
         let mut ordered: Vec<&AclUser> = self.users.iter().collect();
         ordered.sort_by_key(|u| match u.name.as_str() {
             OPERATOR_USER => 0,
             DEFAULT_USER => 2,
             _ => 1,
         });
-        ordered.iter().map(|u| u.setuser(version)).collect()
+        ordered
+            .iter()
+            .map(|u| u.setuser(version, admitted))
+            .collect()
     }
 
     /// A short fingerprint of what a server of `version` should hold: the same for the same
     /// users, rights and password hashes.
     pub fn fingerprint(&self, version: Version) -> String {
         let mut hasher = Sha256::new();
-        for args in self.setusers(version) {
+        for args in self.setusers(version, false) {
             for arg in args {
                 hasher.update(arg.as_bytes());
                 hasher.update([0]);
@@ -300,7 +333,7 @@ mod tests {
             &passwords(),
             [],
         );
-        let commands = set.setusers(v(8));
+        let commands = set.setusers(v(8), false);
         assert_eq!(
             commands[0][2], "operator",
             "the operator's own rights come first"
@@ -342,7 +375,7 @@ mod tests {
     fn valkey_9_servers_get_the_commands_of_atomic_slot_migration_live() {
         let set = UserSet::new(Login::NoPassword, &passwords(), []);
         let on = |major| {
-            set.setusers(v(major))
+            set.setusers(v(major), false)
                 .into_iter()
                 .flatten()
                 .collect::<Vec<String>>()
@@ -362,6 +395,48 @@ mod tests {
         assert_eq!(
             set.fingerprint(v(9)),
             set.clone().fingerprint(Version::new(9, 1, 2))
+        );
+    }
+
+    #[test]
+    fn clients_of_a_server_without_data_start_off_and_open_only_where_admitted() {
+        let app = AclUser::client("app", Login::Hashes(vec!["cc".into()]), "~app:* +@read");
+        let open = UserSet::new(Login::Hashes(vec!["aa".into()]), &passwords(), [app]);
+        assert!(!open.clients_fenced());
+        let fenced = open.clone().with_clients_fenced();
+        assert!(fenced.clients_fenced());
+        let file = fenced.acl_file();
+        for user in ["default", "app", "replication"] {
+            assert!(
+                file.lines()
+                    .any(|l| l.starts_with(&format!("user {user} off "))),
+                "{user} starts off: {file}"
+            );
+        }
+        for user in ["operator", "healthcheck"] {
+            assert!(
+                file.lines()
+                    .any(|l| l.starts_with(&format!("user {user} on "))),
+                "{user} is always on: {file}"
+            );
+        }
+        let flag = |set: &UserSet, admitted: bool, user: &str| {
+            set.setusers(v(9), admitted)
+                .into_iter()
+                .find(|c| c[2] == user)
+                .map(|c| c[3].clone())
+                .unwrap_or_default()
+        };
+        // Not admitted: a change of users leaves the flag as the server has it.
+        assert_eq!(flag(&fenced, false, "app"), "resetpass");
+        assert_eq!(flag(&fenced, false, "replication"), "resetpass");
+        // Admitted: a user added since is switched on like the others.
+        assert_eq!(flag(&fenced, true, "app"), "on");
+        assert_eq!(flag(&open, false, "app"), "on");
+        assert_eq!(
+            fenced.fingerprint(v(9)),
+            fenced.clone().fingerprint(v(9)),
+            "the fingerprint does not depend on a server's admission"
         );
     }
 

@@ -98,14 +98,15 @@ pub async fn apply_members<K: Resource<DynamicType = ()>>(
 }
 
 /// The cluster's client Services and its PodDisruptionBudgets (one per shard that is wanted or
-/// still has members), as [`super::serving`] builds them; budgets of shards that are gone are
-/// deleted. Sent only when they changed since this process last sent them, and every few
-/// minutes in case someone edited or deleted one.
+/// still has members; those in `held` let no member go), as [`super::serving`] builds them;
+/// budgets of shards that are gone are deleted. Sent only when they changed since this process
+/// last sent them, and every few minutes in case someone edited or deleted one.
 pub async fn serving_objects(
     ctx: &Context,
     cluster: &ValkeyCluster,
     key: &plumbing::ObjectKey,
     existing: &[Arc<ValkeyNode>],
+    held: &std::collections::BTreeSet<u32>,
 ) -> Result<(), Error> {
     let wanted = u32::try_from(cluster.spec.shards.max(1)).unwrap_or(1);
     let mut shards: std::collections::BTreeSet<u32> = (0..wanted).collect();
@@ -115,7 +116,7 @@ pub async fn serving_objects(
             .filter_map(|n| super::labels::position(n.metadata.labels.as_ref()))
             .map(|(shard, _)| shard),
     );
-    let Some((services, budgets)) = super::serving::cluster_objects(cluster, shards) else {
+    let Some((services, budgets)) = super::serving::cluster_objects(cluster, shards, held) else {
         return Ok(());
     };
     let fingerprint = hex::encode(sha2::Sha256::digest(

@@ -40,6 +40,9 @@ pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 pub const ACCEPTED_PASSWORDS_KEY: &str = "accepted-passwords";
 /// Key of the generated clients' password Secret.
 pub const CLIENT_PASSWORD_KEY: &str = "password";
+/// Key of the operator's own copy of the generated clients' password (in its operator Secret):
+/// a deleted password Secret comes back with the same password, so no client is locked out.
+pub const CLIENT_PASSWORD_COPY_KEY: &str = "client-password";
 /// The keys of the ACL Secret a pod mounts as files: its ACL file and its replication login.
 pub const MOUNTED_KEYS: [&str; 2] = [ACL_FILE_KEY, REPLICATION_CONF_KEY];
 
@@ -200,14 +203,26 @@ pub fn acl_secret(
     owned_secret(place, acl_secret_name(place.parent), data)
 }
 
-/// The operator's own copy of its passwords.
-pub fn operator_secret(place: &SecretPlace<'_>, p: &OperatorPasswords) -> Secret {
-    let data = BTreeMap::from([
+/// The operator's own copy of its passwords, and of the clients' password it generated.
+pub fn operator_secret(
+    place: &SecretPlace<'_>,
+    p: &OperatorPasswords,
+    generated_client_password: Option<&str>,
+) -> Secret {
+    let mut data = BTreeMap::from([
         (OPERATOR_PASSWORD_KEY, p.operator.clone()),
         (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
         (REPLICATION_PASSWORD_KEY, p.replication.clone()),
     ]);
+    if let Some(password) = generated_client_password {
+        data.insert(CLIENT_PASSWORD_COPY_KEY, password.to_owned());
+    }
     owned_secret(place, operator_secret_name(place.parent), data)
+}
+
+/// The operator's copy of the generated clients' password, in its operator Secret.
+pub fn client_password_copy(secret: &Secret) -> Option<String> {
+    secret_string(secret, CLIENT_PASSWORD_COPY_KEY)
 }
 
 /// The generated clients' password Secret, labelled as the operator's, with no owner.
@@ -259,8 +274,17 @@ mod tests {
             !owned_by(&acl, "another-uid"),
             "a namesake's Secret is not ours"
         );
-        let backup = operator_secret(&place(), &passwords());
+        let backup = operator_secret(&place(), &passwords(), Some("clients-pw"));
         assert_eq!(passwords_in(&backup), Some(passwords()));
+        assert_eq!(
+            client_password_copy(&backup).as_deref(),
+            Some("clients-pw"),
+            "the operator keeps the generated clients' password too"
+        );
+        assert_eq!(
+            client_password_copy(&operator_secret(&place(), &passwords(), None)),
+            None
+        );
         assert!(owned_by(&backup, "u"));
         assert_eq!(backup.metadata.name.as_deref(), Some("c-operator"));
 

@@ -19,7 +19,7 @@ use super::auth;
 use super::error::Error;
 use super::monitoring::KindPresence;
 use super::reconcile;
-use crate::access::rights::REPLICATION_USER;
+use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
 use crate::access::{AccessState, OperatorPasswords};
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
@@ -52,12 +52,28 @@ pub struct ClusterMemory {
     /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
     /// while the controller runs does not lock it out.
     passwords: Mutex<Option<OperatorPasswords>>,
+    /// The clients' password the operator generated, as last read: kept so that losing its
+    /// Secret and the operator's copy together while the controller runs locks no client out.
+    client_password: Mutex<Option<crate::client::Secret>>,
+    /// The CA the servers' certificates were last verified against (with TLS): what the
+    /// engine's safety rules reach the servers with while the TLS stage cannot run.
+    trust: Mutex<Option<Trust>>,
+    /// The operator's CA (with TLS and no certificate of the user's), as last used: what brings
+    /// its Secret back when both it and the operator's copy are gone while the controller runs.
+    ca: Mutex<Option<crate::tls::Pem>>,
     /// The other controller last found holding the cluster, so it is announced once.
     other_holder: Mutex<Option<String>>,
+    /// The primary this controller last recorded in the parent's status (a replication's),
+    /// which the cache may not show yet: a decision never acts on a record older than its own
+    /// last write. Forgotten when another controller holds the parent.
+    primary_written: Mutex<Option<String>>,
     /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
     network: Mutex<Option<String>>,
     /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
     pod_monitor: Mutex<Option<String>>,
+    /// Whether the cluster held keys when a pass looked (sticky): what tells a primary that lost
+    /// its data from one that came up new (see the engine's `Desired::held_keys`).
+    held_keys: std::sync::atomic::AtomicBool,
     /// Whether the last pass found the cluster steady with nothing to do.
     steady: std::sync::atomic::AtomicBool,
 }
@@ -68,6 +84,24 @@ impl ClusterMemory {
         self.steady
             .swap(steady, std::sync::atomic::Ordering::Relaxed)
             && steady
+    }
+
+    /// Whether a pass of this controller saw the cluster hold keys.
+    pub fn held_keys(&self) -> bool {
+        self.held_keys.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records what a pass saw: any member holding a key.
+    pub fn note_keys(&self, observed: &crate::engine::Observation) {
+        let any = observed
+            .members
+            .values()
+            .filter_map(|reach| reach.state())
+            .any(|state| state.keys() > 0);
+        if any {
+            self.held_keys
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub fn passwords(&self) -> Option<OperatorPasswords> {
@@ -83,7 +117,28 @@ impl ClusterMemory {
         let mut known = self.other_holder.lock().unwrap_or_else(|e| e.into_inner());
         let news = known.as_deref() != holder;
         *known = holder.map(str::to_owned);
+        if holder.is_some() {
+            // What the other controller records is newer than anything this one wrote.
+            *self
+                .primary_written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
         news
+    }
+
+    pub fn primary_written(&self) -> Option<String> {
+        self.primary_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn note_primary_written(&self, primary: Option<&str>) {
+        *self
+            .primary_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = primary.map(str::to_owned);
     }
 
     pub fn network_applied(&self) -> Option<String> {
@@ -106,6 +161,49 @@ impl ClusterMemory {
 
     pub fn remember_pod_monitor(&self, applied: String) {
         *self.pod_monitor.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
+    }
+
+    pub fn client_password(&self) -> Option<String> {
+        self.client_password
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|p| p.expose().to_owned())
+    }
+
+    pub fn remember_client_password(&self, password: &str) {
+        *self
+            .client_password
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(crate::client::Secret::new(password));
+    }
+
+    pub fn ca(&self) -> Option<crate::tls::Pem> {
+        self.ca.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn remember_ca(&self, ca: &crate::tls::Pem) {
+        *self.ca.lock().unwrap_or_else(|e| e.into_inner()) = Some(ca.clone());
+    }
+
+    /// What the engine last reached the servers with: the operator's credentials and, with
+    /// `tls`, the CA it verified them against; `None` when either is not known (the controller
+    /// started while a Secret was missing).
+    pub fn last_login(&self, tls: bool) -> Option<(Credentials, Option<Trust>)> {
+        let trust = self.trust().filter(|_| tls);
+        if tls && trust.is_none() {
+            return None;
+        }
+        let passwords = self.passwords()?;
+        Some((Credentials::user(OPERATOR_USER, passwords.operator), trust))
+    }
+
+    pub fn trust(&self) -> Option<Trust> {
+        self.trust.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn remember_trust(&self, trust: &Trust) {
+        *self.trust.lock().unwrap_or_else(|e| e.into_inner()) = Some(trust.clone());
     }
 
     pub fn remember_passwords(&self, passwords: &OperatorPasswords) {
@@ -200,6 +298,8 @@ pub struct Context {
     kept: Kept<Engine<RedisClient>>,
     /// Valkey actions that failed in a row, per cluster: each retry waits longer.
     pub action_failures: Backoff,
+    /// Kubernetes stages that failed in a row, per cluster (see [`super::stop`]).
+    pub stage_failures: Backoff,
     pub settings: Settings,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
@@ -256,6 +356,7 @@ impl Context {
             nodes,
             kept: Kept::default(),
             action_failures: Backoff::default(),
+            stage_failures: Backoff::default(),
             settings,
             serving: Applied::default(),
             pod_monitors: KindPresence::default(),
@@ -310,6 +411,7 @@ impl Reconciler for Context {
     fn forget(&self, key: &ObjectKey) {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
+        self.stage_failures.succeeded(key);
         self.serving.forget(key);
     }
 }

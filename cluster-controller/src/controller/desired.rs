@@ -38,10 +38,43 @@ pub fn topology(cluster: &ValkeyCluster) -> Result<Desired, Problem> {
     };
     Ok(Desired {
         persistent: cluster.spec.persistence.enabled,
-        formed: cluster.status.as_ref().is_some_and(|s| s.shards > 0),
+        formed: formed(cluster),
         lost_slots: LostSlotsPolicy {
             refill: cluster.spec.on_slots_lost == SlotsLostPolicy::Refill,
-            accepted,
+            accepted: accepted.filter(|_| !acknowledgement_spent(cluster)),
+        },
+        ..size(cluster)
+    })
+}
+
+/// Whether the cluster served its slots before (`status.formed`, or a status from before that
+/// field that counted shards).
+fn formed(cluster: &ValkeyCluster) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| s.formed == Some(true) || s.shards > 0)
+}
+
+/// Whether `spec.acceptLostSlots` as it is now was acted on and the cluster was whole again
+/// since: it acknowledged one loss, and allows nothing more.
+fn acknowledgement_spent(cluster: &ValkeyCluster) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.accepted_loss.as_ref())
+        .is_some_and(|a| a.spent && cluster.spec.accept_lost_slots.as_deref() == Some(&a.slots))
+}
+
+/// [`topology`], or with a malformed `spec.acceptLostSlots` read as accepting no loss: what the
+/// engine's safety rules go by while the spec cannot be read whole.
+pub fn topology_or_safest(cluster: &ValkeyCluster) -> Desired {
+    topology(cluster).unwrap_or_else(|_| Desired {
+        persistent: cluster.spec.persistence.enabled,
+        formed: formed(cluster),
+        lost_slots: LostSlotsPolicy {
+            refill: cluster.spec.on_slots_lost == SlotsLostPolicy::Refill,
+            accepted: None,
         },
         ..size(cluster)
     })
@@ -271,6 +304,40 @@ pub fn desired_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value of acceptLostSlots acknowledges one loss: spent (acted on, and the cluster whole
+    /// again), it allows nothing more until it changes or is set again; and a cluster whose
+    /// status says it formed stays formed though no shard serves slots now.
+    #[test]
+    fn a_spent_acknowledgement_allows_nothing_more() {
+        let mut c = crate::controller::fixtures::cluster(crate::controller::fixtures::CLUSTER);
+        c.spec.accept_lost_slots = Some("0-5460".into());
+        let accepted = |c: &ValkeyCluster| topology(c).map(|d| d.lost_slots.accepted.is_some());
+        assert_eq!(accepted(&c), Ok(true));
+        c.status = Some(valkey_api::v1alpha1::ValkeyClusterStatus {
+            formed: Some(true),
+            accepted_loss: Some(valkey_api::v1alpha1::AcceptedLoss {
+                slots: "0-5460".into(),
+                spent: false,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(accepted(&c), Ok(true), "in use");
+        assert!(
+            topology(&c).is_ok_and(|d| d.formed),
+            "formed, with 0 shards"
+        );
+        if let Some(record) = c.status.as_mut().and_then(|s| s.accepted_loss.as_mut()) {
+            record.spent = true;
+        }
+        assert_eq!(accepted(&c), Ok(false), "spent");
+        c.spec.accept_lost_slots = Some("0-5461".into());
+        assert_eq!(
+            accepted(&c),
+            Ok(true),
+            "another value acknowledges another loss"
+        );
+    }
     use crate::controller::fixtures::{CLUSTER, cluster};
 
     /// `spec.metrics` becomes every member's exporter; off (the default), no member has one, so

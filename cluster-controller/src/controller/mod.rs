@@ -43,6 +43,7 @@ pub mod report;
 pub mod secrets;
 pub mod serving;
 pub mod status;
+pub mod stop;
 pub mod tls;
 
 use kube::core::DeserializeGuard;

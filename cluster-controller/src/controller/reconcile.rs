@@ -1,34 +1,49 @@
-//! One pass over a ValkeyCluster, stage by stage: secrets → tls (the certificate the members
-//! serve) → observe (the cluster's ValkeyNodes
-//! from the cache) → desired (every member's ValkeyNode, built once) → apply (member nodes) →
-//! access (every member's users, live) → the engine (observe Valkey, decide, take a Valkey
-//! step) → apply (the engine's Kubernetes step) → report (Events and status). Each stage is a
-//! module of its own.
+//! One pass over a ValkeyCluster, stage by stage: claim (its Lease) → prepare: secrets → tls (the
+//! certificate the members serve) → observe (the cluster's ValkeyNodes from the cache) → desired
+//! (every member's ValkeyNode, built once) → apply (member nodes, policy, serving objects) → then
+//! access (every member's users, live) → the engine (observe Valkey, decide, take a Valkey step)
+//! → apply (the engine's Kubernetes step) → report (Events and status). Each stage is a module of
+//! its own.
+//!
+//! When a stage of `prepare` cannot go on (a Secret missing, the API failing), the rest of the
+//! pass does not follow the spec, but the engine still runs its data-safety rules ([`protect`]):
+//! a failure elsewhere never leaves a primary back without its data serving, nor a failed primary
+//! without a takeover.
 
 use std::fmt::Display;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::runtime::controller::Action as Requeue;
 use kube::{Resource, ResourceExt};
 use plumbing::ObjectKey;
 use plumbing::leader::Claim;
-use valkey_api::v1alpha1::ValkeyCluster;
+use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::{ClusterMemory, Context};
+use super::desired::DesiredMember;
 use super::error::{Error, api_error};
-use super::status::Problem;
+use super::secrets::Auth;
+use super::status::{Outcome, Problem};
+use super::stop::{Stop, stopped};
 use super::{
     access, apply, bus, desired, labels, monitoring, network, observe, report, secrets, tls,
 };
-use crate::engine::{Decision, EngineError, Pass, Reason};
+use crate::engine::{Decision, Desired, EngineError, Pass, Reason, Scope};
 
 /// The longest wait before retrying a Valkey action that keeps failing.
 const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
 /// Failures in a row of a Valkey action before the cluster is reported Degraded: one or two are
 /// the normal noise of pods restarting; three mean a person should look.
 const ACTION_FAILURES_BEFORE_DEGRADED: u32 = 3;
-/// How soon a cluster whose Secrets are missing is looked at again.
-const RETRY_AUTH_PROBLEM: Duration = Duration::from_secs(15);
+
+/// What `prepare` gives the rest of a pass that follows the spec.
+struct Prepared {
+    auth: Auth,
+    served: Option<tls::Served>,
+    desired: Vec<DesiredMember>,
+    topology: Desired,
+}
 
 pub async fn pass(
     ctx: &Context,
@@ -40,68 +55,29 @@ pub async fn pass(
     if let Some(requeue) = claim(ctx, cluster, &memory).await? {
         return Ok(requeue);
     }
-    let auth = match secrets::ensure(ctx, cluster, &memory).await? {
-        Ok(auth) => auth,
-        Err(problem) => {
-            report::problem(ctx, cluster, problem).await?;
-            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
-        }
-    };
-    let served = match tls::ensure(ctx, cluster).await? {
-        Ok(served) => served,
-        Err(problem) => {
-            report::problem(ctx, cluster, problem).await?;
-            return Ok(Requeue::requeue(RETRY_AUTH_PROBLEM));
-        }
-    };
-    let mut node_auth = auth.node.clone();
-    node_auth.tls = served.as_ref().map(|s| s.node.clone());
     let existing = observe::member_nodes(&ctx.nodes, cluster);
-    match bus::check(cluster, &existing) {
-        bus::Check::Recorded(_) => {}
-        bus::Check::Record(port) => {
-            // Recorded before any member or policy names it; the next pass reads it back.
-            if let Err(error) = bus::record(ctx, cluster, port).await {
-                report::problem(ctx, cluster, bus::not_recorded(port, &error)).await?;
-                return Err(error);
-            }
-            return Ok(Requeue::requeue(Duration::ZERO));
-        }
-        bus::Check::Changed(problem) => {
-            report::problem(ctx, cluster, problem).await?;
-            return Ok(Requeue::await_change());
-        }
-    }
-    network::ensure(ctx, cluster, &memory).await?;
-    let desired = desired::members(cluster, &node_auth);
-    apply::member_nodes(ctx, cluster, &desired, &existing).await?;
-    // Services and budgets serve clients and drains, not the cluster itself: a failure to apply
-    // them (a chart without their RBAC) is logged and retried, and holds nothing else back.
-    if let Err(error) = apply::serving_objects(ctx, cluster, key, &existing).await {
-        tracing::warn!(%error, "the client Services or disruption budgets could not be applied");
-    }
-    if let Some(parent) = monitoring::Parent::of(cluster, "cluster", labels::CLUSTER_LABEL) {
-        let desired = monitoring::desired(&parent, &cluster.spec.metrics);
-        let monitored =
-            monitoring::ensure(&ctx.client, &ctx.pod_monitors, &parent, desired, &memory).await;
-        if let Err(error) = monitored {
-            tracing::warn!(%error, "the PodMonitor could not be applied");
-        }
-    }
-
-    let topology = match desired::topology(cluster) {
-        Ok(topology) => topology,
-        Err(problem) => {
-            report::problem(ctx, cluster, problem).await?;
-            return Ok(Requeue::await_change());
-        }
+    let prepared = match prepare(ctx, cluster, key, &memory, &existing).await {
+        Ok(Some(prepared)) => prepared,
+        // The bus port was just recorded: the next pass reads it back.
+        Ok(None) => return Ok(Requeue::requeue(Duration::ZERO)),
+        Err(stop) => return protect(ctx, cluster, key, &memory, stop, &existing).await,
     };
+    ctx.stage_failures.succeeded(key);
+    let Prepared {
+        auth,
+        served,
+        desired,
+        mut topology,
+    } = prepared;
+    topology.held_keys = memory.held_keys();
+
     let members = observe::engine_members(&existing, cluster);
     let trust = served.as_ref().map(|s| &s.trust);
     let engine = ctx.engine(key, &auth.credentials, trust);
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
     let before_engine = started.elapsed();
     let pass = engine.pass(&topology, &members).await;
+    memory.note_keys(&pass.observation);
     let engine_took = started.elapsed() - before_engine;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
@@ -113,6 +89,171 @@ pub async fn pass(
             action.kind(),
         );
     }
+    work_left(ctx, key, &pass);
+    serve(ctx, cluster, key, &existing, &members, &pass).await;
+
+    report::decision_events(ctx, cluster, &pass).await;
+    let outcome = report::outcome(&pass, &existing, refused.or(failing));
+    report::write_status(
+        ctx,
+        cluster,
+        &outcome,
+        auth.password_secret.as_deref(),
+        Some(&pass.bindings),
+        pass.spent_acknowledgement(),
+    )
+    .await?;
+    let still_steady =
+        memory.note_steady(matches!(pass.decision, Decision::Steady(_)) && pass.earlier.is_empty());
+    trace(&pass, started.elapsed(), engine_took, requeue, still_steady);
+    Ok(Requeue::requeue(requeue))
+}
+
+/// The stages that bring Kubernetes in step with the spec before the engine runs: Secrets, TLS,
+/// the bus port, the NetworkPolicy, the member nodes and the objects that serve clients. The
+/// first that cannot go on stops them (what follows needs it). `Ok(None)`: the bus port was
+/// recorded, and the pass ends there.
+async fn prepare(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    key: &ObjectKey,
+    memory: &ClusterMemory,
+    existing: &[Arc<ValkeyNode>],
+) -> Result<Option<Prepared>, Stop> {
+    let failures = &ctx.stage_failures;
+    let auth = stopped(secrets::ensure(ctx, cluster, memory).await, failures, key)?;
+    let served = stopped(tls::ensure(ctx, cluster, memory).await, failures, key)?;
+    if let Some(served) = &served {
+        memory.remember_trust(&served.trust);
+    }
+    let mut node_auth = auth.node.clone();
+    node_auth.tls = served.as_ref().map(|s| s.node.clone());
+    match bus::check(cluster, existing) {
+        bus::Check::Recorded(_) => {}
+        bus::Check::Record(port) => {
+            // Recorded before any member or policy names it.
+            return match bus::record(ctx, cluster, port).await {
+                Ok(()) => Ok(None),
+                Err(error) => {
+                    let problem = bus::not_recorded(port, &error);
+                    let mut stop = Stop::error(error, failures, key);
+                    stop.problem = Some(problem);
+                    Err(stop)
+                }
+            };
+        }
+        bus::Check::Changed(problem) => return Err(Stop::problem(problem)),
+    }
+    let applied = network::ensure(ctx, cluster, memory).await;
+    applied.map_err(|error| Stop::error(error, failures, key))?;
+    let desired = desired::members(cluster, &node_auth);
+    let applied = apply::member_nodes(ctx, cluster, &desired, existing).await;
+    applied.map_err(|error| Stop::error(error, failures, key))?;
+    if let Some(parent) = monitoring::Parent::of(cluster, "cluster", labels::CLUSTER_LABEL) {
+        let desired = monitoring::desired(&parent, &cluster.spec.metrics);
+        let monitored =
+            monitoring::ensure(&ctx.client, &ctx.pod_monitors, &parent, desired, memory).await;
+        if let Err(error) = monitored {
+            tracing::warn!(%error, "the PodMonitor could not be applied");
+        }
+    }
+    let topology = desired::topology(cluster).map_err(Stop::problem)?;
+    Ok(Some(Prepared {
+        auth,
+        served,
+        desired,
+        topology,
+    }))
+}
+
+/// A pass that could not get in step with the spec: the engine applies only the rules that
+/// protect data ([`Scope::Safety`]), with the operator's credentials and CA as last known, and
+/// the status says what stopped the rest. Without credentials it can reach no server: then
+/// nothing is at stake either, since a server that restarted without its data takes no client
+/// before the engine admits it.
+async fn protect(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    key: &ObjectKey,
+    memory: &ClusterMemory,
+    stop: Stop,
+    existing: &[Arc<ValkeyNode>],
+) -> Result<Requeue, Error> {
+    stop.announce(&ctx.metrics, super::CONTROLLER);
+    let members = observe::engine_members(existing, cluster);
+    let pass = match memory.last_login(cluster.spec.tls.enabled) {
+        Some((credentials, trust)) => {
+            let engine = ctx.engine(key, &credentials, trust.as_ref());
+            let topology = Desired {
+                held_keys: memory.held_keys(),
+                ..desired::topology_or_safest(cluster)
+            };
+            let pass = engine.pass_in(Scope::Safety, &topology, &members).await;
+            memory.note_keys(&pass.observation);
+            tracing::info!(decision = %pass.decision.reason(), "safety pass");
+            Some(pass)
+        }
+        None => {
+            tracing::warn!("no credentials known yet: not even the data-safety rules can run");
+            None
+        }
+    };
+    let mut requeue = stop.requeue;
+    if let Some(pass) = &pass {
+        serve(ctx, cluster, key, existing, &members, pass).await;
+        report::decision_events(ctx, cluster, pass).await;
+        if let Decision::Act { action, .. } = &pass.decision {
+            ctx.metrics.action_taken(
+                super::CONTROLLER,
+                key.namespace(),
+                key.name(),
+                action.kind(),
+            );
+            requeue = requeue.min(Duration::from_millis(500));
+        }
+    }
+    if let Some(problem) = stop.problem {
+        let password_secret = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.password_secret_name.clone());
+        let outcome = Outcome::Problem {
+            problem,
+            health: pass.as_ref().and_then(|p| p.health.clone()),
+        };
+        report::write_status(
+            ctx,
+            cluster,
+            &outcome,
+            password_secret.as_deref(),
+            pass.as_ref().map(|p| &p.bindings),
+            pass.as_ref().is_some_and(Pass::spent_acknowledgement),
+        )
+        .await?;
+    }
+    Ok(Requeue::requeue(requeue))
+}
+
+/// The objects that serve clients and drains, from what this pass saw: the client Services, and
+/// a disruption budget per shard that lets no member go while one of its replicas does not hold
+/// the primary's data yet. They serve clients and drains, not the cluster itself: a failure to
+/// apply them (a chart without their RBAC) is logged and retried, and holds nothing else back.
+async fn serve(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    key: &ObjectKey,
+    existing: &[Arc<ValkeyNode>],
+    members: &[crate::engine::Member],
+    pass: &Pass,
+) {
+    let held = super::serving::shards_out_of_sync(members, &pass.observation);
+    if let Err(error) = apply::serving_objects(ctx, cluster, key, existing, &held).await {
+        tracing::warn!(%error, "the client Services or disruption budgets could not be applied");
+    }
+}
+
+/// The work a pass left, as metrics.
+fn work_left(ctx: &Context, key: &ObjectKey, pass: &Pass) {
     if let Some(health) = pass.health.as_ref().filter(|h| h.nodes > 0) {
         let slots = health.slots_to_move.map(|left| ("slots_to_move", left));
         for (work, left) in slots
@@ -128,21 +269,6 @@ pub async fn pass(
             );
         }
     }
-
-    report::decision_events(ctx, cluster, &pass).await;
-    let outcome = report::outcome(&pass, &existing, refused.or(failing));
-    report::write_status(
-        ctx,
-        cluster,
-        &outcome,
-        auth.password_secret.as_deref(),
-        Some(&pass.bindings),
-    )
-    .await?;
-    let still_steady =
-        memory.note_steady(matches!(pass.decision, Decision::Steady(_)) && pass.earlier.is_empty());
-    trace(&pass, started.elapsed(), engine_took, requeue, still_steady);
-    Ok(Requeue::requeue(requeue))
 }
 
 /// One line per pass that did or awaited something, and the first steady one after (steady

@@ -144,6 +144,7 @@ pub async fn problem(
         },
         password_secret.as_deref(),
         None,
+        false,
     )
     .await
 }
@@ -156,6 +157,7 @@ pub async fn write_status(
     outcome: &Outcome<'_>,
     password_secret: Option<&str>,
     bindings: Option<&BTreeMap<String, NodeId>>,
+    spent_acknowledgement: bool,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous: Option<&ValkeyClusterStatus> = cluster.status.as_ref();
@@ -165,6 +167,19 @@ pub async fn write_status(
         outcome,
         password_secret,
         &now,
+    );
+    let steady = matches!(
+        outcome,
+        Outcome::Decided {
+            decision: Decision::Steady(_),
+            ..
+        }
+    );
+    new.accepted_loss = status::accepted_loss(
+        previous.and_then(|s| s.accepted_loss.as_ref()),
+        cluster.spec.accept_lost_slots.as_deref(),
+        spent_acknowledgement,
+        steady,
     );
     if let Some(bindings) = bindings.filter(|b| !b.is_empty()) {
         new.node_ids = Some(
@@ -313,7 +328,7 @@ mod tests {
             decision: &decision,
             health: None,
         };
-        write_status(&ctx, &cache, &outcome, Some("cache-password"), None)
+        write_status(&ctx, &cache, &outcome, Some("cache-password"), None, false)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let written = script.await.unwrap_or_else(|e| panic!("{e}"));
@@ -322,7 +337,7 @@ mod tests {
         let (ctx, api, _nodes) = context();
         let mut again = cache.clone();
         again.status = serde_json::from_value(written).ok();
-        write_status(&ctx, &again, &outcome, Some("cache-password"), None)
+        write_status(&ctx, &again, &outcome, Some("cache-password"), None, false)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         api.done().await;
@@ -382,6 +397,7 @@ mod tests {
                 reason: crate::engine::Reason::FailingOver,
                 message: "no election can happen; writes it had not received are lost".into(),
                 forced,
+                acknowledged: false,
             };
             let pass = Pass {
                 earlier: Vec::new(),
@@ -441,9 +457,16 @@ mod tests {
             again.with_status_of(&stored);
             api.done().await;
         });
-        write_status(&ctx, &cluster(CLUSTER), &outcome, None, Some(&bindings))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_status(
+            &ctx,
+            &cluster(CLUSTER),
+            &outcome,
+            None,
+            Some(&bindings),
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
         script.await.unwrap_or_else(|e| panic!("{e}"));
     }
 }

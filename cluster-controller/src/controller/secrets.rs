@@ -56,6 +56,9 @@ pub struct Parent<'a, K> {
     pub object: &'a K,
     pub label: &'static str,
     pub auth: &'a valkey_api::v1alpha1::Auth,
+    /// The clients' users start off on every server until the engine admits it (servers that
+    /// keep no data: see [`UserSet::with_clients_fenced`]).
+    pub fence_clients: bool,
     pub reason: Option<&'a str>,
     pub message: Option<&'a str>,
 }
@@ -92,6 +95,7 @@ pub fn cluster_parent<'a>(
         object: cluster,
         label: CLUSTER_LABEL,
         auth: &cluster.spec.auth,
+        fence_clients: !cluster.spec.persistence.enabled,
         reason: status.and_then(|s| s.reason.as_deref()),
         message: status.and_then(|s| s.message.as_deref()),
     };
@@ -115,33 +119,8 @@ where
     let uid = cluster.meta().uid.clone().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
 
-    // The clients' passwords: the default user's (when authentication is on) and each named
-    // user's, from the Secrets the spec names.
-    let auth_spec = parent.auth;
-    let (default_password, password_secret) = if auth_spec.enabled {
-        let found = match &auth_spec.password_secret {
-            Some(reference) => {
-                read_password(&secrets, reference, "spec.auth.passwordSecret").await?
-            }
-            None => generated_client_password(ctx, &secrets, parent).await?,
-        };
-        match found {
-            Ok(password) => (Some(password), Some(secret_of(auth_spec, &name))),
-            Err(problem) => return Ok(Err(problem)),
-        }
-    } else {
-        (None, None)
-    };
-    let mut named = Vec::new();
-    for (i, user) in auth_spec.users.iter().flatten().enumerate() {
-        let field = format!("spec.auth.users[{i}].passwordSecret ({})", user.name);
-        match read_password(&secrets, &user.password_secret, &field).await? {
-            Ok(password) => named.push((user, password)),
-            Err(problem) => return Ok(Err(problem)),
-        }
-    }
-
-    // The operator's own Secrets: only its own are read or written.
+    // The operator's own Secrets first: only its own are read or written, and they hold its
+    // copies of what a deleted Secret would otherwise take with it.
     let acl_name = auth::acl_secret_name(&name);
     let operator_name = auth::operator_secret_name(&name);
     let mut current = BTreeMap::new();
@@ -171,10 +150,50 @@ where
         .or_else(|| memory.passwords())
         .unwrap_or_else(auth::generate_passwords);
     memory.remember_passwords(&passwords);
-
-    // Which passwords each client user's servers accept: a new one is added beside the old,
-    // which retire once every server has held both for the grace period.
+    // Which passwords each client user's servers accept now.
     let stored = acl.map(auth::accepted_in).unwrap_or_default();
+
+    // The clients' passwords: the default user's (when authentication is on) and each named
+    // user's, from the Secrets the spec names.
+    let auth_spec = parent.auth;
+    let mut generated = None;
+    let (default_password, password_secret) = if auth_spec.enabled {
+        let found = match &auth_spec.password_secret {
+            Some(reference) => {
+                read_password(&secrets, reference, "spec.auth.passwordSecret").await?
+            }
+            None => {
+                let kept = current
+                    .get(&operator_name)
+                    .and_then(auth::client_password_copy)
+                    .or_else(|| memory.client_password());
+                let served = stored.get(DEFAULT_USER).is_some_and(|h| !h.is_empty());
+                let found = generated_client_password(ctx, &secrets, parent, kept, served).await?;
+                if let Ok(password) = &found {
+                    memory.remember_client_password(password);
+                    generated = Some(password.clone());
+                }
+                found
+            }
+        };
+        match found {
+            Ok(password) => (Some(password), Some(secret_of(auth_spec, &name))),
+            Err(problem) => return Ok(Err(problem)),
+        }
+    } else {
+        (None, None)
+    };
+    let mut named = Vec::new();
+    for (i, user) in auth_spec.users.iter().flatten().enumerate() {
+        let field = format!("spec.auth.users[{i}].passwordSecret ({})", user.name);
+        match read_password(&secrets, &user.password_secret, &field).await? {
+            Ok(password) => named.push((user, password)),
+            Err(problem) => return Ok(Err(problem)),
+        }
+    }
+
+    // A new password is added beside the old, which retires once every server has held both for
+    // the grace period.
     let everywhere_since = acl
         .and_then(|s| auth::secret_string(s, auth::ACL_FILE_KEY))
         .and_then(|file| memory.access.everywhere_since_file(&file));
@@ -202,6 +221,11 @@ where
         })
         .collect();
     let users = UserSet::new(default_login, &passwords, named_users);
+    let users = if parent.fence_clients {
+        users.with_clients_fenced()
+    } else {
+        users
+    };
 
     let owner = cluster
         .controller_owner_ref(&())
@@ -214,10 +238,10 @@ where
     };
     for want in [
         auth::acl_secret(&place, &users, &passwords, &accepted),
-        auth::operator_secret(&place, &passwords),
+        auth::operator_secret(&place, &passwords, generated.as_deref()),
     ] {
         let secret_name = want.name_any();
-        if current.get(&secret_name).map(|s| &s.data) != Some(&want.data) {
+        if !holds(current.get(&secret_name), &want) {
             secrets
                 .patch(
                     &secret_name,
@@ -249,6 +273,15 @@ where
         replication_password: passwords.replication.clone().into(),
         password_secret,
     }))
+}
+
+/// Whether `current` holds every key of `want` with its value: other keys (the TLS stage keeps
+/// its CA's copy in the operator Secret, under a field manager of its own) are not this stage's.
+fn holds(current: Option<&Secret>, want: &Secret) -> bool {
+    let (Some(current), Some(wanted)) = (current.and_then(|s| s.data.as_ref()), &want.data) else {
+        return false;
+    };
+    wanted.iter().all(|(k, v)| current.get(k) == Some(v))
 }
 
 /// The name of the Secret holding the default user's password.
@@ -314,13 +347,24 @@ pub async fn not_owned<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// The reason a parent reports while its generated password Secret is gone with no copy left.
+pub const PASSWORD_SECRET_LOST: &str = "PasswordSecretLost";
+
 /// The generated clients' password: created once, never owned (it outlives the cluster, like
 /// the data it protects), never overwritten, and never taken from a Secret of that name that the
 /// operator did not generate.
+///
+/// A deleted Secret is an accident far more often than a wish to rotate: it comes back with the
+/// password the operator `kept` (its copy in the operator Secret, or its memory), so no client
+/// that holds the password is locked out. With no copy left while the servers `served` a
+/// password, nothing new is generated (that would lock every client out, too): the parent says
+/// so, and the servers keep the password they have until a person decides.
 async fn generated_client_password<K: Resource<DynamicType = ()>>(
     ctx: &Tools<'_>,
     secrets: &Api<Secret>,
     parent: &Parent<'_, K>,
+    kept: Option<String>,
+    served: bool,
 ) -> Result<Result<String, Problem>, Error> {
     let name = parent.object.name_any();
     let secret_name = auth::generated_password_secret_name(&name);
@@ -348,9 +392,41 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
             auth::CLIENT_PASSWORD_KEY
         )));
     }
-    let password = auth::random_password();
+    let restored = kept.is_some();
+    let password = match kept {
+        Some(password) => password,
+        None if served => {
+            return Ok(Err(Problem {
+                reason: PASSWORD_SECRET_LOST.into(),
+                message: format!(
+                    "Secret {secret_name}, which held the clients' password, was deleted and the \
+                     operator has no copy of it; the servers keep accepting the password they \
+                     have. Create {secret_name} again with that password (key {}), or name a \
+                     Secret of yours in spec.auth.passwordSecret to change it.",
+                    auth::CLIENT_PASSWORD_KEY
+                ),
+            }));
+        }
+        None => auth::random_password(),
+    };
     let secret = auth::generated_password_secret(parent.label, &name, &password);
     match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) if restored => {
+            ctx.events
+                .warning(
+                    parent.object,
+                    "PasswordSecretRestored",
+                    "Create",
+                    &format!(
+                        "Secret {secret_name} was deleted; it is created again with the same \
+                         clients' password (key {}), which every server still accepts. To change \
+                         the password, name a Secret of yours in spec.auth.passwordSecret.",
+                        auth::CLIENT_PASSWORD_KEY
+                    ),
+                )
+                .await;
+            Ok(Ok(password))
+        }
         Ok(_) => {
             ctx.events
                 .normal(
@@ -444,6 +520,8 @@ mod tests {
     async fn a_new_cluster_gets_a_generated_password_and_its_two_owned_secrets() {
         let (ctx, mut api, _nodes) = context();
         let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
             expect_get(&mut api, "cache-password").await.not_found();
             let created = api.expect(Method::POST, SECRETS).await;
             assert_eq!(created.body["metadata"]["name"], "cache-password");
@@ -460,8 +538,6 @@ mod tests {
             let event = api.event().await;
             assert_eq!(event["reason"], "PasswordGenerated");
             assert!(!event.to_string().contains(&password), "{event}");
-            expect_get(&mut api, "cache-acl").await.not_found();
-            expect_get(&mut api, "cache-operator").await.not_found();
             let acl = api
                 .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
                 .await;
@@ -479,6 +555,11 @@ mod tests {
                 decoded(&backup.body, auth::OPERATOR_PASSWORD_KEY),
                 operator_password,
                 "the backup holds the same passwords"
+            );
+            assert_eq!(
+                decoded(&backup.body, auth::CLIENT_PASSWORD_COPY_KEY),
+                password,
+                "and a copy of the clients' password"
             );
             backup.echo();
             api.done().await;
@@ -531,6 +612,51 @@ mod tests {
         assert_eq!(auth.password_secret, None);
     }
 
+    /// A cluster without persistence: its servers come back empty from a restart in place, so
+    /// their clients start off, like the replication user, until the engine admits them.
+    #[tokio::test]
+    async fn the_clients_of_a_cluster_without_persistence_start_off() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!(
+            "{CLUSTER}  auth: {{enabled: false, users: [{{name: app, passwordSecret: {{name: app-pw}}, rules: '+@read'}}]}}\n  persistence: {{enabled: false}}\n"
+        );
+        let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
+            let pw = secret_json("app-pw", Value::Null, Value::Null, &[("password", "x")]);
+            expect_get(&mut api, "app-pw")
+                .await
+                .answer(StatusCode::OK, &pw);
+            let acl = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
+                .await;
+            let file = decoded(&acl.body, auth::ACL_FILE_KEY);
+            acl.echo();
+            api.expect(Method::PATCH, &format!("{SECRETS}/cache-operator?"))
+                .await
+                .echo();
+            api.done().await;
+            file
+        });
+        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        let file = script.await.unwrap_or_else(|e| panic!("{e}"));
+        for user in ["default", "app", REPLICATION_USER] {
+            assert!(
+                file.lines()
+                    .any(|l| l.starts_with(&format!("user {user} off "))),
+                "{user} starts off: {file}"
+            );
+        }
+        assert!(
+            file.lines().any(|l| l.starts_with("user operator on ")),
+            "{file}"
+        );
+        assert!(auth.users.clients_fenced());
+    }
+
     #[tokio::test]
     async fn a_pre_existing_acl_secret_is_left_untouched_and_reported_naming_it() {
         let (ctx, mut api, _nodes) = context();
@@ -572,6 +698,8 @@ mod tests {
     async fn a_password_secret_the_operator_did_not_generate_is_not_adopted() {
         let (ctx, mut api, _nodes) = context();
         let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
             let theirs = secret_json(
                 "cache-password",
                 serde_json::json!({"team": "x"}),
@@ -636,6 +764,117 @@ mod tests {
         );
     }
 
+    /// The clients' password Secret deleted: it comes back with the same password, from the
+    /// operator's copy, announced with a Warning; nothing the servers accept changes.
+    #[tokio::test]
+    async fn a_deleted_password_secret_comes_back_with_the_same_password() {
+        let (ctx, mut api, _nodes) = context();
+        let (labels, owners) = ours();
+        let accepted = format!("{{\"default\":[\"{}\"]}}", password_hash("the-clients-pw"));
+        let acl = secret_json(
+            "cache-acl",
+            labels.clone(),
+            owners.clone(),
+            &[
+                ("operator-password", "op"),
+                ("healthcheck-password", "hc"),
+                ("replication-password", "rep"),
+                ("accepted-passwords", &accepted),
+            ],
+        );
+        let operator = secret_json(
+            "cache-operator",
+            labels,
+            owners,
+            &[
+                ("operator-password", "op"),
+                ("healthcheck-password", "hc"),
+                ("replication-password", "rep"),
+                ("client-password", "the-clients-pw"),
+            ],
+        );
+        let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl")
+                .await
+                .answer(StatusCode::OK, &acl);
+            expect_get(&mut api, "cache-operator")
+                .await
+                .answer(StatusCode::OK, &operator);
+            expect_get(&mut api, "cache-password").await.not_found();
+            let created = api.expect(Method::POST, SECRETS).await;
+            assert_eq!(created.body["metadata"]["name"], "cache-password");
+            assert_eq!(created.body["stringData"]["password"], "the-clients-pw");
+            created.echo();
+            let event = api.event().await;
+            assert_eq!(event["type"], "Warning");
+            assert_eq!(event["reason"], "PasswordSecretRestored");
+            assert!(!event.to_string().contains("the-clients-pw"), "{event}");
+            // The ACL Secret changes only where the file does (it was never written here).
+            let acl = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-acl?"))
+                .await;
+            let file = decoded(&acl.body, auth::ACL_FILE_KEY);
+            assert!(
+                file.contains(&password_hash("the-clients-pw")),
+                "the servers keep accepting the same password: {file}"
+            );
+            assert_eq!(
+                decoded(&acl.body, auth::ACCEPTED_PASSWORDS_KEY),
+                accepted,
+                "and no other"
+            );
+            acl.echo();
+            api.done().await;
+        });
+        let memory = ClusterMemory::default();
+        let auth = ensure(&ctx, &cluster(CLUSTER), &memory)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(memory.client_password().as_deref(), Some("the-clients-pw"));
+        assert_eq!(auth.password_secret.as_deref(), Some("cache-password"));
+    }
+
+    /// The clients' password Secret and every copy of it gone, while the servers have a
+    /// password: nothing new is generated (it would lock every client out); the cluster says
+    /// what happened and what a person can do.
+    #[tokio::test]
+    async fn a_deleted_password_secret_without_a_copy_is_not_replaced_by_a_new_password() {
+        let (ctx, mut api, _nodes) = context();
+        let (labels, owners) = ours();
+        let accepted = format!("{{\"default\":[\"{}\"]}}", password_hash("old"));
+        let acl = secret_json(
+            "cache-acl",
+            labels,
+            owners,
+            &[
+                ("operator-password", "op"),
+                ("healthcheck-password", "hc"),
+                ("replication-password", "rep"),
+                ("accepted-passwords", &accepted),
+            ],
+        );
+        let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl")
+                .await
+                .answer(StatusCode::OK, &acl);
+            expect_get(&mut api, "cache-operator").await.not_found();
+            expect_get(&mut api, "cache-password").await.not_found();
+            // Nothing is created or written.
+            api.done().await;
+        });
+        let problem = problem_of(&ctx, &cluster(CLUSTER)).await;
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(problem.reason, PASSWORD_SECRET_LOST);
+        assert!(
+            problem.message.contains("cache-password")
+                && problem.message.contains("spec.auth.passwordSecret"),
+            "{}",
+            problem.message
+        );
+    }
+
     #[tokio::test]
     async fn a_named_user_whose_secret_is_missing_is_a_problem_naming_both() {
         let (ctx, mut api, _nodes) = context();
@@ -643,6 +882,8 @@ mod tests {
             "{CLUSTER}  auth: {{enabled: false, users: [{{name: app, passwordSecret: {{name: app-pw}}, rules: '+@read'}}]}}\n"
         );
         let script = tokio::spawn(async move {
+            expect_get(&mut api, "cache-acl").await.not_found();
+            expect_get(&mut api, "cache-operator").await.not_found();
             expect_get(&mut api, "app-pw").await.not_found();
             api.done().await;
         });

@@ -4,7 +4,7 @@
 //! whole shard). The builders are pure and know no kind: a parent names the objects and says
 //! which pods they select (a ValkeyCluster per cluster and per shard).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
@@ -15,6 +15,7 @@ use valkey_api::contract::VALKEY_PORT;
 use valkey_api::v1alpha1::ValkeyCluster;
 
 use super::labels::{CLUSTER_LABEL, FIELD_MANAGER, SHARD_LABEL};
+use crate::engine::{Member, Observation};
 
 /// Who owns the objects and what they carry.
 #[derive(Debug, Clone)]
@@ -91,32 +92,62 @@ pub fn client_services(
     ]
 }
 
-/// A PodDisruptionBudget that lets at most one of the pods `selector` picks be evicted at once.
+/// A PodDisruptionBudget over the pods `selector` picks: at most one evicted at once, or none
+/// while the group is `held` (a replica does not hold its primary's data yet: a replica answers
+/// PING, so counts as healthy, while it full-syncs or loads, and the eviction of its primary would
+/// leave the data nowhere else). Pods that are not ready may always be evicted: they serve
+/// nothing, and a budget that waited for them could hold a drain forever.
 pub fn disruption_budget(
     owner: &Owner,
     name: String,
     labels: &BTreeMap<String, String>,
     selector: &BTreeMap<String, String>,
+    held: bool,
 ) -> PodDisruptionBudget {
     PodDisruptionBudget {
         metadata: meta(owner, name, labels),
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
+            max_unavailable: Some(IntOrString::Int(if held { 0 } else { 1 })),
             selector: Some(LabelSelector {
                 match_labels: Some(selector.clone()),
                 ..Default::default()
             }),
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".to_owned()),
             ..Default::default()
         }),
         status: None,
     }
 }
 
+/// The shards whose budget holds every member: those with a member the engine did not find in
+/// step this pass (a replica not in sync: linking, full-syncing, loading; or a member it could
+/// not read, which might be one). A shard of one member has nothing to wait for.
+pub fn shards_out_of_sync(members: &[Member], observed: &Observation) -> BTreeSet<u32> {
+    let mut by_shard: BTreeMap<u32, Vec<&Member>> = BTreeMap::new();
+    for member in members {
+        by_shard.entry(member.shard).or_default().push(member);
+    }
+    by_shard
+        .into_iter()
+        .filter(|(_, members)| members.len() > 1)
+        .filter(|(_, members)| {
+            members.iter().any(|m| {
+                observed
+                    .state(&m.name)
+                    .is_none_or(|s| !s.myself().is_primary() && !s.replica_in_sync())
+            })
+        })
+        .map(|(shard, _)| shard)
+        .collect()
+}
+
 /// A ValkeyCluster's objects: its client Services, and a PodDisruptionBudget per shard
-/// (`<cluster>-shard-<n>`) for every shard in `shards` (wanted, or still holding members).
+/// (`<cluster>-shard-<n>`) for every shard in `shards` (wanted, or still holding members), those
+/// in `held` holding every member.
 pub fn cluster_objects(
     cluster: &ValkeyCluster,
     shards: impl IntoIterator<Item = u32>,
+    held: &BTreeSet<u32>,
 ) -> Option<(Vec<Service>, Vec<PodDisruptionBudget>)> {
     let name = cluster.meta().name.clone()?;
     let owner = Owner::of(cluster, CLUSTER_LABEL)?;
@@ -128,7 +159,8 @@ pub fn cluster_objects(
             let mut of_shard = of_cluster.clone();
             of_shard.insert(SHARD_LABEL.to_owned(), shard.to_string());
             let labels = BTreeMap::from([(SHARD_LABEL.to_owned(), shard.to_string())]);
-            disruption_budget(&owner, format!("{name}-shard-{shard}"), &labels, &of_shard)
+            let name = format!("{name}-shard-{shard}");
+            disruption_budget(&owner, name, &labels, &of_shard, held.contains(&shard))
         })
         .collect();
     Some((services, budgets))
@@ -141,7 +173,8 @@ mod tests {
 
     #[test]
     fn a_cluster_gets_two_client_services_and_a_budget_per_shard() {
-        let Some((services, budgets)) = cluster_objects(&cluster(CLUSTER), 0..3) else {
+        let held = BTreeSet::from([2]);
+        let Some((services, budgets)) = cluster_objects(&cluster(CLUSTER), 0..3, &held) else {
             panic!("no objects");
         };
         let names: Vec<_> = services
@@ -169,6 +202,16 @@ mod tests {
             ]))
         );
         assert_eq!(budgets[1].metadata.name.as_deref(), Some("cache-shard-1"));
+        let third = budgets[2].spec.clone().unwrap_or_default();
+        assert_eq!(
+            third.max_unavailable,
+            Some(IntOrString::Int(0)),
+            "a shard whose replica is not in sync yet lets none go"
+        );
+        assert_eq!(
+            second.unhealthy_pod_eviction_policy.as_deref(),
+            Some("AlwaysAllow")
+        );
         let owner = budgets[1]
             .metadata
             .owner_references

@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use plumbing::conditions::{ConditionStatus, set_condition};
-use valkey_api::v1alpha1::{ClusterState, ValkeyClusterStatus};
+use valkey_api::v1alpha1::{AcceptedLoss, ClusterState, ValkeyClusterStatus};
 
 use super::progress::{self, WorkLeft};
 use crate::engine::{Decision, Health, Reason};
@@ -155,11 +155,48 @@ pub fn compute(
             ),
             None => previous.and_then(|s| s.progress.clone()),
         },
+        // Once the cluster served its slots it stays formed, whatever it serves now: slots that
+        // lose every copy later are lost data, never a formation to redo.
+        formed: previous
+            .is_some_and(|s| s.formed == Some(true) || s.shards > 0)
+            .then_some(true)
+            .or_else(|| {
+                health
+                    .as_ref()
+                    .is_some_and(|h| h.shards > 0)
+                    .then_some(true)
+            }),
+        // The caller records an acknowledgement acted on (see [`accepted_loss`]).
+        accepted_loss: previous.and_then(|s| s.accepted_loss.clone()),
         password_secret_name: password_secret.map(str::to_owned),
         // The members' nodes: the caller sets them from the pass; otherwise they stand.
         node_ids: previous.and_then(|s| s.node_ids.clone()),
         conditions: Some(conditions),
         observed_generation: generation,
+    }
+}
+
+/// The record of the acknowledgement of a loss (`spec.acceptLostSlots`, `accepted`) after a
+/// pass: taken on it now (`acted`), it is in use; in use and the cluster whole again (`steady`),
+/// it is spent, and that value allows nothing more; removed from the spec, it is forgotten (set
+/// again, it acknowledges a new loss).
+pub fn accepted_loss(
+    previous: Option<&AcceptedLoss>,
+    accepted: Option<&str>,
+    acted: bool,
+    steady: bool,
+) -> Option<AcceptedLoss> {
+    let accepted = accepted.filter(|a| !a.is_empty())?;
+    match previous {
+        _ if acted => Some(AcceptedLoss {
+            slots: accepted.to_owned(),
+            spent: false,
+        }),
+        Some(record) if steady && !record.spent => Some(AcceptedLoss {
+            slots: record.slots.clone(),
+            spent: true,
+        }),
+        previous => previous.cloned(),
     }
 }
 
@@ -437,5 +474,67 @@ mod tests {
             &at(2),
         );
         assert_eq!((s.shards, s.ready_shards), (3, 3));
+    }
+
+    /// Every member came back empty: the counts say 0 shards serve slots, but the cluster stays
+    /// formed, so the slots are lost data (the engine waits for the user's word), never a
+    /// formation to redo.
+    #[test]
+    fn a_formed_cluster_stays_formed_when_every_member_comes_back_empty() {
+        let ready = decided(None, &Decision::Steady(health()), None, 1);
+        assert_eq!(ready.formed, Some(true));
+        let empty = Health {
+            shards: 0,
+            ready_shards: 0,
+            slots_assigned: 0,
+            ..health()
+        };
+        let wait = Decision::Wait {
+            reason: Reason::Converging,
+            message: "every member is new".into(),
+        };
+        let s = decided(Some(&ready), &wait, Some(empty), 2);
+        assert_eq!(s.shards, 0, "the counts say what Valkey says");
+        assert_eq!(s.formed, Some(true));
+        let fresh = decided(None, &wait, Some(health()), 1);
+        assert_eq!(
+            decided(
+                None,
+                &wait,
+                Some(Health {
+                    shards: 0,
+                    ..health()
+                }),
+                1
+            )
+            .formed,
+            None
+        );
+        assert_eq!(fresh.formed, Some(true));
+    }
+
+    /// An acknowledgement of a loss is in use from the pass that acts on it until the cluster is
+    /// whole again; then it is spent; removed from the spec, it is forgotten.
+    #[test]
+    fn an_acknowledged_loss_is_spent_once_the_cluster_is_whole() {
+        let acted = accepted_loss(None, Some("0-99"), true, false);
+        assert_eq!(
+            acted,
+            Some(AcceptedLoss {
+                slots: "0-99".into(),
+                spent: false
+            })
+        );
+        let repairing = accepted_loss(acted.as_ref(), Some("0-99"), false, false);
+        assert_eq!(repairing, acted, "in use while the repair goes on");
+        let whole = accepted_loss(repairing.as_ref(), Some("0-99"), false, true);
+        assert_eq!(whole.as_ref().map(|a| a.spent), Some(true));
+        assert_eq!(
+            accepted_loss(whole.as_ref(), Some("0-99"), false, true),
+            whole,
+            "spent stays spent"
+        );
+        assert_eq!(accepted_loss(whole.as_ref(), None, false, true), None);
+        assert_eq!(accepted_loss(None, Some("0-99"), false, true), None);
     }
 }

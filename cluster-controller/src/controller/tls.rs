@@ -22,6 +22,7 @@ use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use valkey_api::v1alpha1::{NodeTls, Tls};
 
 use super::auth::{self, SecretPlace};
+use super::context::ClusterMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::secrets::{Parent, Tools, not_owned};
@@ -30,6 +31,14 @@ use crate::tls::{self as issue, Pem};
 
 /// The key of the CA's private key in `<name>-tls-ca`.
 pub const CA_KEY_KEY: &str = "ca.key";
+/// The keys of the operator's copy of its CA in `<name>-operator` (beside its passwords): a
+/// deleted `<name>-tls-ca` comes back with the same CA, so no server ever trusts one CA while
+/// another serves a certificate of the next.
+pub const CA_COPY_CERT_KEY: &str = "tls-ca.crt";
+pub const CA_COPY_KEY_KEY: &str = "tls-ca.key";
+/// The field manager of that copy: the secrets stage applies the rest of the Secret, and an
+/// apply only keeps the fields its own manager sent.
+const CA_COPY_MANAGER: &str = "valkey-cluster-controller-ca-copy";
 
 /// How long a certificate the operator issues is valid, by default (renewed with a third left).
 pub const DEFAULT_CERTIFICATE_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -71,13 +80,14 @@ pub fn certificate_names(parent: &str, namespace: &str) -> Vec<String> {
 pub async fn ensure(
     ctx: &super::context::Context,
     cluster: &valkey_api::v1alpha1::ValkeyCluster,
+    memory: &ClusterMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error> {
     let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
     let tls = &cluster.spec.tls;
     if let Some(problem) = unsupported(tls) {
         return Ok(Err(problem));
     }
-    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME).await
+    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME, memory).await
 }
 
 /// The reason a cluster reports for a TLS setting this version does not serve.
@@ -108,6 +118,7 @@ pub async fn ensure_for<K>(
     parent: &Parent<'_, K>,
     tls: &Tls,
     lifetime: Duration,
+    memory: &ClusterMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -122,7 +133,7 @@ where
             Ok(trust) => (name.clone(), trust),
             Err(problem) => return Ok(Err(problem)),
         },
-        None => match operators_secret(tools, parent, &secrets, lifetime).await? {
+        None => match operators_secret(tools, parent, &secrets, lifetime, memory).await? {
             Ok(found) => found,
             Err(problem) => return Ok(Err(problem)),
         },
@@ -180,12 +191,16 @@ async fn users_secret(secrets: &Api<Secret>, name: &str) -> Result<Result<Trust,
     Ok(Ok(Trust::from_pem(value(TLS_CA_KEY).unwrap_or_default())))
 }
 
-/// The operator's CA and server certificate, created, renewed or kept.
+/// The operator's CA and server certificate, created, renewed or kept. A CA Secret that is
+/// gone comes back from the operator's copy (its operator Secret, else its memory), announced
+/// with a Warning: a new CA would make the servers, which reload the mounted files each at its
+/// own moment, refuse each other's certificates until the last had reloaded.
 async fn operators_secret<K>(
     tools: &Tools<'_>,
     parent: &Parent<'_, K>,
     secrets: &Api<Secret>,
     lifetime: Duration,
+    memory: &ClusterMemory,
 ) -> Result<Result<(String, Trust), Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -195,8 +210,9 @@ where
     let namespace = object.namespace().unwrap_or_default();
     let uid = object.meta().uid.clone().unwrap_or_default();
     let (ca_name, cert_name) = (ca_secret_name(&name), certificate_secret_name(&name));
+    let copy_name = auth::operator_secret_name(&name);
     let mut current = BTreeMap::new();
-    for secret_name in [&ca_name, &cert_name] {
+    for secret_name in [&ca_name, &cert_name, &copy_name] {
         let found = secrets
             .get_opt(secret_name)
             .await
@@ -227,16 +243,63 @@ where
             key: string(s, CA_KEY_KEY)?,
         })
     });
-    let ca = match stored_ca.filter(issue::usable_ca) {
-        Some(ca) => ca,
-        None => {
-            let ca = issue::new_ca(&name, &namespace, now).map_err(failed)?;
+    let copy = current
+        .get(&copy_name)
+        .and_then(|s| {
+            Some(Pem {
+                cert: string(s, CA_COPY_CERT_KEY)?,
+                key: string(s, CA_COPY_KEY_KEY)?,
+            })
+        })
+        .or_else(|| memory.ca())
+        .filter(issue::usable_ca);
+    let ca = match (stored_ca.filter(issue::usable_ca), copy) {
+        (Some(ca), _) => ca,
+        (None, kept) => {
+            let restored = kept.is_some();
+            let ca = match kept {
+                Some(ca) => ca,
+                None => issue::new_ca(&name, &namespace, now).map_err(failed)?,
+            };
             let data =
                 BTreeMap::from([(TLS_CA_KEY, ca.cert.clone()), (CA_KEY_KEY, ca.key.clone())]);
             write(secrets, auth::owned_secret(&place, ca_name.clone(), data)).await?;
+            if restored {
+                let message = format!(
+                    "Secret {ca_name} was gone; it is created again with the same CA from the \
+                     operator's copy, so every server keeps trusting every other's certificate."
+                );
+                tracing::warn!(secret = %ca_name, "{message}");
+                tools
+                    .events
+                    .warning(object, "CASecretRestored", "Certificate", &message)
+                    .await;
+            }
             ca
         }
     };
+    memory.remember_ca(&ca);
+    let copied = current.get(&copy_name).is_some_and(|s| {
+        string(s, CA_COPY_CERT_KEY).as_deref() == Some(ca.cert.as_str())
+            && string(s, CA_COPY_KEY_KEY).as_deref() == Some(ca.key.as_str())
+    });
+    if !copied {
+        let data = BTreeMap::from([
+            (CA_COPY_CERT_KEY, ca.cert.clone()),
+            (CA_COPY_KEY_KEY, ca.key.clone()),
+        ]);
+        let copy = auth::owned_secret(&place, copy_name.clone(), data);
+        secrets
+            .patch(
+                &copy_name,
+                &PatchParams::apply(CA_COPY_MANAGER).force(),
+                &Patch::Apply(&copy),
+            )
+            .await
+            .map_err(api_error(format!(
+                "keeping the CA's copy in Secret {copy_name}"
+            )))?;
+    }
 
     let stored_cert = current.get(&cert_name);
     let signed_by_ca = stored_cert.and_then(|s| string(s, TLS_CA_KEY)).as_deref() == Some(&ca.cert);
@@ -316,6 +379,76 @@ mod tests {
         assert!(plain.is_some_and(
             |p| p.reason == TLS_NOT_SUPPORTED && p.message.contains("spec.tls.plaintext")
         ));
+    }
+
+    /// `<name>-tls-ca` deleted: the CA comes back from the operator's copy, the same CA, with a
+    /// Warning; a new CA would split the servers while each reloads the files at its own moment.
+    #[tokio::test]
+    async fn a_deleted_ca_secret_comes_back_with_the_same_ca() {
+        use crate::controller::fixtures::{CLUSTER, cluster, context};
+        use http::Method;
+        let (ctx, mut api, _nodes) = context();
+        let c = cluster(&format!("{CLUSTER}  tls: {{enabled: true}}\n"));
+        let ca = issue::new_ca("cache", "prod", unix_now()).unwrap_or_else(|e| panic!("{e}"));
+        let encoded = |v: &str| {
+            serde_json::to_value(k8s_openapi::ByteString(v.as_bytes().to_vec()))
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let operator = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cache-operator", "namespace": "prod",
+                "labels": {"app.kubernetes.io/managed-by": "valkey-cluster-controller", "valkey.io/cluster": "cache"},
+                "ownerReferences": [{"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+                    "name": "cache", "uid": "0000-1", "controller": true}]},
+            "data": {CA_COPY_CERT_KEY: encoded(&ca.cert), CA_COPY_KEY_KEY: encoded(&ca.key)},
+        });
+        let kept = ca.cert.clone();
+        let script = tokio::spawn(async move {
+            const SECRETS: &str = "/api/v1/namespaces/prod/secrets";
+            for name in ["cache-tls-ca", "cache-tls"] {
+                api.expect(Method::GET, &format!("{SECRETS}/{name}"))
+                    .await
+                    .not_found();
+            }
+            api.expect(Method::GET, &format!("{SECRETS}/cache-operator"))
+                .await
+                .answer(http::StatusCode::OK, &operator);
+            let restored = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-tls-ca?"))
+                .await;
+            let cert = restored.body["data"][TLS_CA_KEY]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            restored.echo();
+            let event = api.event().await;
+            assert_eq!(event["reason"], "CASecretRestored");
+            let issued = api
+                .expect(Method::PATCH, &format!("{SECRETS}/cache-tls?"))
+                .await;
+            issued.echo();
+            assert_eq!(api.event().await["reason"], "CertificateIssued");
+            api.done().await;
+            cert
+        });
+        let (tools, parent) = super::super::secrets::cluster_parent(&ctx, &c);
+        let memory = ClusterMemory::default();
+        let served = ensure_for(
+            &tools,
+            &parent,
+            &c.spec.tls,
+            DEFAULT_CERTIFICATE_LIFETIME,
+            &memory,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|p| panic!("{p:?}"));
+        let written = script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(written, encoded(&kept), "the same CA, not a new one");
+        assert!(served.is_some());
+        assert_eq!(memory.ca().map(|ca| ca.cert), Some(kept));
     }
 
     #[test]

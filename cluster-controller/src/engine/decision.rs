@@ -4,6 +4,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use super::member::Permit;
 use crate::plan::migration::legacy::Intent;
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slots::{SlotRange, SlotSet};
@@ -96,9 +97,16 @@ pub enum Action {
     /// longer than Valkey needs to notice, and no election can happen (too few primaries left
     /// to vote, as in a two-shard cluster). The replica takes the slots without a vote.
     Takeover { on_replica: NodeRef, failed: NodeId },
-    /// `ACL SETUSER <user> on` on `on`: the node is settled in the cluster, so replicas (and slot
-    /// imports) may log in to it as the replication user.
-    AdmitReplication { on: NodeRef, user: String },
+    /// `ACL SETUSER ... on` for every user of `on`, the replication user `user` last: the node
+    /// is settled in the cluster, so replicas (and slot imports) may log in to it as the
+    /// replication user, and clients (fenced too on a server that keeps no data) may use it.
+    AdmitReplication {
+        on: NodeRef,
+        /// Other nodes admitted in the same step, each as `on` (after a mass restart, one look
+        /// admits every settled node rather than one per look).
+        also: Vec<NodeRef>,
+        user: String,
+    },
     /// Kubernetes: set the member's `allowedRevision` to its desired revision.
     AllowRestart { member: String },
     /// Kubernetes: delete the member's ValkeyNode (drained and forgotten).
@@ -196,11 +204,12 @@ impl fmt::Display for Action {
                 f,
                 "CLUSTER FAILOVER TAKEOVER on {on_replica} (its primary {failed} failed and no election can happen)"
             ),
-            Action::AdmitReplication { on, user } => {
-                write!(
-                    f,
-                    "ACL SETUSER {user} on on {on} (it may now serve replicas)"
-                )
+            Action::AdmitReplication { on, also, user } => {
+                write!(f, "ACL SETUSER {user} on on {on}")?;
+                for other in also {
+                    write!(f, ", {other}")?;
+                }
+                f.write_str(" (they may now serve replicas and clients)")
             }
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
             Action::DeleteMember { member } => write!(f, "delete {member}"),
@@ -326,6 +335,9 @@ pub enum Decision {
         reason: Reason,
         message: String,
         forced: bool,
+        /// Taken on the user's acknowledgement of a loss (see
+        /// [`Decision::spends_acknowledgement`]).
+        acknowledged: bool,
     },
     /// Something is in progress (handshake, sync, failover election, a migration job).
     Wait { reason: Reason, message: String },
@@ -363,6 +375,7 @@ impl Decision {
             reason,
             message: message.into(),
             forced: false,
+            acknowledged: false,
         }
     }
 
@@ -373,7 +386,38 @@ impl Decision {
             reason,
             message: message.into(),
             forced: true,
+            acknowledged: false,
         }
+    }
+
+    /// A step that loses data only the user's word allows (`permit`), announced with a Warning;
+    /// taken on an acknowledgement (`acceptLostSlots`), it spends it.
+    pub(crate) fn lossy(
+        permit: Permit,
+        action: Action,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Self {
+        Decision::Act {
+            action,
+            reason,
+            message: message.into(),
+            forced: true,
+            acknowledged: permit == Permit::Accepted,
+        }
+    }
+
+    /// True for a step taken on the user's acknowledgement of a loss (`acceptLostSlots`): the
+    /// Kubernetes side records that it was acted on, and once the cluster is whole again it
+    /// allows nothing more.
+    pub fn spends_acknowledgement(&self) -> bool {
+        matches!(
+            self,
+            Decision::Act {
+                acknowledged: true,
+                ..
+            }
+        )
     }
 
     /// True for a forced step (see [`Decision::Act`]).

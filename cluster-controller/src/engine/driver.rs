@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::client::{Credentials, ValkeyClient};
 use crate::valkey::cluster_nodes::NodeId;
 
-use super::decide::{Verdict, judge};
+use super::decide::{Scope, Verdict, judge_in};
 use super::decision::{Action, Decision, Health, Reason};
 use super::error::EngineError;
 use super::execute::{ExecuteConfig, Outcome, execute, migrate_auth};
@@ -79,6 +79,18 @@ pub struct Pass {
     pub timing: Timing,
 }
 
+impl Pass {
+    /// Whether a step this pass took (and that Valkey carried out) was taken on the user's
+    /// acknowledgement of a loss: the Kubernetes side records that it was acted on.
+    pub fn spent_acknowledgement(&self) -> bool {
+        self.earlier
+            .iter()
+            .any(|step| step.decision.spends_acknowledgement())
+            || (self.decision.spends_acknowledgement()
+                && matches!(self.outcome, Some(Ok(ref o)) if !matches!(o, Outcome::Blocked(_))))
+    }
+}
+
 /// Where one pass's time went, summed over its looks: asking the servers, deciding, acting, and
 /// watching a short wait settle. What a slow formation or repair is made of.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -122,6 +134,13 @@ impl<C: ValkeyClient> Engine<C> {
     /// between them), a wait that is not short, or the end of its budget. Slot migration jobs
     /// that Valkey runs by itself are watched for up to `job_watch_budget`.
     pub async fn pass(&self, desired: &Desired, members: &[Member]) -> Pass {
+        self.pass_in(Scope::Everything, desired, members).await
+    }
+
+    /// [`Engine::pass`] with only the rules of `scope`: [`Scope::Safety`] when the Kubernetes
+    /// side could not get in step with the spec this pass, and the rules that protect data must
+    /// run all the same.
+    pub async fn pass_in(&self, scope: Scope, desired: &Desired, members: &[Member]) -> Pass {
         let started = Instant::now();
         let mut members = members.to_vec();
         let mut earlier = Vec::new();
@@ -142,7 +161,7 @@ impl<C: ValkeyClient> Engine<C> {
                 decision,
                 bindings,
                 health,
-            } = judge(desired, &members, &observation);
+            } = judge_in(scope, desired, &members, &observation);
             timing.decide += observed.elapsed();
             let budget = if earlier.is_empty() {
                 self.config.settle_budget

@@ -80,6 +80,10 @@ pub struct Desired {
     /// The cluster has served slots before (a later pass, not its formation): slots that then
     /// have no owner anywhere lost their data, even when no surviving node holds a key.
     pub formed: bool,
+    /// The cluster held keys when the Kubernetes side last looked (in an earlier pass of this
+    /// controller): a primary that restarts without its data and with no copy elsewhere then
+    /// lost data, never merely came up new.
+    pub held_keys: bool,
     /// What the user allows when every copy of some slots is gone.
     pub lost_slots: LostSlotsPolicy,
 }
@@ -95,10 +99,31 @@ pub struct LostSlotsPolicy {
     pub accepted: Option<SlotSet>,
 }
 
+/// What lets the operator lose what some slots held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permit {
+    /// The cluster is a cache (`onSlotsLost: Refill`): always.
+    Refill,
+    /// The user named them (`acceptLostSlots`): once, for the loss at hand; a step taken on it
+    /// spends the acknowledgement (see [`crate::engine::Decision::spends_acknowledgement`]).
+    Accepted,
+}
+
 impl LostSlotsPolicy {
     /// Whether the user allows losing what `slots` held.
     pub fn allows(&self, slots: &SlotSet) -> bool {
-        self.refill || self.accepted.as_ref().is_some_and(|a| slots.is_subset(a))
+        self.permits(slots).is_some()
+    }
+
+    /// What allows losing what `slots` held, if anything does.
+    pub fn permits(&self, slots: &SlotSet) -> Option<Permit> {
+        if self.refill {
+            Some(Permit::Refill)
+        } else if self.accepted.as_ref().is_some_and(|a| slots.is_subset(a)) {
+            Some(Permit::Accepted)
+        } else {
+            None
+        }
     }
 }
 
@@ -123,6 +148,7 @@ impl Desired {
             replicas,
             persistent: false,
             formed: false,
+            held_keys: false,
             lost_slots: LostSlotsPolicy {
                 refill: false,
                 accepted: None,

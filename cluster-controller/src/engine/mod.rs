@@ -26,12 +26,12 @@ mod member;
 mod observe;
 pub mod safety;
 
-pub use decide::{ATOMIC_MAX_ATTEMPTS, Verdict, bindings, decide, health, judge};
+pub use decide::{ATOMIC_MAX_ATTEMPTS, Scope, Verdict, bindings, decide, health, judge, judge_in};
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass, Step, Timing, settles_soon};
 pub use error::EngineError;
-pub use execute::{ExecuteConfig, Outcome, execute, migrate_auth};
-pub use member::{Desired, LostSlotsPolicy, Member, Place};
+pub use execute::{ExecuteConfig, Outcome, admit, execute, migrate_auth};
+pub use member::{Desired, LostSlotsPolicy, Member, Permit, Place};
 pub use observe::{
     NodeState, Observation, Reach, observe, observe_fenced, read_admitted, read_every, user_enabled,
 };

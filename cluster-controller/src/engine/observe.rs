@@ -10,8 +10,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use redis::Value;
 
+use crate::access::rights;
 use crate::client::ValkeyClient;
 use crate::valkey::ParseError;
+pub use crate::valkey::acl::user_enabled;
 use crate::valkey::cluster_info::{self, ClusterInfo};
 use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, LineCache, NodeId};
 use crate::valkey::info::{self, Info};
@@ -317,8 +319,14 @@ async fn read_node(
     })?;
     let version = info.server_version().map_err(say)?;
     let migrations = if supports_atomic_slot_migration(version) {
-        let reply = run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await.map_err(say)?;
-        slot_migrations::parse(&reply).map_err(say)?
+        let reply = match run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await {
+            Err(error) if is_no_permission(&error) => {
+                give_version_rights(client, address, timeout).await?;
+                run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await
+            }
+            read => read,
+        };
+        slot_migrations::parse(&reply.map_err(say)?).map_err(say)?
     } else {
         Vec::new()
     };
@@ -340,6 +348,34 @@ async fn read_node(
     )
 }
 
+/// Whether the server refused a command to the operator's user (`NOPERM`).
+fn is_no_permission(error: &crate::client::ClientError) -> bool {
+    matches!(error, crate::client::ClientError::Server { code: Some(code), .. } if code.eq_ignore_ascii_case("NOPERM"))
+}
+
+/// Gives the operator's user the rights that exist only on this server's version (see
+/// [`rights::OPERATOR_RULES_9`]). A server that restarted since the access stage last gave them
+/// holds only what its ACL file gives, and the file cannot name them (8.0 would not load it).
+/// The engine gives them itself, rather than wait for the access stage: that stage stops with a
+/// missing Secret, and the data-safety rules must read every server all the same. The rules
+/// are added (`+command`), nothing else of the user changes.
+async fn give_version_rights(
+    client: &impl ValkeyClient,
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<(), String> {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(rights::OPERATOR_USER);
+    for rule in rights::OPERATOR_RULES_9.split_whitespace() {
+        cmd.arg(rule);
+    }
+    client
+        .command(address, &cmd, timeout)
+        .await
+        .map(|_| ())
+        .map_err(say)
+}
+
 /// The key/value pairs of a RESP2 flat list or a RESP3 map, as text.
 fn pairs(reply: &Value) -> Option<BTreeMap<String, String>> {
     match reply {
@@ -353,27 +389,6 @@ fn pairs(reply: &Value) -> Option<BTreeMap<String, String>> {
             .collect(),
         _ => None,
     }
-}
-
-/// Whether an `ACL GETUSER` reply's flags say `on` (RESP2 list or RESP3 map). Only the flags are
-/// read: the reply also holds password hashes, which go nowhere.
-pub fn user_enabled(reply: &Value) -> Option<bool> {
-    let pairs: Vec<(&Value, &Value)> = match reply {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|c| Some((c.first()?, c.get(1)?)))
-            .collect(),
-        Value::Map(entries) => entries.iter().map(|(k, v)| (k, v)).collect(),
-        _ => return None,
-    };
-    let (_, flags) = pairs
-        .into_iter()
-        .find(|(k, _)| value::text(k).as_deref() == Some("flags"))?;
-    let flags: Vec<String> = match flags {
-        Value::Array(items) | Value::Set(items) => items.iter().filter_map(value::text).collect(),
-        _ => return None,
-    };
-    Some(flags.iter().any(|f| f == "on"))
 }
 
 fn text(reply: &str, value: Value) -> Result<String, String> {

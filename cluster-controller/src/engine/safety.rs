@@ -79,9 +79,9 @@ impl ReplicationHistory {
 }
 
 /// Whether `source` serving `replica` (a full resync, which empties the replica first) would
-/// throw away data only the replica holds: `source` began a history of its own that is not the
-/// replica's (it restarted without its data, keeping its identity), while the replica has
-/// processed more of its history than `source` has of its own and holds more keys.
+/// throw away data only the replica holds, for a source not known to have restarted: `source`
+/// began a history of its own that is not the replica's and keeps no append-only file, while the
+/// replica, which holds keys, went further along its history than `source` has gone along its own.
 ///
 /// A primary promoted by a failover continues its predecessor's history, so the predecessor
 /// returning as its replica is not such a case: the writes it alone had are the ones
@@ -89,33 +89,47 @@ impl ReplicationHistory {
 /// undo the failover. Nor is a source that runs with an append-only file: it restarted with its
 /// data, and its key count may be below a replica's that has not resynced yet for reasons that
 /// lose nothing (keys a slot migration moved away, deleted or expired since), where taking the
-/// replica's side would lose the writes the source accepted since it came back.
+/// replica's side would lose the writes the source accepted since it came back. No key count is
+/// compared: writes to the source could outnumber the replica's keys, never undo its history.
 pub fn sync_would_lose(source: &ReplicationHistory, replica: &ReplicationHistory) -> bool {
     !source.aof
         && !source.related(replica)
         && source.started_fresh()
         && replica.offset > source.offset
-        && replica.keys > source.keys
+        && replica.keys > 0
 }
 
 /// Whether `restarted`, a node known to have started since it last served (its data is what
-/// it loaded), lacks writes `replica` holds: [`sync_would_lose`], or the two share a history in
-/// which the replica went further than the restarted node's data reaches.
+/// it loaded: the engine's fence, which no write can undo, says so), lacks writes `replica`
+/// holds. Decided from the replication history alone, never from key counts (writes the
+/// restarted node took before the operator looked could outnumber the replica's keys):
 ///
-/// The second case is a node that loaded an old snapshot: an RDB file from an earlier full
-/// sync or a save point, with the replication id and offset of that moment. Valkey continues
-/// that history from the snapshot's offset, so the node looks related to a replica that copied
-/// far more of it, and a full resync would replace the replica's data with the snapshot's. For
-/// a node that did not restart (a replica promoted by a failover) the same shape is the tail
-/// asynchronous replication loses in any failover, which [`sync_would_lose`] accepts.
+/// - it began a history of its own without an append-only file (it came back empty, or with a
+///   snapshot that carried no history), and the replica holds keys of another history: every
+///   one of them is older than the restarted node's data, and a full resync would drop them;
+/// - or the two share a history in which the replica went further than the restarted node's
+///   data reaches: a node that loaded an old snapshot (an RDB file from an earlier full sync or
+///   a save point, with the replication id and offset of that moment) continues that history
+///   from the snapshot's offset, so it looks related to a replica that copied far more of it.
+///
+/// For a node that did not restart (a replica promoted by a failover) the second shape is the
+/// tail asynchronous replication loses in any failover, which [`sync_would_lose`] accepts.
 pub fn restart_would_lose(restarted: &ReplicationHistory, replica: &ReplicationHistory) -> bool {
+    if replica.keys == 0 {
+        return false;
+    }
+    let emptied = !restarted.aof && restarted.started_fresh() && !restarted.related(replica);
+    // Only a history the node continued (loaded) counts: along its own current one, a replica
+    // can look further only because its INFO was read a moment after the node's (both move on
+    // while the operator reads), as with a primary the operator's own bootstrap left fenced.
     let further = replica.ids().any(|id| {
-        matches!(
-            (replica.reach(id), restarted.reach(id)),
-            (Some(theirs), Some(ours)) if theirs > ours
-        )
+        id != restarted.replid
+            && matches!(
+                (replica.reach(id), restarted.reach(id)),
+                (Some(theirs), Some(ours)) if theirs > ours
+            )
     });
-    (further && replica.keys > 0) || sync_would_lose(restarted, replica)
+    emptied || further
 }
 
 /// The servers' failover settings, read with CONFIG GET: the user may set any of them in the
@@ -273,9 +287,48 @@ mod tests {
         // the new primary never got: Valkey's ordinary failover loss, not this rule's.
         let promoted = history(NEW, OLD, 4500, 990);
         assert!(!sync_would_lose(&promoted, &history(OLD, ZERO, 5000, 1000)));
-        // A primary restarted with its data (same keys) may serve its replica.
-        let reloaded = history(NEW, ZERO, 0, 1000);
+        // A primary restarted with its data (its append-only file) may serve its replica.
+        let reloaded = ReplicationHistory {
+            aof: true,
+            ..history(NEW, ZERO, 0, 1000)
+        };
         assert!(!sync_would_lose(&reloaded, &history(OLD, ZERO, 5000, 1000)));
+    }
+
+    /// A healthy primary the fence reads as not admitted (the operator's bootstrap of an old
+    /// open cluster created its replication user off): its replica's offset, read a moment after
+    /// its own, may be ahead along their one history. That is no loss, and no reason to take
+    /// the shard from it.
+    #[test]
+    fn a_replica_read_a_moment_later_is_not_further_along_its_primarys_own_history() {
+        let primary = continued(NEW, OLD, 2_500, 5_000, 100);
+        let replica = continued(NEW, OLD, 2_500, 5_014, 100);
+        assert!(!restart_would_lose(&primary, &replica));
+        let fresh = history(NEW, ZERO, 5_000, 100);
+        assert!(!restart_would_lose(&fresh, &history(NEW, ZERO, 5_014, 100)));
+    }
+
+    #[test]
+    fn a_primary_back_empty_is_judged_by_its_history_never_by_key_counts() {
+        let replica = history(OLD, ZERO, 2_307_497, 1000);
+        // Clients wrote more keys to the emptied primary than its replica holds before the
+        // operator looked: its data is still only what came after its fresh start.
+        let outnumbered = history(NEW, ZERO, 120, 5000);
+        assert!(restart_would_lose(&outnumbered, &replica));
+        assert!(sync_would_lose(&outnumbered, &replica));
+        // Even further along its own history than the replica along the old one: known to have
+        // restarted, it lacks every key of the old history all the same.
+        let busy = history(NEW, ZERO, 9_999_999, 5000);
+        assert!(restart_would_lose(&busy, &replica));
+        // A replica that holds nothing loses nothing, whatever its history.
+        assert!(!restart_would_lose(
+            &outnumbered,
+            &history(OLD, ZERO, 2_307_497, 0)
+        ));
+        assert!(!sync_would_lose(
+            &outnumbered,
+            &history(OLD, ZERO, 2_307_497, 0)
+        ));
     }
 
     #[test]
@@ -340,7 +393,10 @@ mod tests {
             &history(OLD, ZERO, 2_307_497, 1000)
         ));
         // A restart with its data and a history of its own (an append-only file) is not.
-        let from_aof = history(NEW, ZERO, 0, 1000);
+        let from_aof = ReplicationHistory {
+            aof: true,
+            ..history(NEW, ZERO, 0, 1000)
+        };
         assert!(!restart_would_lose(
             &from_aof,
             &history(OLD, ZERO, 5000, 1000)

@@ -3,6 +3,7 @@
 //! comes out, and malformed input is a [`ParseError`], never a panic. Imports nothing of this
 //! crate.
 
+pub mod acl;
 pub mod cluster_info;
 pub mod cluster_nodes;
 pub mod cluster_shards;

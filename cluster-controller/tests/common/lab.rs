@@ -45,7 +45,7 @@ pub struct Lab {
     pending_starts: Vec<(String, Instant, Address)>,
     last_ips: BTreeMap<String, Ipv4Addr>,
     pub engine: Engine<RedisClient>,
-    /// A client as the default user, for readiness probes and checks.
+    /// A client as the default user: what a client of the cluster sees.
     pub probe: RedisClient,
     /// How a member released by `AllowRestart` comes back.
     pub restart_address: Address,
@@ -135,10 +135,11 @@ impl Lab {
     /// Changes the spec; creates (and starts) the members it adds, as the Kubernetes side
     /// would. Members it drops stay until the engine deletes them.
     pub fn scale(&mut self, desired: Desired) {
-        let formed = self.desired.formed;
+        let (formed, held_keys) = (self.desired.formed, self.desired.held_keys);
         self.desired = Desired {
             persistent: self.options.persistence,
             formed,
+            held_keys,
             ..desired
         };
         let wanted: Vec<(u32, u32)> = self.desired.slots_of_members().collect();
@@ -187,6 +188,7 @@ impl Lab {
     /// kill -9, as a crashed pod.
     pub fn kill(&mut self, name: &str) {
         self.server(name).kill();
+        self.probe.disconnect_all();
         let member = self.member_mut(name);
         member.address = None;
         member.ready = false;
@@ -195,6 +197,7 @@ impl Lab {
     /// SIGTERM, as a deleted pod (data flushed).
     pub fn stop(&mut self, name: &str) {
         self.server(name).stop();
+        self.probe.disconnect_all();
         let member = self.member_mut(name);
         member.address = None;
         member.ready = false;
@@ -219,6 +222,7 @@ impl Lab {
     /// node id (nodes.conf), and without persistence no data.
     pub fn restart_in_place(&mut self, name: &str) {
         self.server(name).kill();
+        self.probe.disconnect_all();
         self.start(name, Address::Same);
     }
 
@@ -307,9 +311,11 @@ impl Lab {
         self.max_down_per_shard = self.max_down_per_shard.max(worst);
     }
 
+    /// Readiness as the node-controller sees it: PING as a user that is never fenced.
     async fn ping(&self, addr: SocketAddr) -> bool {
         let reply = self
-            .probe
+            .engine
+            .client()
             .command(addr, &redis::cmd("PING"), Duration::from_millis(300))
             .await;
         matches!(reply.as_ref().map(value::text), Ok(Some(pong)) if pong == "PONG")
@@ -368,6 +374,15 @@ impl Lab {
         }
         if pass.health.as_ref().is_some_and(|h| h.shards > 0) {
             self.desired.formed = true;
+        }
+        if pass
+            .observation
+            .members
+            .values()
+            .filter_map(|reach| reach.state())
+            .any(|state| state.keys() > 0)
+        {
+            self.desired.held_keys = true;
         }
         pass
     }
@@ -543,6 +558,61 @@ impl Lab {
             .command(addr, &cmd, Duration::from_secs(5))
             .await
             .unwrap_or_else(|e| panic!("{args:?} on {name}: {e}"))
+    }
+
+    /// A command sent as the operator (a user with every right here), whatever the clients'
+    /// users may do at that moment.
+    pub async fn command_as_operator(&self, name: &str, args: &[&str]) -> Value {
+        self.try_with(self.engine.client(), name, args)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} on {name} as the operator: {e}"))
+    }
+
+    /// [`Lab::command_as_operator`], with an error as a value (`Value::Nil`).
+    pub async fn try_as_operator(&self, name: &str, args: &[&str]) -> Value {
+        self.try_with(self.engine.client(), name, args)
+            .await
+            .unwrap_or(Value::Nil)
+    }
+
+    /// A command as a client (the default user), with Valkey's refusal as an error.
+    pub async fn try_command(&self, name: &str, args: &[&str]) -> Result<Value, String> {
+        self.try_with(&self.probe, name, args).await
+    }
+
+    async fn try_with(
+        &self,
+        client: &RedisClient,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Value, String> {
+        let addr = self
+            .member(name)
+            .address
+            .ok_or_else(|| format!("{name} is down"))?;
+        let mut cmd = redis::Cmd::new();
+        for arg in args {
+            cmd.arg(*arg);
+        }
+        client
+            .command(addr, &cmd, Duration::from_secs(5))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// A hash tag whose keys land in a slot `name` serves, found with CLUSTER KEYSLOT.
+    pub async fn tag_served_by(&self, name: &str) -> String {
+        let nodes = self.cluster_nodes(name).await;
+        let slots = nodes.myself().expect("myself").slots.clone();
+        for n in 0..10_000 {
+            let tag = format!("t{n}");
+            let reply = self.command(name, &["CLUSTER", "KEYSLOT", &tag]).await;
+            let slot = value::int(&reply).unwrap_or(-1);
+            if u16::try_from(slot).is_ok_and(|s| slots.contains(s)) {
+                return tag;
+            }
+        }
+        panic!("no hash tag of {name}'s slots found")
     }
 
     pub async fn cluster_nodes(&self, name: &str) -> ClusterNodes {

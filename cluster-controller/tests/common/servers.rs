@@ -100,7 +100,8 @@ pub fn valkey_8() -> Binary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// The replication user starts disabled on every start and the engine admits it once the
-    /// node is settled, as the operator runs its servers.
+    /// node is settled, as the operator runs its servers; without persistence the clients' user
+    /// too.
     pub fenced: bool,
     /// An append-only file: a restarted server keeps its data. Without it, it comes back empty
     /// (same node id, from nodes.conf), as a pod without persistence restarted in place.
@@ -128,8 +129,14 @@ pub fn write_acl(dir: &Path, options: Options) -> PathBuf {
         format!(">{DEFAULT_PASSWORD}")
     };
     let replication = if options.fenced { "off" } else { "on" };
+    // As the operator writes it: the clients of servers that keep no data are fenced too.
+    let clients = if options.fenced && !options.persistence {
+        "off"
+    } else {
+        "on"
+    };
     let text = format!(
-        "user default on {default} ~* &* +@all\n\
+        "user default {clients} {default} ~* &* +@all\n\
          user {OPERATOR_USER} on >{OPERATOR_PASSWORD} ~* &* +@all\n\
          user {REPLICATION_USER} {replication} >{REPLICATION_PASSWORD} ~* &* +@all\n"
     );

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 
 use cluster_controller::engine::{
-    Decision, Desired, Member, NodeState, Observation, Reach, decide,
+    Decision, Desired, Member, NodeState, Observation, Reach, Scope, decide, judge_in,
 };
 use cluster_controller::valkey::{cluster_info, cluster_nodes, info};
 
@@ -104,6 +104,11 @@ impl World {
 
     pub fn decide(&self, desired: Desired) -> Decision {
         decide(&desired, &self.members, &self.observed)
+    }
+
+    /// The decision of a pass that may apply only the rules of `scope`.
+    pub fn decide_in(&self, scope: Scope, desired: Desired) -> Decision {
+        judge_in(scope, &desired, &self.members, &self.observed).decision
     }
 }
 

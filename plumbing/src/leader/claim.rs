@@ -43,6 +43,8 @@ pub struct Claims {
     duration: Duration,
     /// Per Lease (namespace/name): the resourceVersion last read and since when.
     observed: Mutex<HashMap<String, (Option<String>, Instant)>>,
+    /// Per Lease: when this process last wrote it as its holder (created, renewed, taken).
+    written: Mutex<HashMap<String, Instant>>,
 }
 
 /// A claimant identity stable across restarts: `$POD_NAME` (or the host name) and the watch scope.
@@ -66,6 +68,7 @@ impl Claims {
             identity,
             duration: CLAIM_DURATION,
             observed: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         }
     }
 
@@ -74,12 +77,51 @@ impl Claims {
     }
 
     /// Holds the Lease `name` in `namespace` (created owned by `owner`), or says who does.
+    ///
+    /// When the API fails, a Lease this process wrote as its holder less than two thirds of the
+    /// duration ago is still held: no other claimant may take it before it has seen the Lease
+    /// unchanged for a whole duration, so acting on the object meanwhile is as safe as with a
+    /// Lease just read. (What protects the object's data must not stop because the API does.)
     pub async fn claim(
         &self,
         namespace: &str,
         name: &str,
         owner: OwnerReference,
     ) -> Result<Claim, kube::Error> {
+        let key = format!("{namespace}/{name}");
+        match self.claim_now(namespace, name, owner).await {
+            Ok(claim) => Ok(claim),
+            Err(error) if self.written_within(&key, self.duration * 2 / 3) => {
+                tracing::warn!(lease = %key, %error, "the Lease could not be read or renewed; it is still held (renewed recently)");
+                Ok(Claim::Held)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Whether this process wrote the Lease `key` as its holder within `within`.
+    fn written_within(&self, key: &str, within: Duration) -> bool {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .is_some_and(|at| at.elapsed() < within)
+    }
+
+    fn note_written(&self, key: &str, at: Instant) {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_owned(), at);
+    }
+
+    async fn claim_now(
+        &self,
+        namespace: &str,
+        name: &str,
+        owner: OwnerReference,
+    ) -> Result<Claim, kube::Error> {
+        let key = format!("{namespace}/{name}");
         let api: Api<Lease> = Api::namespaced(self.client.clone(), namespace);
         let lease = api.get_opt(name).await?;
         let since = self.observe(namespace, name, lease.as_ref());
@@ -88,8 +130,13 @@ impl Claims {
             holder,
             retry_in: retry_in.max(Duration::from_secs(1)),
         };
+        // Timed from before the write: the Lease says it was renewed no earlier than this.
+        let writing = Instant::now();
         let written = |result: Result<Lease, kube::Error>| match result {
-            Ok(_) => Ok(Claim::Held),
+            Ok(_) => {
+                self.note_written(&key, writing);
+                Ok(Claim::Held)
+            }
             // Someone wrote it since the read: theirs for now; the next pass reads who.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(held_by_other(
                 "another controller (it changed while being claimed)".into(),
@@ -128,7 +175,12 @@ impl Claims {
 
     /// Forgets what it read of a Lease whose object is gone.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.lock().remove(&format!("{namespace}/{name}"));
+        let key = format!("{namespace}/{name}");
+        self.lock().remove(&key);
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&key);
     }
 
     /// Since when the Lease has had the resourceVersion it has now, as this process saw it.
@@ -191,6 +243,53 @@ mod tests {
         assert!(!renewal_due(&renewed_at(990), now, CLAIM_DURATION));
         assert!(renewal_due(&renewed_at(985), now, CLAIM_DURATION));
         assert!(renewal_due(&Lease::default(), now, CLAIM_DURATION));
+    }
+
+    /// The API failing does not take a claim away from its holder while no other claimant could
+    /// have taken it (two thirds of the duration after its last write); after that it does.
+    #[tokio::test]
+    async fn a_claim_written_recently_survives_a_failing_api() {
+        use crate::testing::mock_client;
+        use http::{Method, StatusCode};
+        let (client, mut api) = mock_client();
+        let claims = Claims::new(client, "me/all-namespaces".into());
+        let owner = OwnerReference {
+            api_version: "valkey.io/v1alpha1".into(),
+            kind: "ValkeyCluster".into(),
+            name: "cache".into(),
+            uid: "0000-1".into(),
+            controller: Some(true),
+            ..Default::default()
+        };
+        const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/prod/leases";
+        let failure = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+        let script = tokio::spawn(async move {
+            api.expect(Method::GET, &format!("{LEASE}/cache-claim"))
+                .await
+                .not_found();
+            api.expect(Method::POST, LEASE).await.echo();
+            for _ in 0..2 {
+                api.expect(Method::GET, &format!("{LEASE}/cache-claim"))
+                    .await
+                    .answer(StatusCode::INTERNAL_SERVER_ERROR, &failure);
+            }
+            api.done().await;
+        });
+        let claim = || claims.claim("prod", "cache-claim", owner.clone());
+        assert_eq!(claim().await.ok(), Some(Claim::Held));
+        assert_eq!(
+            claim().await.ok(),
+            Some(Claim::Held),
+            "written just now: still held"
+        );
+        // As if the last write were a whole duration ago.
+        let long_ago = Instant::now()
+            .checked_sub(CLAIM_DURATION)
+            .unwrap_or_else(Instant::now);
+        claims.note_written("prod/cache-claim", long_ago);
+        assert!(claim().await.is_err(), "too long ago: the failure stands");
+        script.await.unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

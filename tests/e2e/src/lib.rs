@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod operator;
 pub mod outside;
 pub mod pool;
+pub mod realnode;
 pub mod record;
 pub mod replication;
 pub mod resharding;
@@ -189,6 +190,33 @@ impl TestNamespace {
         <K as kube::Resource>::DynamicType: Default,
     {
         Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Creates or replaces the Secret `name` holding `password` under the key `password` (the
+    /// shape `spec.auth.passwordSecret` and users' Secrets take by default).
+    pub async fn put_password(&self, name: &str, password: &str) -> Result<()> {
+        let secret = k8s_openapi::api::core::v1::Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    "password".to_owned(),
+                    k8s_openapi::ByteString(password.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        self.api::<k8s_openapi::api::core::v1::Secret>()
+            .patch(
+                name,
+                &kube::api::PatchParams::apply("e2e-test").force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await?;
+        Ok(())
     }
 
     /// `kubectl apply` of a YAML manifest in this namespace.
@@ -510,4 +538,47 @@ pub fn localkube_container_log(pod: &Pod, container: &str) -> Option<String> {
         .collect();
     logs.sort();
     std::fs::read_to_string(&logs.last()?.1).ok()
+}
+
+/// Waits until every ValkeyNode's status describes its current spec with ConfigApplied True:
+/// the running server has every live setting the new release's cluster-controller asked for.
+pub async fn wait_live_settings_applied(ns: &TestNamespace) -> Result<()> {
+    wait_until(
+        Duration::from_secs(90),
+        "every ValkeyNode's live settings applied to its running server",
+        || async move {
+            let nodes = ns
+                .api::<valkey_api::v1alpha1::ValkeyNode>()
+                .list(&kube::api::ListParams::default())
+                .await?;
+            let behind: Vec<String> = nodes
+                .items
+                .iter()
+                .filter_map(|n| {
+                    let status = n.status.clone().unwrap_or_default();
+                    let applied = status
+                        .conditions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|c| c.type_ == "ConfigApplied")
+                        .map(|c| (c.status, c.message));
+                    let current = status.observed_generation == n.metadata.generation;
+                    (!current || applied.as_ref().is_none_or(|(s, _)| s != "True")).then(|| {
+                        format!(
+                            "{}: generation {:?} observed {:?}, ConfigApplied {applied:?}",
+                            kube::ResourceExt::name_any(n),
+                            n.metadata.generation,
+                            status.observed_generation
+                        )
+                    })
+                })
+                .collect();
+            Ok(if behind.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(behind.join("; "))
+            })
+        },
+    )
+    .await
 }

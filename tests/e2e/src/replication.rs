@@ -472,6 +472,7 @@ impl ServiceWriter {
                         if replicated {
                             acks.replicated.insert(key.clone(), value.clone());
                         }
+                        acks.acked_at.insert(key.clone(), now);
                         acks.plain.insert(key, value);
                     }
                     None => {

@@ -189,6 +189,7 @@ async fn bench_failover() -> Result<()> {
                 operation: Operation::Idle,
                 fault: fault.clone(),
                 window: Duration::from_secs(2),
+                writers: 1,
             };
             let scenario = if valkey == "8.0" {
                 on_9.on_valkey_8()

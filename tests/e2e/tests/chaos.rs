@@ -148,6 +148,14 @@ fn faults() -> Vec<(&'static str, Fault)> {
             },
         ),
         ("apiserver-restart", Fault::RestartApiServer),
+        ("delete-secret", Fault::DeletePasswordSecret),
+        (
+            "operator-held-restart-in-place",
+            Fault::OperatorHeldDown {
+                seconds: 30,
+                during: Box::new(Fault::RestartPrimaryInPlace),
+            },
+        ),
     ]
 }
 
@@ -160,6 +168,7 @@ fn named() -> Vec<Scenario> {
         operation: Operation::Idle,
         fault,
         window: Duration::from_secs(3),
+        writers: 1,
     };
     vec![
         // The operator's pod and one replica lose their primary; everyone else still sees it.
@@ -179,6 +188,26 @@ fn named() -> Vec<Scenario> {
             "empty-restart-in-place",
             SPEC_EPHEMERAL,
             Fault::RestartPrimaryInPlace,
+        ),
+        // The same with six clients writing at full speed: the emptied primary must take none
+        // of their writes before the operator has judged it (they would be lost in the handover).
+        Scenario {
+            writers: 6,
+            ..idle(
+                "empty-restart-under-load",
+                SPEC_EPHEMERAL,
+                Fault::RestartPrimaryInPlace,
+            )
+        },
+        // The same with the operator held down meanwhile: the emptied primary stays closed, its
+        // replica keeps the data, and the handover comes when the operator goes on.
+        idle(
+            "operator-held-empty-restart",
+            SPEC_EPHEMERAL,
+            Fault::OperatorHeldDown {
+                seconds: 30,
+                during: Box::new(Fault::RestartPrimaryInPlace),
+            },
         ),
         // The user's cluster-node-timeout of 30 s: the operator waits for Valkey's own judgement.
         idle(
@@ -202,6 +231,13 @@ fn named() -> Vec<Scenario> {
                 stale_seconds: 75,
                 paused_seconds: 30,
             },
+        ),
+        // No persistence: a primary's replica restarts empty and full-syncs (slowed), while the
+        // primary's node is drained. The primary stays until its replica holds the data.
+        idle(
+            "drain-during-full-sync",
+            SPEC_EPHEMERAL,
+            Fault::DrainDuringFullSync,
         ),
         // One member out for 10 minutes while another shard's primary restarts: that shard is
         // repaired meanwhile.
@@ -251,6 +287,7 @@ fn cross(kind: Kind, operations: Operations) -> Vec<Scenario> {
                     operation: operation.clone(),
                     fault: fault.clone(),
                     window,
+                    writers: 1,
                 });
             }
         }
@@ -318,7 +355,9 @@ async fn quick_faults_of_one_cluster() -> Result<()> {
             "scale-out.kill-operator-1",
             "roll.delete-primary",
             "named.partial-partition",
-            "named.empty-restart-in-place",
+            "named.empty-restart-under-load",
+            "named.operator-held-empty-restart",
+            "idle.delete-secret",
             "named.member-out-90-seconds",
             "named.partial-partition.on-8.0",
         ],
@@ -350,6 +389,7 @@ async fn quick_faults_of_the_whole_cluster() -> Result<()> {
         &[
             "scale-out.apiserver-restart",
             "named.partial-zone-partition",
+            "named.drain-during-full-sync",
         ],
         12,
     )

@@ -9,8 +9,12 @@
 //! because the primary is alive (a takeover without a vote is not needed) but a planned failover
 //! waits for the replica to catch up with the primary's offset, which a replica of another
 //! history never does. The emptied node then follows the new primary and resyncs from it.
-//! Writes the emptied node accepted since it came back are lost; the alternative is losing the
-//! shard's data.
+//!
+//! Which node lacks the data is judged from the replication history (see
+//! [`safety::restart_would_lose`]), never from key counts. And the emptied node takes no write
+//! meanwhile: a server that keeps no data starts with its clients' users off, like the
+//! replication user, until the engine admits it (see the fence), so nothing it accepts can be
+//! lost by the handover.
 
 use std::cmp::Reverse;
 
@@ -49,11 +53,13 @@ pub(super) fn emptied_primaries(t: &Topology) -> Option<Decision> {
             .iter()
             .filter(|r| r.primary_id() == Some(primary.id()))
             .filter(|r| r.state.history().is_some_and(|h| lacks(&h)))
+            // The one furthest along the shard's history (offsets of one history compare; key
+            // counts only break a tie).
             .max_by_key(|r| {
                 (
                     r.staying(),
-                    r.state.keys(),
                     r.state.replication_offset(),
+                    r.state.keys(),
                     Reverse(r.name()),
                 )
             });
@@ -73,9 +79,9 @@ fn takes_over(primary: &Live, replica: &Live) -> Decision {
         },
         Reason::PrimaryRestartedEmpty,
         format!(
-            "{p} came back without the data its replica {r} holds ({pk} keys, against {rk}, \
-             and less of their replication history); {r} takes over before {p} can serve it, and \
-             {p} resyncs from {r} (writes {p} accepted since it came back are lost)",
+            "{p} came back without the data its replica {r} holds (a replication history of its \
+             own, without an append-only file, against {rk} keys of the shard's history; it holds \
+             {pk}); {r} takes over before {p} serves anyone, and {p} resyncs from {r}",
             p = primary.name(),
             pk = primary.state.keys(),
             r = replica.name(),

@@ -144,10 +144,11 @@ pub(super) fn strangers(t: &Topology) -> Option<Decision> {
             let lost = format!(
                 "slots {slots} were served by node {id}, which failed with no replica left"
             );
-            if !t.desired.lost_slots.allows(&slots) {
+            let Some(permit) = t.desired.lost_slots.permits(&slots) else {
                 return Some(lost_slots(&slots, &lost));
-            }
-            return Some(Decision::forced(
+            };
+            return Some(Decision::lossy(
+                permit,
                 Action::Forget {
                     on: on.clone(),
                     node_id: id.clone(),

@@ -23,30 +23,96 @@
 
 use crate::engine::decision::{Action, Decision, Reason};
 use crate::engine::safety;
+use crate::valkey::slots::SlotSet;
 
 use super::topology::{Live, Topology};
 
 pub(super) fn admit(t: &Topology, user: Option<&str>) -> Option<Decision> {
     let user = user?;
-    t.live.iter().find_map(|l| {
-        if l.state.replication_admitted() != Some(false)
-            || mistaken_for_another(t, l)
-            || could_feed_a_richer_replica(t, l)
-        {
-            return None;
-        }
-        Some(Decision::act(
-            Action::AdmitReplication {
-                on: l.node_ref(),
-                user: user.to_owned(),
-            },
-            Reason::Converging,
-            format!(
-                "{} is settled in the cluster; it may now serve replicas",
-                l.name()
+    let settled: Vec<&Live<'_>> = t
+        .live
+        .iter()
+        .filter(|l| {
+            l.state.replication_admitted() == Some(false)
+                && !mistaken_for_another(t, l)
+                && !could_feed_a_richer_replica(t, l)
+        })
+        .collect();
+    // One that restarted without its data, with no copy anywhere, is decided on its own.
+    if let Some((l, slots)) = settled
+        .iter()
+        .find_map(|l| Some((*l, lost_everything(t, l)?)))
+    {
+        let lost = format!(
+            "{} restarted without its data, and no replica holds slots {slots}",
+            l.name()
+        );
+        return Some(match t.desired.lost_slots.permits(slots) {
+            None => super::failure::lost_slots(slots, &lost),
+            Some(permit) => Decision::lossy(
+                permit,
+                Action::AdmitReplication {
+                    on: l.node_ref(),
+                    also: Vec::new(),
+                    user: user.to_owned(),
+                },
+                Reason::SlotsLost,
+                format!(
+                    "{lost}: their data is lost, as the user accepted; {} serves them again, \
+                     empty",
+                    l.name()
+                ),
             ),
-        ))
-    })
+        });
+    }
+    // Every other settled node at once: after a mass restart, one per look would keep replicas
+    // unsynced, and clients away, for minutes at hundreds of members.
+    let (first, rest) = settled.split_first()?;
+    let names: Vec<&str> = settled.iter().map(|l| l.name()).collect();
+    Some(Decision::act(
+        Action::AdmitReplication {
+            on: first.node_ref(),
+            also: rest.iter().map(|l| l.node_ref()).collect(),
+            user: user.to_owned(),
+        },
+        Reason::Converging,
+        format!(
+            "{} {} settled in the cluster; {} may now serve replicas and clients",
+            names.join(", "),
+            if names.len() == 1 { "is" } else { "are" },
+            if names.len() == 1 { "it" } else { "they" },
+        ),
+    ))
+}
+
+/// The slots `candidate` serves, when it restarted without their data and nothing else holds
+/// it: no persistence, a history of its own (it loaded nothing), in a cluster that had formed and
+/// held keys, and every other member of its shard answers, empty, claiming none of them (a
+/// shard-mate with keys, or one that just took the slots over, holds them; one that does not
+/// answer might). Serving them would answer "no such key" for data the cluster had: the same
+/// loss as a shard whose every member is gone.
+fn lost_everything<'a>(t: &Topology, candidate: &Live<'a>) -> Option<&'a SlotSet> {
+    let slots = candidate.slots();
+    let history = candidate.state.history()?;
+    let shard = candidate.member.shard;
+    let mates_hold_nothing = t
+        .members
+        .iter()
+        .filter(|m| m.shard == shard && m.name != candidate.name())
+        .all(|m| {
+            t.live
+                .iter()
+                .any(|l| l.name() == m.name && l.state.keys() == 0 && l.slots().is_disjoint(slots))
+        });
+    (candidate.is_primary()
+        && !slots.is_empty()
+        && !t.desired.persistent
+        && t.desired.formed
+        && t.desired.held_keys
+        && !history.aof
+        && history.started_fresh()
+        && mates_hold_nothing)
+        .then_some(slots)
 }
 
 /// Whether some member's view has a replica of a different node at `candidate`'s address: the

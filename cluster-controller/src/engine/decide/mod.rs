@@ -68,12 +68,42 @@ pub struct Verdict {
     pub health: Option<Health>,
 }
 
+/// Which of the rules a look may apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every rule: the Kubernetes side is in step with the spec.
+    Everything,
+    /// Only the rules that protect data, which run whatever else is wrong (a Secret missing, an
+    /// apply failing, the spec unreadable): a failed primary's slots taken over when no election
+    /// can happen, a primary back without its data handing over to the replica that holds it,
+    /// and settled servers admitted (the fence's own checks). Nothing that follows the spec.
+    /// With none of them to apply, the look is steady as far as this scope goes.
+    Safety,
+}
+
 /// [`decide`], [`bindings`] and [`health`] at once, from one topology: building it (every
 /// member's view of every other, indexed) is most of a decision's cost at hundreds of members,
 /// and a pass needs all three of the same look.
 pub fn judge(desired: &Desired, members: &[Member], observed: &Observation) -> Verdict {
+    judge_in(Scope::Everything, desired, members, observed)
+}
+
+/// [`judge`] with only the rules of `scope`.
+pub fn judge_in(
+    scope: Scope,
+    desired: &Desired,
+    members: &[Member],
+    observed: &Observation,
+) -> Verdict {
     let t = Topology::new(desired, members, observed);
-    let decision = check_spec(desired, members).unwrap_or_else(|| decide_on(&t, observed));
+    let decision = match scope {
+        Scope::Everything => {
+            check_spec(desired, members).unwrap_or_else(|| decide_on(&t, observed))
+        }
+        Scope::Safety => {
+            protect(&t, observed).unwrap_or_else(|| Decision::Steady(health::health(&t)))
+        }
+    };
     let health = match &decision {
         Decision::Steady(health) => Some(health.clone()),
         _ => (desired.shards > 0).then(|| health::health(&t)),
@@ -83,6 +113,13 @@ pub fn judge(desired: &Desired, members: &[Member], observed: &Observation) -> V
         bindings: t.bindings(),
         health,
     }
+}
+
+/// The rules of [`Scope::Safety`], in the order [`decide_on`] tries them.
+fn protect(t: &Topology, observed: &Observation) -> Option<Decision> {
+    failure::failing_primaries(t)
+        .or_else(|| emptied::emptied_primaries(t))
+        .or_else(|| fence::admit(t, observed.fence_user.as_deref()))
 }
 
 /// The rules, in order, over a topology of a spec [`check_spec`] accepted.

@@ -66,7 +66,7 @@ fn restart_alone(t: &Topology, primary: &Live, remaining: usize) -> Decision {
         );
     }
     let slots = primary.slots();
-    if !t.desired.lost_slots.allows(slots) {
+    let Some(permit) = t.desired.lost_slots.permits(slots) else {
         return Decision::blocked(
             Reason::RestartWouldLoseData,
             format!(
@@ -78,8 +78,9 @@ fn restart_alone(t: &Topology, primary: &Live, remaining: usize) -> Decision {
                 primary.state.keys()
             ),
         );
-    }
-    Decision::forced(
+    };
+    Decision::lossy(
+        permit,
         Action::AllowRestart {
             member: primary.name().to_owned(),
         },

@@ -261,7 +261,8 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
     // before and every slot lost its owner (every node came back empty).
     let forming =
         t.live.iter().all(|l| l.state.keys() == 0) && !(t.desired.formed && assigned.is_empty());
-    if !forming && !t.desired.lost_slots.allows(&unassigned) {
+    let permit = t.desired.lost_slots.permits(&unassigned);
+    if !forming && permit.is_none() {
         return Some(super::failure::lost_slots(
             &unassigned,
             &format!("slots {unassigned} have no owner"),
@@ -286,14 +287,14 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
         on: primary.node_ref(),
         slots: slots.clone(),
     };
-    Some(if forming {
-        Decision::act(
+    Some(match permit.filter(|_| !forming) {
+        None => Decision::act(
             action,
             Reason::Forming,
             format!("assigning slots {slots} to {}", primary.name()),
-        )
-    } else {
-        Decision::forced(
+        ),
+        Some(permit) => Decision::lossy(
+            permit,
             action,
             Reason::SlotsLost,
             format!(
@@ -301,7 +302,7 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
                  serving them again, empty, on {}",
                 primary.name()
             ),
-        )
+        ),
     })
 }
 

@@ -71,7 +71,8 @@ pub(super) fn for_failed_primary(
             format!("waiting for {} to take over", names(electors)),
         );
     }
-    let accepted = t.desired.lost_slots.allows(slots);
+    let permit = t.desired.lost_slots.permits(slots);
+    let accepted = permit.is_some();
     let mut eligible = Vec::new();
     let mut refusals = Refusals::default();
     for candidate in staying {
@@ -138,20 +139,25 @@ pub(super) fn for_failed_primary(
             ),
         );
     }
-    Decision::forced(
-        Action::Takeover {
-            on_replica: best.node_ref(),
-            failed: id.clone(),
-        },
-        Reason::FailingOver,
-        format!(
-            "primary {id} of slots {slots} has been silent for {} s and no election can happen \
-             ({reachable} of {size} primaries can vote); {} takes over without a vote, and \
-             writes it had not received are lost",
-            silent_ms / 1000,
-            best.name()
-        ),
-    )
+    let takeover = Action::Takeover {
+        on_replica: best.node_ref(),
+        failed: id.clone(),
+    };
+    let message = format!(
+        "primary {id} of slots {slots} has been silent for {} s and no election can happen \
+         ({reachable} of {size} primaries can vote); {} takes over without a vote, and writes it \
+         had not received are lost",
+        silent_ms / 1000,
+        best.name()
+    );
+    // Taken on the user's word only when the ordinary rules would not take it: the primaries
+    // out of sight could be a majority, or the replica is too stale for Valkey.
+    let link = best.state.link_age().unwrap_or(LinkAge::Never);
+    let on_the_users_word = unseen >= quorum || safety::too_stale(settings, link);
+    match permit.filter(|_| on_the_users_word) {
+        Some(permit) => Decision::lossy(permit, takeover, Reason::FailingOver, message),
+        None => Decision::forced(takeover, Reason::FailingOver, message),
+    }
 }
 
 enum Refusal {

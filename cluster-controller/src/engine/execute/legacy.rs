@@ -13,9 +13,9 @@ use futures::future::join_all;
 use redis::Value;
 use tokio::time::Instant;
 
-use crate::client::ValkeyClient;
+use crate::client::{ClientError, ValkeyClient};
 use crate::plan::migration::command::{
-    countkeysinslot_args, getkeysinslot_args, migrate_args, to_cmd,
+    Direction, countkeysinslot_args, getkeysinslot_args, migrate_args, to_cmd,
 };
 use crate::plan::migration::legacy::{Blocked, Observed, Step, next_step};
 use crate::valkey::cluster_nodes::{ClusterNodes, NodeId};
@@ -182,9 +182,14 @@ async fn take(
             expect_ok(&reply, "CLUSTER SETSLOT")
         }
         Step::MigrateKeys { from, to } => {
+            let direction = if from == m.source.id {
+                Direction::Forward
+            } else {
+                Direction::Back
+            };
             let from = participant(m, &from, slot)?;
             let to = participant(m, &to, slot)?;
-            migrate_batch(client, from, to, slot, config).await
+            migrate_batch(client, from, to, slot, direction, config).await
         }
         Step::Done | Step::RolledBack | Step::Blocked(_) => Ok(()),
     }
@@ -228,6 +233,7 @@ async fn migrate_batch(
     from: &NodeRef,
     to: &NodeRef,
     slot: Slot,
+    direction: Direction,
     config: &ExecuteConfig,
 ) -> Result<(), EngineError> {
     let reply = client
@@ -255,6 +261,7 @@ async fn migrate_batch(
         timeout_ms,
         config.migrate_auth.as_ref(),
         &keys,
+        direction,
     );
     // The command may wait for the destination for up to its own timeout.
     let reply = client
@@ -263,7 +270,22 @@ async fn migrate_batch(
             &to_cmd(&args),
             config.command_timeout + config.migrate_timeout,
         )
-        .await?;
+        .await
+        .map_err(|error| match error {
+            ClientError::Server { ref message, .. } if message.contains("BUSYKEY") => {
+                EngineError::UnexpectedReply {
+                    command: format!("MIGRATE back from {} to {}", from.member, to.member),
+                    reply: format!(
+                        "a key of slot {slot} is on both (BUSYKEY): {} served the slot as its \
+                         own meanwhile, so its copy is the one clients wrote last, and the \
+                         operator does not overwrite it. Remove the stale copy from {} \
+                         (CLUSTER GETKEYSINSLOT {slot}, then DEL) and the move is undone",
+                        to.member, from.member
+                    ),
+                }
+            }
+            other => other.into(),
+        })?;
     match value::text(&reply).as_deref() {
         Some("OK" | "NOKEY") => Ok(()),
         _ => Err(unexpected("MIGRATE", &reply)),

@@ -93,15 +93,14 @@ pub async fn execute(
             Ok(Outcome::Done)
         }
         Action::Failover { on_replica, .. } => failover(client, on_replica, None, config).await,
-        Action::AdmitReplication { on, user } => {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER").arg(user).arg("on");
-            ok(
-                client
-                    .command(on.address, &cmd, config.command_timeout)
-                    .await?,
-                "ACL SETUSER",
-            )
+        Action::AdmitReplication { on, also, user } => {
+            let admissions = std::iter::once(on)
+                .chain(also)
+                .map(|node| admit(client, node.address, user, config.command_timeout));
+            for admitted in futures::future::join_all(admissions).await {
+                admitted?;
+            }
+            Ok(Outcome::Done)
         }
         Action::ForcedFailover { on_replica, .. } => {
             failover(client, on_replica, Some("FORCE"), config).await
@@ -111,6 +110,41 @@ pub async fn execute(
         }
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
     }
+}
+
+/// Admits the server at `address`: every user it holds is switched on, the fenced replication
+/// user `fence_user` last. The users a server starts with off are the fenced ones (the replication
+/// user, and the clients of a server that keeps no data): the replication user being on is what
+/// says the server was admitted, so it goes last, and an admission cut short is taken again.
+/// Every mode's engine admits its servers this way.
+pub async fn admit(
+    client: &impl ValkeyClient,
+    address: std::net::SocketAddr,
+    fence_user: &str,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    let mut list = redis::cmd("ACL");
+    list.arg("USERS");
+    let reply = client.command(address, &list, timeout).await?;
+    let users: Vec<String> = match &reply {
+        Value::Array(items) | Value::Set(items) => items
+            .iter()
+            .filter_map(crate::valkey::value::text)
+            .collect(),
+        other => {
+            return Err(EngineError::UnexpectedReply {
+                command: "ACL USERS".into(),
+                reply: crate::valkey::value::describe(other),
+            });
+        }
+    };
+    let others = users.iter().filter(|u| u.as_str() != fence_user);
+    for user in others.map(String::as_str).chain([fence_user]) {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(user).arg("on");
+        ok(client.command(address, &cmd, timeout).await?, "ACL SETUSER")?;
+    }
+    Ok(Outcome::Done)
 }
 
 fn ok(reply: Value, command: &str) -> Result<Outcome, EngineError> {

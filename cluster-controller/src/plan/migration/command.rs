@@ -65,17 +65,30 @@ pub fn countkeysinslot_args(slot: Slot) -> Vec<String> {
     vec!["CLUSTER".into(), "COUNTKEYSINSLOT".into(), slot.to_string()]
 }
 
-/// `MIGRATE <host> <port> "" 0 <timeout> REPLACE [AUTH ..|AUTH2 ..] KEYS <key>...`.
-///
-/// REPLACE because the sender's copy is the live one: while a slot is open, a key exists on
-/// the target only if MIGRATE put it there or it was created there after an ASK redirect for a
-/// key the source did not have, so a same-named key on the destination is a stale left-over.
+/// Which way keys move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the source to the target, with REPLACE: the sender's copy is the live one. While a
+    /// slot is open, a key exists on the target only if MIGRATE put it there or it was created
+    /// there after an ASK redirect for a key the source did not have, so a same-named key on the
+    /// destination is a stale left-over.
+    Forward,
+    /// Back from the target to the source, an aborted move, without REPLACE: a same-named key
+    /// on the source means the source served the slot as its own meanwhile (it lost its
+    /// MIGRATING marker: a failover to its replica, which never had it), and its copy is the one
+    /// clients wrote last. Valkey answers BUSYKEY rather than overwrite it.
+    Back,
+}
+
+/// `MIGRATE <host> <port> "" 0 <timeout> [REPLACE] [AUTH ..|AUTH2 ..] KEYS <key>...`
+/// (REPLACE going [`Direction::Forward`] only).
 pub fn migrate_args(
     host: &str,
     port: u16,
     timeout_ms: u64,
     auth: Option<&MigrateAuth>,
     keys: &[Vec<u8>],
+    direction: Direction,
 ) -> Vec<Vec<u8>> {
     let mut args: Vec<Vec<u8>> = [
         "MIGRATE",
@@ -84,11 +97,13 @@ pub fn migrate_args(
         "",
         "0",
         &timeout_ms.to_string(),
-        "REPLACE",
     ]
     .iter()
     .map(|a| a.as_bytes().to_vec())
     .collect();
+    if direction == Direction::Forward {
+        args.push(b"REPLACE".to_vec());
+    }
     match auth {
         Some(MigrateAuth::Password(password)) => {
             args.extend([b"AUTH".to_vec(), password.as_bytes().to_vec()]);
@@ -166,8 +181,9 @@ mod tests {
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect::<Vec<_>>()
         };
+        let forward = Direction::Forward;
         assert_eq!(
-            text(migrate_args("10.0.0.1", 6379, 5000, None, &keys)),
+            text(migrate_args("10.0.0.1", 6379, 5000, None, &keys, forward)),
             [
                 "MIGRATE", "10.0.0.1", "6379", "", "0", "5000", "REPLACE", "KEYS", "k1", "{t}:2"
             ]
@@ -176,7 +192,7 @@ mod tests {
             username: "op".into(),
             password: "s3cret".into(),
         };
-        let args = text(migrate_args("h", 1, 2, Some(&auth), &keys));
+        let args = text(migrate_args("h", 1, 2, Some(&auth), &keys, forward));
         assert_eq!(args[7..10], ["AUTH2", "op", "s3cret"]);
         assert!(!format!("{auth:?}").contains("s3cret"));
         let args = text(migrate_args(
@@ -185,8 +201,12 @@ mod tests {
             2,
             Some(&MigrateAuth::Password("p".into())),
             &[],
+            forward,
         ));
         assert_eq!(args[7..], ["AUTH", "p", "KEYS"]);
+        // Back to the source of an aborted move: never over a key the source holds.
+        let back = text(migrate_args("h", 1, 2, None, &keys, Direction::Back));
+        assert_eq!(back[..7], ["MIGRATE", "h", "1", "", "0", "2", "KEYS"]);
     }
 
     #[test]

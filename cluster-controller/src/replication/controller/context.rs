@@ -33,6 +33,10 @@ pub struct Context {
     pub claims: Claims,
     /// Valkey actions that failed in a row, per replication.
     pub action_failures: Backoff,
+    /// Kubernetes stages that failed in a row, per replication (see `controller::stop`).
+    pub stage_failures: Backoff,
+    /// Reconcile and action metrics, beside the shell's.
+    pub metrics: plumbing::Metrics,
     /// Per replication: one engine per operator password (it keeps connections between passes),
     /// and the memory (its servers' users, the operator's passwords, the other holder).
     kept: Kept<Engine<RedisClient>>,
@@ -50,6 +54,7 @@ impl Context {
         services: Store<Service>,
         settings: Settings,
         claims: Claims,
+        metrics: plumbing::Metrics,
     ) -> Self {
         Self {
             client,
@@ -59,6 +64,8 @@ impl Context {
             settings,
             claims,
             action_failures: Backoff::default(),
+            stage_failures: Backoff::default(),
+            metrics,
             kept: Kept::default(),
             pod_monitors: KindPresence::default(),
             budgets: Applied::default(),

@@ -57,6 +57,23 @@ pub fn spec(replication: &ValkeyReplication) -> Spec {
     }
 }
 
+/// How many replicas a primary must hear from to take a write (`spec.minReplicasToWrite`; see its
+/// description for the default and why).
+pub fn min_replicas_to_write(replication: &ValkeyReplication) -> i32 {
+    let replicas = replication.spec.replicas.max(0);
+    match replication.spec.min_replicas_to_write {
+        Some(wanted) => wanted.clamp(0, replicas),
+        None if replicas >= 2 => 1,
+        None => 0,
+    }
+}
+
+/// Within how many seconds: half of `spec.failoverAfterSeconds`, at least 1, so that a primary
+/// cut off from its replicas refuses writes well before the operator may promote one.
+pub fn min_replicas_max_lag(replication: &ValkeyReplication) -> i32 {
+    (replication.spec.failover_after_seconds / 2).max(1)
+}
+
 /// Every member the spec wants, by index.
 pub fn members(replication: &ValkeyReplication, auth: &NodeAuth) -> Vec<DesiredMember> {
     let wanted = spec(replication).replicas;
@@ -103,6 +120,14 @@ pub fn desired_node(
             // nothing for spec.failoverAfterSeconds proves the primary silent (Valkey's 10 s
             // default would make a live, idle primary look lost).
             ("repl-ping-replica-period".to_owned(), "1".to_owned()),
+            (
+                "min-replicas-to-write".to_owned(),
+                min_replicas_to_write(replication).to_string(),
+            ),
+            (
+                "min-replicas-max-lag".to_owned(),
+                min_replicas_max_lag(replication).to_string(),
+            ),
         ]),
     };
     Some(server_node(&settings, parts, auth, None))
@@ -135,6 +160,47 @@ mod tests {
             assert_eq!(exporter.image, "oliver006/redis_exporter:v1.45.0");
             assert!(exporter.resources.is_some_and(|r| r.limits.is_some()));
         }
+    }
+
+    /// A primary cut off from its replicas refuses writes before the operator may promote one:
+    /// on by default with two replicas or more, off with one (each of its restarts would stop
+    /// every write), at most `replicas`; the lag is half of failoverAfterSeconds.
+    #[test]
+    fn a_primary_cut_from_its_replicas_refuses_writes_before_a_promotion() {
+        let setting = |change: &dyn Fn(&mut ValkeyReplication), key: &str| {
+            let mut r = replication(REPLICATION);
+            change(&mut r);
+            members(&r, &NodeAuth::of("orders"))[0]
+                .node
+                .spec
+                .config
+                .clone()
+                .unwrap_or_default()
+                .get(key)
+                .cloned()
+        };
+        let two_replicas = |_: &mut ValkeyReplication| {};
+        assert_eq!(
+            setting(&two_replicas, "min-replicas-to-write").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            setting(&two_replicas, "min-replicas-max-lag").as_deref(),
+            Some("5")
+        );
+        let one = |r: &mut ValkeyReplication| r.spec.replicas = 1;
+        assert_eq!(setting(&one, "min-replicas-to-write").as_deref(), Some("0"));
+        let off = |r: &mut ValkeyReplication| {
+            r.spec.min_replicas_to_write = Some(0);
+            r.spec.failover_after_seconds = 3;
+        };
+        assert_eq!(setting(&off, "min-replicas-to-write").as_deref(), Some("0"));
+        assert_eq!(setting(&off, "min-replicas-max-lag").as_deref(), Some("1"));
+        let both = |r: &mut ValkeyReplication| r.spec.min_replicas_to_write = Some(2);
+        assert_eq!(
+            setting(&both, "min-replicas-to-write").as_deref(),
+            Some("2")
+        );
     }
 
     #[test]

@@ -27,7 +27,15 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (nodes, writer) = reflector::store();
     let (services, _) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
-    let ctx = Context::new(client, events, nodes, services, Default::default(), claims);
+    let ctx = Context::new(
+        client,
+        events,
+        nodes,
+        services,
+        Default::default(),
+        claims,
+        plumbing::Metrics::default(),
+    );
     // No PodMonitor kind: scripted passes make no discovery request (see `monitoring`).
     ctx.pod_monitors.assume(false);
     (ctx, api, writer)

@@ -63,6 +63,7 @@ pub fn start(
         services.store(),
         settings,
         claims,
+        handles.metrics.clone(),
     );
     handles.run_as(
         CONTROLLER,

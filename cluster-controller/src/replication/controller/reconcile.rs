@@ -1,8 +1,10 @@
-//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → secrets (the shared
-//! stage) → observe (its ValkeyNodes from the cache) → desired (every member's ValkeyNode) →
-//! apply (member nodes) → access (every member's users, live) → the engine (observe Valkey,
-//! decide) → record a chosen primary → act (one Valkey command or Kubernetes action) → the
-//! Services → report (Events and status).
+//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → prepare: secrets (the
+//! shared stage) → TLS → desired (every member's ValkeyNode) → apply (member nodes) → then access
+//! (every member's users, live) → the engine (observe Valkey, decide) → record a chosen primary →
+//! act (one Valkey command or Kubernetes action) → the Services → report (Events and status).
+//!
+//! When a stage of `prepare` cannot go on (a Secret missing, the API failing), the engine still
+//! runs its data-safety rules ([`protect`]), and the Services still follow the primary.
 
 use std::time::Duration;
 
@@ -20,18 +22,16 @@ use super::context::Context;
 use super::status::Outcome;
 use super::{desired, observe, report, services};
 use crate::controller::apply::{allow_restart, apply_members, delete_node};
+use crate::controller::context::ClusterMemory;
 use crate::controller::error::{Error, api_error};
 use crate::controller::labels::FIELD_MANAGER;
 use crate::controller::reconcile::{after_step, claim_for};
 use crate::controller::secrets::{self, Parent, Tools};
-use crate::controller::status::Problem;
+use crate::controller::stop::{Stop, stopped};
 use crate::controller::{access, members, monitoring, tls};
-use crate::engine::Outcome as StepOutcome;
-use crate::replication::engine::{Action, Decision, decide, health};
+use crate::engine::{Outcome as StepOutcome, Scope};
+use crate::replication::engine::{Action, Decision, decide, decide_in, health};
 
-/// How soon a replication whose Secrets (its own, or its TLS certificate) are missing is looked
-/// at again.
-const RETRY_AUTH_PROBLEM: Duration = Duration::from_secs(15);
 /// The field manager of the annotation that asks the node-controller to look at once.
 const OBSERVE_MANAGER: &str = "valkey-replication-controller-observe";
 
@@ -40,25 +40,11 @@ pub fn claim_name(name: &str) -> String {
     format!("{name}-replication-controller")
 }
 
-/// Reports what a person must fix before the pass can go on (a Secret, a TLS setting), keeping the
-/// recorded primary and the password Secret's name, and looks again soon.
-async fn stop_for(
-    ctx: &Context,
-    replication: &ValkeyReplication,
-    problem: Problem,
-    recorded: Option<&str>,
-) -> Result<Requeue, Error> {
-    let outcome = Outcome::Problem {
-        problem,
-        health: None,
-    };
-    let password = replication
-        .status
-        .as_ref()
-        .and_then(|s| s.password_secret_name.as_deref());
-    let new = report::status_of(replication, &outcome, recorded, password);
-    report::write_status(ctx, replication, new).await?;
-    Ok(Requeue::requeue(RETRY_AUTH_PROBLEM))
+/// What `prepare` gives the rest of a pass that follows the spec.
+struct Prepared {
+    auth: secrets::Auth,
+    served: Option<tls::Served>,
+    desired: Vec<crate::controller::desired::DesiredMember>,
 }
 
 pub async fn pass(
@@ -71,62 +57,33 @@ pub async fn pass(
     if let Some(requeue) = claim_for(&ctx.claims, &ctx.events, replication, lease, &memory).await? {
         return Ok(requeue);
     }
-    let tools = Tools {
-        client: &ctx.client,
-        events: &ctx.events,
-        rotation_grace: ctx.settings.password_rotation_grace,
-    };
-    let status = replication.status.as_ref();
-    let parent = Parent {
-        object: replication,
-        label: REPLICATION_LABEL,
-        auth: &replication.spec.auth,
-        reason: status.and_then(|s| s.reason.as_deref()),
-        message: status.and_then(|s| s.message.as_deref()),
-    };
-    let recorded = status.and_then(|s| s.primary.clone());
-    let auth = match secrets::ensure_for(&tools, &parent, &memory).await? {
-        Ok(auth) => auth,
-        Err(problem) => return stop_for(ctx, replication, problem, recorded.as_deref()).await,
-    };
-
-    // TLS as for a cluster: the same Secrets, certificate and CA (see `controller::tls`).
-    let served = match tls::unsupported(&replication.spec.tls) {
-        Some(problem) => Err(problem),
-        None => {
-            tls::ensure_for(
-                &tools,
-                &parent,
-                &replication.spec.tls,
-                tls::DEFAULT_CERTIFICATE_LIFETIME,
-            )
-            .await?
-        }
-    };
-    let served = match served {
-        Ok(served) => served,
-        Err(problem) => return stop_for(ctx, replication, problem, recorded.as_deref()).await,
-    };
-    let mut node_auth = auth.node.clone();
-    node_auth.tls = served.as_ref().map(|s| s.node.clone());
-    let trust = served.as_ref().map(|s| &s.trust);
-
+    let recorded = recorded_primary(replication, &memory);
     let existing = observe::member_nodes(&ctx.nodes, replication);
-    let desired = desired::members(replication, &node_auth);
     let api: Api<ValkeyNode> = Api::namespaced(
         ctx.client.clone(),
         &replication.namespace().unwrap_or_default(),
     );
-    // Before the first primary is chosen there is no data to protect: no restart gate.
-    apply_members(
-        &api,
-        &ctx.events,
+    let prepared = prepare(
+        ctx,
         replication,
-        &desired,
+        key,
+        &memory,
         &existing,
+        &api,
         recorded.is_none(),
-    )
-    .await?;
+    );
+    let Prepared {
+        auth,
+        served,
+        desired,
+    } = match prepared.await {
+        Ok(prepared) => prepared,
+        Err(stop) => {
+            return protect(ctx, replication, key, &memory, stop, &existing, recorded).await;
+        }
+    };
+    ctx.stage_failures.succeeded(key);
+    let trust = served.as_ref().map(|s| &s.trust);
 
     let members = observe::engine_members(&existing);
     let engine = ctx.engine(key, &auth.credentials, trust);
@@ -153,7 +110,7 @@ pub async fn pass(
             health: &health,
         };
         let intent = report::status_of(&current, &outcome, primary.as_deref(), password);
-        current = report::write_status(ctx, &current, intent).await?;
+        current = report::write_status(ctx, &memory, &current, intent).await?;
     }
 
     let result = match decision.action() {
@@ -168,7 +125,10 @@ pub async fn pass(
     apply_services(ctx, replication, primary.as_deref()).await?;
     // The budget serves drains, not the replication itself: a failure to apply it is logged and
     // the pass goes on.
-    if let Err(error) = apply_budget(ctx, replication, key).await {
+    // No member may go while a wanted replica does not hold the primary's data (or the primary
+    // is unknown: the replicas may hold the only copies).
+    let held = health.primary.is_none() || health.replicas_in_step < health.replicas_wanted;
+    if let Err(error) = apply_budget(ctx, replication, key, held).await {
         tracing::warn!(%error, "the disruption budget could not be applied");
     }
     if let Some(parent) = monitoring::Parent::of(replication, "replication", REPLICATION_LABEL) {
@@ -212,7 +172,162 @@ pub async fn pass(
         },
     };
     let new = report::status_of(&current, &outcome, primary.as_deref(), password);
-    report::write_status(ctx, &current, new).await?;
+    report::write_status(ctx, &memory, &current, new).await?;
+    Ok(Requeue::requeue(requeue))
+}
+
+/// The stages that bring Kubernetes in step with the spec before the engine runs: Secrets, TLS
+/// and the member nodes (without restart gates before the first primary is chosen: there is no
+/// data to protect yet). The first that cannot go on stops them.
+async fn prepare(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    key: &ObjectKey,
+    memory: &ClusterMemory,
+    existing: &[std::sync::Arc<ValkeyNode>],
+    api: &Api<ValkeyNode>,
+    forming: bool,
+) -> Result<Prepared, Stop> {
+    let failures = &ctx.stage_failures;
+    let tools = Tools {
+        client: &ctx.client,
+        events: &ctx.events,
+        rotation_grace: ctx.settings.password_rotation_grace,
+    };
+    let status = replication.status.as_ref();
+    let parent = Parent {
+        object: replication,
+        label: REPLICATION_LABEL,
+        auth: &replication.spec.auth,
+        // A restarted member of a replication starts parked (a replica of nothing): it takes no
+        // write before the engine has judged its data.
+        fence_clients: false,
+        reason: status.and_then(|s| s.reason.as_deref()),
+        message: status.and_then(|s| s.message.as_deref()),
+    };
+    let auth = stopped(
+        secrets::ensure_for(&tools, &parent, memory).await,
+        failures,
+        key,
+    )?;
+    // TLS as for a cluster: the same Secrets, certificate and CA (see `controller::tls`).
+    if let Some(problem) = tls::unsupported(&replication.spec.tls) {
+        return Err(Stop::problem(problem));
+    }
+    let served = tls::ensure_for(
+        &tools,
+        &parent,
+        &replication.spec.tls,
+        tls::DEFAULT_CERTIFICATE_LIFETIME,
+        memory,
+    )
+    .await;
+    let served = stopped(served, failures, key)?;
+    if let Some(served) = &served {
+        memory.remember_trust(&served.trust);
+    }
+    let mut node_auth = auth.node.clone();
+    node_auth.tls = served.as_ref().map(|s| s.node.clone());
+    let desired = desired::members(replication, &node_auth);
+    apply_members(api, &ctx.events, replication, &desired, existing, forming)
+        .await
+        .map_err(|error| Stop::error(error, failures, key))?;
+    Ok(Prepared {
+        auth,
+        served,
+        desired,
+    })
+}
+
+/// The primary the last pass recorded: this controller's own last write of `status.primary` when
+/// it made one (the cache may not have seen it yet, and a pass that read the older record would
+/// take the primary it just promoted for a stranger and promote another), else the status as
+/// cached.
+fn recorded_primary(replication: &ValkeyReplication, memory: &ClusterMemory) -> Option<String> {
+    memory
+        .primary_written()
+        .or_else(|| replication.status.as_ref().and_then(|s| s.primary.clone()))
+}
+
+/// A pass that could not get in step with the spec: the engine applies only the rules that
+/// protect data ([`Scope::Safety`]: a lost or emptied primary replaced, the primary admitted,
+/// members told to follow it), with the credentials and CA last known; the Services follow the
+/// primary, and the status says what stopped the rest.
+async fn protect(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    key: &ObjectKey,
+    memory: &ClusterMemory,
+    stop: Stop,
+    existing: &[std::sync::Arc<ValkeyNode>],
+    recorded: Option<String>,
+) -> Result<Requeue, Error> {
+    stop.announce(&ctx.metrics, super::CONTROLLER);
+    let password = replication
+        .status
+        .as_ref()
+        .and_then(|s| s.password_secret_name.clone());
+    let mut requeue = stop.requeue;
+    let mut current = replication.clone();
+    let mut primary = recorded.clone();
+    let mut health = None;
+    if let Some((credentials, trust)) = memory.last_login(replication.spec.tls.enabled) {
+        let engine = ctx.engine(key, &credentials, trust.as_ref());
+        let members = observe::engine_members(existing);
+        let spec = desired::spec(replication);
+        let observed = engine.observe(&members, spec.fence_user.as_deref()).await;
+        let decision = decide_in(
+            Scope::Safety,
+            &spec,
+            &members,
+            recorded.as_deref(),
+            &observed,
+        );
+        let seen =
+            crate::replication::engine::health(&spec, &members, recorded.as_deref(), &observed);
+        primary = match decision.action() {
+            Some(Action::Promote { on }) => Some(on.member.clone()),
+            _ => seen.primary.clone(),
+        };
+        if let Some(Action::Promote { .. }) = decision.action()
+            && primary != recorded
+        {
+            // Recorded before the command runs, as in a full pass.
+            let outcome = Outcome::Decided {
+                decision: &decision,
+                health: &seen,
+            };
+            let intent =
+                report::status_of(&current, &outcome, primary.as_deref(), password.as_deref());
+            current = report::write_status(ctx, memory, &current, intent).await?;
+        }
+        let result = match decision.action() {
+            Some(action) if !action.is_kubernetes() => Some(engine.execute(action).await),
+            _ => None,
+        };
+        let api: Api<ValkeyNode> = Api::namespaced(
+            ctx.client.clone(),
+            &replication.namespace().unwrap_or_default(),
+        );
+        poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
+        report::decision_events(ctx, &current, &decision, matches!(result, Some(Err(_)))).await;
+        if decision.action().is_some() {
+            requeue = requeue.min(Duration::from_millis(500));
+        }
+        health = Some(seen);
+    }
+    // The Services follow the primary whatever else fails: a client must never reach an old one.
+    if let Err(error) = apply_services(ctx, replication, primary.as_deref()).await {
+        tracing::warn!(%error, "the Services could not be applied");
+    }
+    if let Some(problem) = stop.problem {
+        let outcome = Outcome::Problem {
+            problem,
+            health: health.as_ref(),
+        };
+        let new = report::status_of(&current, &outcome, primary.as_deref(), password.as_deref());
+        report::write_status(ctx, memory, &current, new).await?;
+    }
     Ok(Requeue::requeue(requeue))
 }
 
@@ -270,8 +385,9 @@ async fn apply_budget(
     ctx: &Context,
     replication: &ValkeyReplication,
     key: &ObjectKey,
+    held: bool,
 ) -> Result<(), Error> {
-    let Some(budget) = services::budget(replication) else {
+    let Some(budget) = services::budget(replication, held) else {
         return Ok(());
     };
     let fingerprint = serde_json::to_string(&budget).unwrap_or_default();
@@ -323,4 +439,50 @@ async fn apply_services(
         .map_err(api_error(format!("applying Service {name}")))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pass after a promotion may read the replication from a cache that has not seen the new
+    /// `status.primary` yet; it must go by the controller's own last write, or it would take the
+    /// primary it just promoted for a stranger and promote another (two primaries, writes on
+    /// the first dropped).
+    #[test]
+    fn the_recorded_primary_is_never_older_than_this_controllers_last_write() {
+        let mut cached: ValkeyReplication = serde_yaml::from_str(
+            "apiVersion: valkey.io/v1alpha1\nkind: ValkeyReplication\n\
+             metadata: {name: orders, namespace: prod, uid: u}\nspec: {replicas: 2}\n\
+             status: {primary: orders-0}\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let memory = ClusterMemory::default();
+        assert_eq!(
+            recorded_primary(&cached, &memory).as_deref(),
+            Some("orders-0")
+        );
+        memory.note_primary_written(Some("orders-1"));
+        assert_eq!(
+            recorded_primary(&cached, &memory).as_deref(),
+            Some("orders-1"),
+            "the cache still says orders-0"
+        );
+        if let Some(status) = cached.status.as_mut() {
+            status.primary = Some("orders-1".into());
+        }
+        assert_eq!(
+            recorded_primary(&cached, &memory).as_deref(),
+            Some("orders-1")
+        );
+        // Another controller held it meanwhile: what it recorded is newer.
+        memory.note_holder(Some("other/all-namespaces"));
+        if let Some(status) = cached.status.as_mut() {
+            status.primary = Some("orders-2".into());
+        }
+        assert_eq!(
+            recorded_primary(&cached, &memory).as_deref(),
+            Some("orders-2")
+        );
+    }
 }

@@ -9,6 +9,7 @@ use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicatio
 
 use super::context::Context;
 use super::status::{self, Outcome};
+use crate::controller::context::ClusterMemory;
 use crate::controller::error::Error;
 use crate::controller::labels::FIELD_MANAGER;
 use crate::controller::report::node_reference;
@@ -80,13 +81,19 @@ pub fn status_of(
 
 /// Writes `new` when it differs from the replication's status (the returned copy of the
 /// replication carries it), and announces a replication that became Ready.
+///
+/// Every primary this controller records is remembered (`memory`): the next pass may read the
+/// replication from a cache that has not seen the write yet, and must not act on the older
+/// record (after a switchover that would be the old primary, and the new one told to follow it).
 pub async fn write_status(
     ctx: &Context,
+    memory: &ClusterMemory,
     replication: &ValkeyReplication,
     new: ValkeyReplicationStatus,
 ) -> Result<ValkeyReplication, Error> {
     let previous = replication.status.as_ref();
     if previous == Some(&new) {
+        memory.note_primary_written(new.primary.as_deref());
         return Ok(replication.clone());
     }
     plumbing::conditions::log_status_change(
@@ -102,6 +109,7 @@ pub async fn write_status(
     plumbing::apply::apply_status(&api, FIELD_MANAGER, &replication.name_any(), &new)
         .await
         .map_err(Error::Status)?;
+    memory.note_primary_written(new.primary.as_deref());
     let became_ready = new.state == Some(ReplicationState::Ready)
         && previous.and_then(|p| p.state) != Some(ReplicationState::Ready);
     if became_ready {

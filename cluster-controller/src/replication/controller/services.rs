@@ -72,12 +72,19 @@ pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Optio
     ])
 }
 
-/// The replication's PodDisruptionBudget `<name>`, over every member.
-pub fn budget(replication: &ValkeyReplication) -> Option<PodDisruptionBudget> {
+/// The replication's PodDisruptionBudget `<name>`, over every member: at most one evicted at
+/// once, none while the replication is `held` (a replica does not hold the primary's data yet).
+pub fn budget(replication: &ValkeyReplication, held: bool) -> Option<PodDisruptionBudget> {
     let name = replication.meta().name.clone()?;
     let owner = Owner::of(replication, REPLICATION_LABEL)?;
     let members = BTreeMap::from([(REPLICATION_LABEL.to_owned(), name.clone())]);
-    Some(disruption_budget(&owner, name, &BTreeMap::new(), &members))
+    Some(disruption_budget(
+        &owner,
+        name,
+        &BTreeMap::new(),
+        &members,
+        held,
+    ))
 }
 
 /// Whether the Service as it is already says what `want` says (what this controller sets).
@@ -150,7 +157,7 @@ mod tests {
 
     #[test]
     fn the_budget_lets_one_member_of_the_replication_out() {
-        let Some(budget) = budget(&replication(REPLICATION)) else {
+        let Some(budget) = budget(&replication(REPLICATION), false) else {
             panic!("no budget");
         };
         assert_eq!(budget.metadata.name.as_deref(), Some("orders"));

@@ -45,11 +45,7 @@ pub async fn execute(
                 .arg(u64::try_from(pause.as_millis()).unwrap_or(u64::MAX));
             run(on, cmd, "FAILOVER").await
         }
-        Action::Admit { on, user } => {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER").arg(user).arg("on");
-            run(on, cmd, "ACL SETUSER").await
-        }
+        Action::Admit { on, user } => crate::engine::admit(client, on.address, user, timeout).await,
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::client::ValkeyClient;
 use crate::engine::{EngineError, Member, Outcome};
 
-pub use decide::{Spec, decide, health};
+pub use decide::{Spec, decide, decide_in, health};
 pub use decision::{Action, Decision, Health, Reason, Target};
 pub use observe::{Observation, Reach};
 

@@ -129,6 +129,34 @@ impl Fixture {
         Ok(())
     }
 
+    /// Stops the cluster-controller (SIGSTOP) until the guard drops: held down, not killed, as a
+    /// node that froze or a controller that hangs.
+    pub fn hold_cluster_controller(&self) -> Result<Held> {
+        let controller = match self {
+            Fixture::Cluster(c) => &c.cluster_controller,
+            Fixture::Replication(r) => &r.cluster_controller,
+        };
+        let pid = controller
+            .pid()
+            .ok_or_else(|| E2eError::Check("the cluster-controller has no process".to_owned()))?;
+        signal(pid, "STOP")?;
+        Ok(Held { pid })
+    }
+
+    /// The Secret holding the clients' password, as the status names it.
+    pub async fn password_secret(&self) -> Result<String> {
+        let named = match self {
+            Fixture::Cluster(c) => c
+                .api()
+                .get(&c.name)
+                .await?
+                .status
+                .and_then(|s| s.password_secret_name),
+            Fixture::Replication(r) => r.get().await?.status.and_then(|s| s.password_secret_name),
+        };
+        named.ok_or_else(|| E2eError::Check("the status names no password Secret".to_owned()))
+    }
+
     /// Waits until the object is Ready for its spec with every member on its desired revision.
     pub async fn wait_done(&self, within: Duration) -> Result<()> {
         match self {
@@ -203,6 +231,35 @@ async fn wait_cluster_done(c: &ClusterFixture, within: Duration) -> Result<()> {
         })
     })
     .await
+}
+
+/// The cluster-controller held down (SIGSTOP); it goes on (SIGCONT) when this drops.
+#[must_use = "the controller goes on as soon as this guard is dropped"]
+pub struct Held {
+    pid: u32,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Err(e) = signal(self.pid, "CONT") {
+            eprintln!("letting the cluster-controller go on: {e}");
+        }
+    }
+}
+
+fn signal(pid: u32, name: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .map_err(|source| E2eError::Spawn {
+            program: "kill".to_owned(),
+            source,
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(E2eError::Check(format!("kill -{name} {pid}: {status}")))
+    }
 }
 
 /// The running writer of either kind; both count the same [`Acks`].

@@ -117,6 +117,19 @@ pub enum Fault {
         how: NodeStop,
         seconds: u64,
     },
+    /// A primary's replica restarts and full-syncs from it (slowed to seconds), and meanwhile
+    /// `kubectl drain` empties the primary's node: the primary must not be evicted before its
+    /// replica holds the data.
+    DrainDuringFullSync,
+    /// The Secret of the clients' password is deleted (an accident): it must come back with
+    /// the same password, and no client be refused.
+    DeletePasswordSecret,
+    /// The cluster-controller is held down (SIGSTOP, not killed) while `during` strikes, and for
+    /// `seconds` in all; then it goes on.
+    OperatorHeldDown {
+        seconds: u64,
+        during: Box<Fault>,
+    },
     /// The API server restarts.
     RestartApiServer,
 }
@@ -137,7 +150,12 @@ impl Fault {
             // acknowledged in between and had not sent yet are lost. The operator takes no step.
             Fault::StaleReplicaThenPausedPrimary { .. } => true,
             Fault::PartialZonePartition { .. }
-            | Fault::MemberOutWhileAnotherPrimaryRestarts { .. } => false,
+            | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
+            | Fault::DrainDuringFullSync
+            | Fault::DeletePasswordSecret => false,
+            Fault::OperatorHeldDown { during, .. } => {
+                during.valkey_alone_may_lose_writes(persistence)
+            }
             Fault::RestartPrimaryInPlace => !persistence,
             Fault::None
             | Fault::KillClusterController
@@ -162,26 +180,33 @@ impl Fault {
             | Fault::IsolatePrimary { .. }
             | Fault::PausePrimary { .. }
             | Fault::RestartPrimaryInPlace
-            | Fault::RestartApiServer => true,
+            | Fault::RestartApiServer
+            | Fault::DeletePasswordSecret => true,
+            Fault::OperatorHeldDown { during, .. } => during.applies_to(kind),
             Fault::PartialPartition { .. }
             | Fault::PartitionZone { .. }
             | Fault::PartialZonePartition { .. }
             | Fault::StaleReplicaThenPausedPrimary { .. }
             | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
-            | Fault::StopNode { .. } => kind == Kind::Cluster,
+            | Fault::StopNode { .. }
+            | Fault::DrainDuringFullSync => kind == Kind::Cluster,
         }
     }
 
     /// Whether the fault reaches beyond the scenario's own pods and processes (a zone, a node,
     /// the API server): such scenarios must run alone.
     pub fn is_global(&self) -> bool {
-        matches!(
-            self,
-            Fault::PartitionZone { .. }
-                | Fault::PartialZonePartition { .. }
-                | Fault::StopNode { .. }
-                | Fault::RestartApiServer
-        )
+        match self {
+            Fault::OperatorHeldDown { during, .. } => during.is_global(),
+            other => matches!(
+                other,
+                Fault::PartitionZone { .. }
+                    | Fault::PartialZonePartition { .. }
+                    | Fault::StopNode { .. }
+                    | Fault::DrainDuringFullSync
+                    | Fault::RestartApiServer
+            ),
+        }
     }
 }
 
@@ -219,6 +244,13 @@ impl fmt::Display for Fault {
                 write!(f, "primary's node stopped ({how:?}) {seconds}s")
             }
             Fault::RestartApiServer => f.write_str("API server restarted"),
+            Fault::DrainDuringFullSync => {
+                f.write_str("primary's node drained while its replica full-syncs")
+            }
+            Fault::DeletePasswordSecret => f.write_str("clients' password Secret deleted"),
+            Fault::OperatorHeldDown { seconds, during } => {
+                write!(f, "operator held down {seconds}s while: {during}")
+            }
         }
     }
 }
@@ -234,6 +266,8 @@ pub struct Scenario {
     pub fault: Fault,
     /// The fault strikes at a random moment in `0..=window` after the operation starts.
     pub window: Duration,
+    /// Writers running side by side (1: the usual client; more: clients writing at full speed).
+    pub writers: usize,
 }
 
 impl Scenario {
@@ -251,6 +285,7 @@ impl Scenario {
             operation,
             fault: self.fault.clone(),
             window: self.window,
+            writers: self.writers,
         }
     }
 
@@ -346,10 +381,15 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let before = c.write_keys("pre", 1000).await?;
     let writer = c.start_writer("w").await?;
     wait_acks(&writer, 50).await?;
+    let mut more = Vec::new();
+    for i in 1..scenario.writers {
+        more.push(c.start_writer(&format!("w{i}")).await?);
+    }
 
     let started = Instant::now();
     c.apply(&scenario.operation).await?;
     tokio::time::sleep(struck_after).await;
+    let struck = Instant::now();
     strike(&mut c, &scenario.fault).await?;
     let fault_ended = Instant::now();
 
@@ -365,7 +405,10 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     {
         failure = Some(format!("no writes after the recovery: {e}"));
     }
-    let acks = writer.stop().await;
+    let mut acks = writer.stop().await;
+    for other in more {
+        acks.merge(other.stop().await);
+    }
     let plain_loss_allowed = scenario
         .fault
         .valkey_alone_may_lose_writes(scenario.persistence());
@@ -375,6 +418,9 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     let check_ok = check_failed.is_none();
     if failure.is_none() {
         failure = bar(&lost, plain_loss_allowed, check_failed, &acks);
+    }
+    if failure.is_none() {
+        failure = lost_after(&lost, &acks, &scenario.fault, struck);
     }
     eprintln!(
         "chaos {}: operation {} started {:?} ago",
@@ -434,6 +480,38 @@ fn bar(
         ));
     }
     check_failed
+}
+
+/// Writes a restarted server acknowledged after it came back are not Valkey's own asynchronous
+/// replication's to lose (it loses only what was acknowledged and not yet sent before the
+/// crash): losing them is the operator's doing. Said for the faults that restart a server in
+/// place; a margin of a second covers acknowledgements in flight when it was killed.
+fn lost_after(lost: &Losses, acks: &Acks, fault: &Fault, struck: Instant) -> Option<String> {
+    let restarts = match fault {
+        Fault::RestartPrimaryInPlace => true,
+        Fault::OperatorHeldDown { during, .. } => **during == Fault::RestartPrimaryInPlace,
+        _ => false,
+    };
+    if !restarts {
+        return None;
+    }
+    let after: Vec<String> = lost
+        .plain
+        .iter()
+        .filter(|key| {
+            acks.acked_at
+                .get(*key)
+                .is_some_and(|at| *at > struck + Duration::from_secs(1))
+        })
+        .cloned()
+        .collect();
+    (!after.is_empty()).then(|| {
+        format!(
+            "{} writes acknowledged after the primary was restarted were lost ({})",
+            after.len(),
+            Losses::named(&after)
+        )
+    })
 }
 
 async fn wait_acks(writer: &Writer, n: usize) -> Result<()> {
@@ -530,12 +608,22 @@ async fn strike(c: &mut Fixture, fault: &Fault) -> Result<()> {
             faults::kill(&ns, &c.primary_pod().await?, Some("valkey")).await
         }
         Fault::RestartApiServer => faults::restart_apiserver(false).await,
+        Fault::DeletePasswordSecret => delete_password_secret(c).await,
+        Fault::OperatorHeldDown { seconds, during } => {
+            let held = c.hold_cluster_controller()?;
+            let started = Instant::now();
+            Box::pin(strike(c, during)).await?;
+            hold(seconds.saturating_sub(started.elapsed().as_secs())).await;
+            drop(held);
+            Ok(())
+        }
         Fault::PartialPartition { .. }
         | Fault::PartitionZone { .. }
         | Fault::PartialZonePartition { .. }
         | Fault::StaleReplicaThenPausedPrimary { .. }
         | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
-        | Fault::StopNode { .. } => strike_cluster(c.cluster()?, fault).await,
+        | Fault::StopNode { .. }
+        | Fault::DrainDuringFullSync => strike_cluster(c.cluster()?, fault).await,
     }
 }
 
@@ -619,6 +707,7 @@ async fn strike_cluster(c: &ClusterFixture, fault: &Fault) -> Result<()> {
         Fault::MemberOutWhileAnotherPrimaryRestarts { seconds } => {
             member_out_while_another_primary_restarts(c, *seconds).await
         }
+        Fault::DrainDuringFullSync => drain_during_full_sync(c).await,
         other => Err(E2eError::Check(format!("{other} is a fault of both kinds"))),
     }
 }
@@ -686,6 +775,156 @@ async fn member_out_while_another_primary_restarts(c: &ClusterFixture, seconds: 
     tokio::time::sleep(left).await;
     cut.undo().await?;
     repaired
+}
+
+/// The primary's replica restarts and full-syncs from it, slowed to about 15 s
+/// (`rdb-key-save-delay` on the primary), and `kubectl drain` empties the primary's node
+/// meanwhile. The primary's pod must still be there, not terminating, for as long as its replica
+/// is syncing: evicting it then would leave the shard's data only in a half-loaded replica (or
+/// nowhere, without persistence). Once the replica is in sync the drain must finish.
+async fn drain_during_full_sync(c: &ClusterFixture) -> Result<()> {
+    let ns = c.ns.name.clone();
+    let t = primary_target(c).await?;
+    let replica = t
+        .replicas
+        .first()
+        .cloned()
+        .ok_or_else(|| E2eError::Check("a full sync needs a replica".to_owned()))?;
+    let ip_of = |pod: String| async move {
+        let pod = c.ns.pod(&pod).await?;
+        crate::pod_ip(&pod).ok_or_else(|| E2eError::Check("a pod without an IP".to_owned()))
+    };
+    let primary_ip = ip_of(t.pod.clone()).await?;
+    let keys: u64 = c
+        .admin_command_on(&primary_ip, &["DBSIZE"])
+        .await?
+        .trim()
+        .parse()
+        .unwrap_or(1);
+    let delay_us = (15_000_000 / keys.max(1)).clamp(100, 1_000_000);
+    c.admin_command_on(
+        &primary_ip,
+        &["CONFIG", "SET", "rdb-key-save-delay", &delay_us.to_string()],
+    )
+    .await?;
+    faults::kill(&ns, &replica, Some("valkey")).await?;
+    let replica_ip = ip_of(replica.clone()).await?;
+    let syncing = || async {
+        let info = c
+            .admin_command_on(&replica_ip, &["INFO", "replication"])
+            .await
+            .unwrap_or_default();
+        !info.contains("master_link_status:up") || info.contains("master_sync_in_progress:1")
+    };
+    wait_until(
+        Duration::from_secs(60),
+        &format!("{replica} in a full sync from {}", t.pod),
+        || async {
+            let info = c
+                .admin_command_on(&replica_ip, &["INFO", "replication"])
+                .await
+                .unwrap_or_default();
+            Ok(if info.contains("master_sync_in_progress:1") {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(info.lines().take(8).collect::<Vec<_>>().join(" "))
+            })
+        },
+    )
+    .await?;
+    let uid = c.ns.pod(&t.pod).await?.metadata.uid;
+    let node = t.node.clone();
+    let _uncordon = Uncordon(node.clone());
+    let drain = tokio::spawn(async move {
+        crate::kubectl(&[
+            "drain",
+            &node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--force",
+            "--timeout=240s",
+        ])
+        .await
+    });
+    let watched = Instant::now();
+    while syncing().await {
+        let pod =
+            c.ns.api::<k8s_openapi::api::core::v1::Pod>()
+                .get_opt(&t.pod)
+                .await?;
+        let evicted =
+            pod.is_none_or(|p| p.metadata.uid != uid || p.metadata.deletion_timestamp.is_some());
+        if evicted {
+            drain.abort();
+            return Err(E2eError::Check(format!(
+                "{} was evicted {:.1?} into the drain while its replica {replica} was still in                  its full sync",
+                t.pod,
+                watched.elapsed()
+            )));
+        }
+        if watched.elapsed() > Duration::from_secs(180) {
+            drain.abort();
+            return Err(E2eError::Check(format!(
+                "{replica} was still syncing after 180 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "drain: {replica} in sync {:.1?} into the drain; {} was kept until then",
+        watched.elapsed(),
+        t.pod
+    );
+    drain
+        .await
+        .map_err(|e| E2eError::Check(format!("the drain task: {e}")))?
+        .map(|_| ())
+}
+
+/// Uncordons a node when dropped: a drained node takes pods again after the scenario.
+struct Uncordon(String);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(crate::kubectl_program())
+            .args(["uncordon", &self.0])
+            .env("KUBECONFIG", crate::kubeconfig_path().unwrap_or_default())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Deletes the Secret of the clients' password and waits until it is back: with the same
+/// password, or the scenario fails (every client holding the old one would be refused).
+async fn delete_password_secret(c: &Fixture) -> Result<()> {
+    use k8s_openapi::api::core::v1::Secret;
+    let name = c.password_secret().await?;
+    let api = c.ns().api::<Secret>();
+    let password = |secret: Option<Secret>| {
+        secret
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("password").cloned())
+            .map(|b| b.0)
+    };
+    let before = password(api.get_opt(&name).await?);
+    api.delete(&name, &kube::api::DeleteParams::default())
+        .await?;
+    let back = wait_until(
+        Duration::from_secs(60),
+        &format!("Secret {name} created again"),
+        || async {
+            Ok(match api.get_opt(&name).await? {
+                Some(secret) => Poll::Ready(password(Some(secret))),
+                None => Poll::NotYet("not yet".into()),
+            })
+        },
+    )
+    .await?;
+    crate::check(
+        back == before,
+        format!("Secret {name} came back with another password: every client would be refused"),
+    )
 }
 
 /// What reading every acknowledged write back found missing.

@@ -36,6 +36,20 @@ pub struct Acks {
     pub refused: u64,
     /// The longest time between two plain acknowledgements.
     pub longest_gap: Duration,
+    /// When each plain acknowledgement arrived: what was acknowledged after a fault struck is
+    /// not Valkey's own asynchronous replication's to lose.
+    pub acked_at: BTreeMap<String, Instant>,
+}
+
+impl Acks {
+    /// Adds what another writer saw (with keys of its own prefix).
+    pub fn merge(&mut self, other: Acks) {
+        self.plain.extend(other.plain);
+        self.replicated.extend(other.replicated);
+        self.refused += other.refused;
+        self.acked_at.extend(other.acked_at);
+        self.longest_gap = self.longest_gap.max(other.longest_gap);
+    }
 }
 
 /// Builds cluster connections for the writer (a fresh one when the old one is lost).
@@ -73,6 +87,7 @@ impl ReplicatedWriter {
                         if replicated {
                             acks.replicated.insert(key.clone(), value.clone());
                         }
+                        acks.acked_at.insert(key.clone(), now);
                         acks.plain.insert(key, value);
                     }
                     None => {

@@ -1217,49 +1217,6 @@ async fn node_revisions(ns: &TestNamespace) -> Result<BTreeMap<String, String>> 
         .collect())
 }
 
-/// Waits until every ValkeyNode's status describes its current spec with ConfigApplied True:
-/// the running server has every live setting the new release's cluster-controller asked for.
-async fn wait_live_settings_applied(ns: &TestNamespace) -> Result<()> {
-    wait_until(
-        Duration::from_secs(90),
-        "every ValkeyNode's live settings applied to its running server",
-        || async move {
-            let nodes = ns
-                .api::<valkey_api::v1alpha1::ValkeyNode>()
-                .list(&ListParams::default())
-                .await?;
-            let behind: Vec<String> = nodes
-                .items
-                .iter()
-                .filter_map(|n| {
-                    let status = n.status.clone().unwrap_or_default();
-                    let applied = status
-                        .conditions
-                        .unwrap_or_default()
-                        .into_iter()
-                        .find(|c| c.type_ == "ConfigApplied")
-                        .map(|c| (c.status, c.message));
-                    let current = status.observed_generation == n.metadata.generation;
-                    (!current || applied.as_ref().is_none_or(|(s, _)| s != "True")).then(|| {
-                        format!(
-                            "{}: generation {:?} observed {:?}, ConfigApplied {applied:?}",
-                            n.name_any(),
-                            n.metadata.generation,
-                            status.observed_generation
-                        )
-                    })
-                })
-                .collect();
-            Ok(if behind.is_empty() {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(behind.join("; "))
-            })
-        },
-    )
-    .await
-}
-
 /// `helm upgrade` from the previous release to this checkout with a cluster running, as a user
 /// does it (`helm upgrade` with their values): the CRDs become this checkout's, the new
 /// controllers take over and scale the cluster, every server takes the new release's live
@@ -1388,7 +1345,7 @@ async fn an_upgrade_from_the_previous_release_restarts_no_valkey_pod() -> Result
     )
     .await?;
     steps.done("the new controllers scaled the cluster to 3 shards");
-    wait_live_settings_applied(&ns).await?;
+    e2e::wait_live_settings_applied(&ns).await?;
     steps.done("every server runs the new release's live settings");
 
     let pods_after = valkey_pods(&ns, "up").await?;

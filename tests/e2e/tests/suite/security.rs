@@ -11,7 +11,7 @@ use e2e::{E2eError, Poll, Result, TestNamespace, check, wait_until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use valkey_api::v1alpha1::ValkeyNode;
 
 const READY: Duration = Duration::from_secs(300);
@@ -183,28 +183,7 @@ fn cannot_log_in(
 }
 
 async fn put_secret(ns: &TestNamespace, name: &str, password: &str) -> Result<()> {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        data: Some(
-            [(
-                "password".to_owned(),
-                ByteString(password.as_bytes().to_vec()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    ns.api::<Secret>()
-        .patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
-    Ok(())
+    ns.put_password(name, password).await
 }
 
 /// The refusals of `commands` as `user`: every one must be NOPERM; returns those that were not.
@@ -398,6 +377,82 @@ async fn password_rotation_with_a_writer_loses_nothing_and_restarts_nothing() ->
     all.extend(fresh_acked);
     c.verify(&all).await?;
     no_pod_replaced_since(&c, &before).await?;
+    c.wait_ready(READY).await?;
+    Ok(())
+}
+
+/// The generated clients' password Secret deleted by accident, with a writer running: it comes
+/// back with the same password (the operator keeps a copy), and every server keeps accepting that
+/// password long past the rotation grace, so no client that holds it is locked out. (It used to
+/// come back with a new password, and the old one was removed from every server within the
+/// grace.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_password_secret_comes_back_with_the_same_password() -> Result<()> {
+    let grace = Duration::from_secs(10);
+    let c = ClusterFixture::start_with(
+        "sec-deleted-pw",
+        "deleted",
+        "{shards: 2, replicas: 1}",
+        &["--password-rotation-grace-seconds", "10"],
+    )
+    .await?;
+    c.wait_ready(READY).await?;
+    let password = c
+        .password()
+        .await?
+        .ok_or_else(|| E2eError::Check("authentication is on by default".into()))?;
+    let ips = member_ips(&c).await?;
+    let writer = c.start_writer().await?;
+    wait_writes(&writer, 200, Duration::from_secs(60)).await?;
+
+    let secrets = c.ns.api::<Secret>();
+    secrets
+        .delete("deleted-password", &DeleteParams::default())
+        .await?;
+    let back = wait_until(
+        Duration::from_secs(60),
+        "Secret deleted-password created again",
+        || async {
+            Ok(match secrets.get_opt("deleted-password").await? {
+                Some(secret) => Poll::Ready(
+                    secret
+                        .data
+                        .and_then(|d| d.get("password").cloned())
+                        .map(|b| String::from_utf8_lossy(&b.0).into_owned()),
+                ),
+                None => Poll::NotYet("not yet".into()),
+            })
+        },
+    )
+    .await?;
+    check(
+        back.as_deref() == Some(password.as_str()),
+        "the Secret came back with the same password",
+    )?;
+    // Every server accepts the password on a new connection, for longer than the grace after
+    // which a replaced password would have been retired.
+    let watched = Instant::now();
+    while watched.elapsed() < grace * 3 {
+        for ip in &ips {
+            run_as(ip, None, Some(&password), &["PING"])
+                .await
+                .map_err(|e| {
+                    E2eError::Check(format!(
+                        "{ip} refused the clients' password {:.1?} after the Secret came back: {e}",
+                        watched.elapsed()
+                    ))
+                })?;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let acked = writer.acked_count().await;
+    wait_writes(&writer, acked + 100, Duration::from_secs(60)).await?;
+    let (all, failed) = writer.stop().await;
+    eprintln!(
+        "deleted password Secret: {} writes acknowledged, {failed} refused",
+        all.len()
+    );
+    c.verify(&all).await?;
     c.wait_ready(READY).await?;
     Ok(())
 }

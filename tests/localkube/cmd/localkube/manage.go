@@ -18,6 +18,7 @@ type manageFlags struct {
 	dir       *string
 	kubelet   *string
 	noKubelet *bool
+	realNode  *bool
 	timeout   *time.Duration
 }
 
@@ -28,6 +29,7 @@ func newManageFlags(name string) manageFlags {
 		dir:       fs.String("dir", "", "the .localkube directory (default: $LOCALKUBE_DIR, else the one holding this binary, else ./.localkube)"),
 		kubelet:   fs.String("kubelet", "", "process kubelet binary (default: <repo>/target/debug/localkube-kubelet)"),
 		noKubelet: fs.Bool("no-kubelet", false, "run the control plane only"),
+		realNode:  fs.Bool("real-node", os.Getenv("LOCALKUBE_REAL_NODE") == "1", "also run the real node: kubelet, containerd, registry (default: $LOCALKUBE_REAL_NODE=1)"),
 		timeout:   fs.Duration("timeout", 180*time.Second, "start: how long to wait for the cluster to be ready"),
 	}
 }
@@ -64,9 +66,9 @@ func manage(sub string, args []string) int {
 	}
 	switch sub {
 	case "up":
-		err = supervisor.Up(supervisor.Options{Layout: l, Kubelet: m.kubeletPath(l), NoKubelet: *m.noKubelet})
+		err = supervisor.Up(supervisor.Options{Layout: l, Kubelet: m.kubeletPath(l), NoKubelet: *m.noKubelet, RealNode: *m.realNode})
 	case "start":
-		err = control.Start(control.StartOptions{Layout: l, Kubelet: m.kubeletPath(l), NoKubelet: *m.noKubelet, Timeout: *m.timeout})
+		err = control.Start(control.StartOptions{Layout: l, Kubelet: m.kubeletPath(l), NoKubelet: *m.noKubelet, RealNode: *m.realNode, Timeout: *m.timeout})
 	case "stop":
 		err = control.Stop(l)
 	case "status":

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"valkey-operator.local/localkube/internal/layout"
+	"valkey-operator.local/localkube/internal/realnode"
 	"valkey-operator.local/localkube/internal/supervisor"
 )
 
@@ -23,6 +24,8 @@ type readiness struct {
 	// dnsErr: CoreDNS /ready; proxyErr: kube-proxy has written its rules once (only with nodes).
 	dnsErr   error
 	proxyErr error
+	// realNode: why the real node is not ready yet, when it is asked for and may run here.
+	realNode error
 }
 
 // stage names the first condition not yet met, and the log that explains it.
@@ -38,6 +41,8 @@ func (r readiness) stage(wantNodes int) (what, component string, ok bool) {
 		return fmt.Sprintf("CoreDNS %s: %v", supervisor.CoreDNSReadyURL, r.dnsErr), "coredns", false
 	case wantNodes > 0 && r.proxyErr != nil:
 		return fmt.Sprintf("kube-proxy: %v", r.proxyErr), "kube-proxy", false
+	case r.realNode != nil:
+		return r.realNode.Error(), realnode.KubeletLog, false
 	}
 	return "ready", "", true
 }
@@ -51,7 +56,7 @@ func newClient(l layout.Layout) (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-func observe(ctx context.Context, c *kubernetes.Clientset) readiness {
+func observe(ctx context.Context, c *kubernetes.Clientset, real *layout.Layout) readiness {
 	var r readiness
 	body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil {
@@ -71,6 +76,9 @@ func observe(ctx context.Context, c *kubernetes.Clientset) readiness {
 	_, r.saErr = c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 	r.dnsErr = coreDNSReady(ctx)
 	r.proxyErr = supervisor.ProxySynced(ctx)
+	if real != nil {
+		r.realNode = realNodeReady(ctx, c, *real)
+	}
 	return r
 }
 

@@ -24,6 +24,7 @@ type StartOptions struct {
 	Layout    layout.Layout
 	Kubelet   string
 	NoKubelet bool
+	RealNode  bool
 	Timeout   time.Duration
 }
 
@@ -50,9 +51,12 @@ func Start(opts StartOptions) error {
 	}
 	pid, _ := supervisor.ReadPID(l.PIDFile())
 	if running {
+		if opts.RealNode && !supervisorHasRealNode(pid) {
+			return fmt.Errorf("a cluster without the real node is running (pid %d): stop it first (localkube stop, make localkube-down)", pid)
+		}
 		if c, err := newClient(l); err == nil {
 			qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-			r := observe(qctx, c)
+			r := observe(qctx, c, opts.realNode())
 			qcancel()
 			if _, _, ok := r.stage(wantNodes); ok {
 				fmt.Printf("already running and ready (pid %d)\n", pid)
@@ -90,11 +94,12 @@ func Start(opts StartOptions) error {
 		}
 		if client != nil {
 			qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-			last = observe(qctx, client)
+			last = observe(qctx, client, opts.realNode())
 			qcancel()
 			if _, _, ok := last.stage(wantNodes); ok {
 				fmt.Printf("ready in %s: %s, %d nodes Ready, default ServiceAccount present, CoreDNS ready, kube-proxy synced\n",
 					time.Since(t0).Round(100*time.Millisecond), layout.APIServerURL, last.readyNodes)
+				realNodeSummary(l, opts.RealNode)
 				return nil
 			}
 		}
@@ -145,6 +150,8 @@ func spawn(opts StartOptions) (int, <-chan error, error) {
 	} else {
 		args = append(args, "--kubelet", opts.Kubelet)
 	}
+	// Explicit either way: the supervisor must not take it from an environment variable.
+	args = append(args, fmt.Sprintf("--real-node=%t", opts.RealNode))
 	cmd := exec.Command(self, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -30,7 +30,7 @@ func Status(l layout.Layout, wantNodes int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r := observe(ctx, c)
+	r := observe(ctx, c, nil)
 	what, _, ok := r.stage(wantNodes)
 	fmt.Printf("api server: %s\nnodes Ready: %d\nstate: %s\n", layout.APIServerURL, r.readyNodes, what)
 	if !ok {

@@ -17,6 +17,7 @@ import (
 	"valkey-operator.local/localkube/internal/hostnet"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/proc"
+	"valkey-operator.local/localkube/internal/realnode"
 )
 
 // podMarker is set by the process kubelet in every pod's environment.
@@ -32,12 +33,14 @@ type Leftovers struct {
 	Faults []string
 	// Network: kube-proxy's nftables tables, the outside namespace's fence and link.
 	Network []string
+	// Cgroups of the real node (its pods' and CgroupRoot itself).
+	Cgroups []string
 }
 
 // Empty reports whether nothing is left.
 func (r Leftovers) Empty() bool {
 	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge && len(r.Faults) == 0 &&
-		len(r.Network) == 0
+		len(r.Network) == 0 && len(r.Cgroups) == 0
 }
 
 func (r Leftovers) String() string {
@@ -59,14 +62,19 @@ func (r Leftovers) String() string {
 	}
 	parts = append(parts, r.Faults...)
 	parts = append(parts, r.Network...)
+	for _, c := range r.Cgroups {
+		parts = append(parts, "cgroup "+c)
+	}
 	return strings.Join(parts, "\n  ")
 }
 
 // Find lists what belongs to the cluster under l: processes running a program under .localkube
 // with an argument naming .localkube (the control plane) or a program from the image table, the
-// process kubelet, processes in a pod network namespace or with the pod environment, mounts
-// under .localkube, lk-* network namespaces and the bridge. The caller and its ancestors are never
-// listed (a shell that runs "localkube stop" may mention .localkube in its own command line).
+// process kubelet, processes in a pod network namespace or with the pod environment, processes in
+// the real node's cgroups and the cgroups, mounts under .localkube, lk-* network namespaces, the
+// bridge, and localkube's and kube-proxy's nftables tables and the outside link. The caller and
+// its ancestors are never listed (a shell that runs "localkube stop" may mention .localkube in its
+// own command line).
 func Find(l layout.Layout) (Leftovers, error) {
 	var r Leftovers
 	r.NetNS = proc.NamedNetNS(layout.NetnsPrefix)
@@ -80,6 +88,10 @@ func Find(l layout.Layout) (Leftovers, error) {
 		return r, err
 	}
 	ancestors := ancestorsOfSelf(procs)
+	inRealNode := map[int]bool{}
+	for _, pid := range realnode.Processes() {
+		inRealNode[pid] = true
+	}
 	prefix := l.Dir + string(filepath.Separator)
 	for _, p := range procs {
 		if ancestors[p.PID] {
@@ -91,7 +103,8 @@ func Find(l layout.Layout) (Leftovers, error) {
 			strings.HasPrefix(exe, l.Images()+string(filepath.Separator)),
 			filepath.Base(exe) == "localkube-kubelet",
 			podNS[p.NetNS],
-			p.NetNS != host && p.NetNS != 0 && hasEnv(p.Env, podMarker):
+			p.NetNS != host && p.NetNS != 0 && hasEnv(p.Env, podMarker),
+			inRealNode[p.PID]:
 			r.Processes = append(r.Processes, p)
 		}
 	}
@@ -101,6 +114,7 @@ func Find(l layout.Layout) (Leftovers, error) {
 	r.Bridge = bridge.Exists(layout.Bridge)
 	r.Faults = faults.Leftovers(l)
 	r.Network = hostnet.Leftovers()
+	r.Cgroups = realnode.Cgroups()
 	return r, nil
 }
 
@@ -204,6 +218,10 @@ func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
 		for proc.Alive(p.PID) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	// The real node's shims' sockets, mounts, run directory and cgroups.
+	for _, problem := range realnode.Cleanup(l) {
+		fmt.Fprintf(os.Stderr, "localkube: real node: %s\n", problem)
 	}
 	// The outside namespace, its fence and kube-proxy's tables; then every lk-* namespace left.
 	if err := hostnet.Down(); err != nil {

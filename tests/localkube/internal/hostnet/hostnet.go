@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"valkey-operator.local/localkube/internal/layout"
+	"valkey-operator.local/localkube/internal/realnode"
 )
 
 // KubeProxyTables are the nftables tables kube-proxy's nftables mode writes ("family name"); it
@@ -35,7 +36,9 @@ func Up() error {
 	if err := outsideUp(); err != nil {
 		return err
 	}
-	return nft(Ruleset(layout.NodeIPs(), layout.LBPoolCIDR), "-f", "-")
+	// The real node's address and pods too, whether or not it runs: an outside client reaches a
+	// NodePort on every node, and a real-node pod may reach a Service backed by itself.
+	return nft(Ruleset(append(layout.NodeIPs(), realnode.NodeIP), layout.LBPoolCIDR), "-f", "-")
 }
 
 // outsideUp creates namespace lk-outside with a veth to the host (lkout0, 10.214.0.1/24; inside

@@ -157,5 +157,6 @@ func (l Layout) DefaultKubelet() string {
 
 // StateDirs are wiped by a reset; bin/ and images/ are tools and survive it.
 func (l Layout) StateDirs() []string {
-	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile(), l.Faults(), filepath.Dir(l.Corefile())}
+	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile(), l.Faults(),
+		filepath.Dir(l.Corefile()), filepath.Join(l.Dir, "realnode", "state")}
 }

@@ -17,6 +17,7 @@ type child struct {
 	name        string
 	path        string
 	args        []string
+	env         []string // added to the supervisor's environment
 	logPath     string
 	stopTimeout time.Duration
 
@@ -48,6 +49,7 @@ func (c *child) start(exits chan<- exit) error {
 	}
 	fmt.Fprintf(logFile, "\n=== %s localkube: starting %s %s\n", time.Now().Format(time.RFC3339), c.path, strings.Join(c.args, " "))
 	cmd := exec.Command(c.path, c.args...)
+	cmd.Env = childEnv(c.env)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// Its own process group: a Ctrl-C on the supervisor's terminal reaches only the supervisor,

@@ -43,6 +43,11 @@ func apiserverArgs(l layout.Layout) []string {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p(pki.FrontProxyCert),
 		"--proxy-client-key-file=" + p(pki.FrontProxyKey),
+		// Its client certificate to kubelets that serve an API (the real node's): logs, exec; at
+		// the node's address (no DNS resolves node names here).
+		"--kubelet-client-certificate=" + p(pki.AdminCert),
+		"--kubelet-client-key=" + p(pki.AdminKey),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}
 }
 

@@ -1,9 +1,9 @@
 // Package supervisor is "localkube up": it prepares PKI and network, starts etcd, the API server,
-// the controller manager, the scheduler, CoreDNS, the LoadBalancer allocator, the process kubelet
-// and kube-proxy as child processes, and stops them in reverse order on SIGTERM/SIGINT or when any
-// of them dies. SIGUSR1 restarts the API server
-// (SIGTERM, as an upgrade would), SIGUSR2 too but with SIGKILL (a crash); and every 2 s it undoes
-// the faults whose owner process has ended.
+// the controller manager, the scheduler, CoreDNS, the LoadBalancer allocator, the process kubelet,
+// kube-proxy and (--real-node) the real node's registry, containerd and kubelet as child
+// processes, and stops them in reverse order on SIGTERM/SIGINT or when any of them dies. SIGUSR1
+// restarts the API server (SIGTERM, as an upgrade would), SIGUSR2 too but with SIGKILL (a crash);
+// and every 2 s it undoes the faults whose owner process has ended.
 package supervisor
 
 import (
@@ -25,6 +25,7 @@ import (
 	"valkey-operator.local/localkube/internal/hostnet"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/pki"
+	"valkey-operator.local/localkube/internal/realnode"
 )
 
 // Options of one supervisor run.
@@ -32,6 +33,7 @@ type Options struct {
 	Layout    layout.Layout
 	Kubelet   string // path of the process kubelet binary
 	NoKubelet bool   // control plane only
+	RealNode  bool   // also the real node (internal/realnode)
 }
 
 // ErrChildDied is returned when a component exits on its own.
@@ -103,6 +105,15 @@ func Up(opts Options) error {
 		return fmt.Errorf("host network: %w", err)
 	}
 	logf("route to %s, outside namespace %s (%s) up", layout.ServiceCIDR, layout.OutsideNetns, layout.OutsideIP)
+	// The real node's address before kube-proxy's first sync, the only one (but hourly) that
+	// reads the addresses NodePorts answer on; the node itself starts after that sync.
+	if opts.RealNode && len(realnode.Missing(l)) == 0 {
+		if err := realnode.AddNodeAddress(); err != nil {
+			_ = hostnet.Down()
+			_ = bridge.Down(layout.Bridge)
+			return fmt.Errorf("real node: %w", err)
+		}
+	}
 	if err := writeCorefile(l); err != nil {
 		return err
 	}
@@ -126,10 +137,17 @@ func Up(opts Options) error {
 		loadbalancer: loadbalancer, kubelet: kubelet, proxy: proxy}
 	// Stop order: the kubelet first (it stops the pods), etcd last.
 	stopOrder := []*child{kubelet, proxy, loadbalancer, coredns, sched, kcm, apiserver, etcd}
+	var real *realNode
+	if opts.RealNode {
+		real = newRealNode(l)
+	}
 
 	// Every child that exits reports here; buffered so a late exit never blocks.
 	exits := make(chan exit, 4*len(stopOrder))
 	shutdown := func() {
+		if real != nil {
+			real.stop(logf)
+		}
 		for _, c := range stopOrder {
 			if c != nil {
 				c.stop(logf)
@@ -147,6 +165,9 @@ func Up(opts Options) error {
 	}
 
 	startErr := startAll(ctx, l, logf, exits, cs)
+	if startErr == nil && real != nil {
+		startErr = real.start(ctx, logf, exits)
+	}
 	if startErr != nil {
 		logf("start failed: %v", startErr)
 		shutdown()

@@ -1,8 +1,9 @@
 //! localkube's own tests, one target (they share one pool of test threads): what the cluster does
 //! for the operator's end-to-end tests (`cluster`), what charts rely on a kubelet for
 //! (`conformance`), the pod network at scale (`network`), fault injection (`faults`), what the
-//! image table's images serve (`images`), volumes that grow (`storage`), and Services routed by
-//! kube-proxy, LoadBalancer addresses and cluster DNS (`services`).
+//! image table's images serve (`images`), volumes that grow (`storage`), Services routed by
+//! kube-proxy, LoadBalancer addresses and cluster DNS (`services`), and the real node
+//! (`realnode`: the upstream kubelet with containerd, running the images built here).
 //!
 //! They run against the cluster KUBECONFIG names, like the e2e suite (`make localkube-test`); the
 //! network and fault tests need localkube itself and say so elsewhere.
@@ -12,6 +13,7 @@ mod conformance;
 mod faults;
 mod images;
 mod network;
+mod realnode;
 mod services;
 mod storage;
 

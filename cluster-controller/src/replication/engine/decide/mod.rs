@@ -30,7 +30,7 @@ mod tests;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::engine::Member;
+use crate::engine::{Member, Scope};
 
 use super::decision::{Decision, Health, Reason, Target};
 use super::observe::Observation;
@@ -58,6 +58,30 @@ pub fn decide(
     recorded_primary: Option<&str>,
     observed: &Observation,
 ) -> Decision {
+    decide_in(Scope::Everything, spec, members, recorded_primary, observed)
+}
+
+/// [`decide`] with only the rules of `scope`. [`Scope::Safety`]: a primary lost or back without
+/// its data replaced by the replica with its writes, the primary admitted, and members that do
+/// not follow it told to (each under the safety rules); never a formation, a member added or
+/// removed, a switchover or a roll.
+pub fn decide_in(
+    scope: Scope,
+    spec: &Spec,
+    members: &[Member],
+    recorded_primary: Option<&str>,
+    observed: &Observation,
+) -> Decision {
+    if scope == Scope::Safety {
+        let view = View::new(spec, members, recorded_primary, observed);
+        return match view.primary() {
+            None if recorded_primary.is_none() => Decision::Steady,
+            None => primary::choose(&view),
+            Some(primary) => attach::fence(&view, primary)
+                .or_else(|| attach::followers(&view, primary))
+                .unwrap_or(Decision::Steady),
+        };
+    }
     if let Some(decision) = check_members(spec, members) {
         return decision;
     }

@@ -60,10 +60,26 @@ fn restarted(view: &View, recorded: Live<'_>) -> Decision {
             && restart_would_lose(&recorded.state.history, &other.state.history)
     });
     let Some(richer) = richer else {
+        let promote = Action::Promote {
+            on: recorded.target(),
+        };
+        let history = &recorded.state.history;
+        if !history.aof && history.started_fresh() {
+            // Nothing it held survived (no persistence), and no member holds it: said with a
+            // Warning, never passed off as a restart with its data.
+            return Decision::forced(
+                promote,
+                Reason::PrimaryEmptied,
+                format!(
+                    "{} restarted without persistence and no member holds its data: whatever it \
+                     held is lost; it is the primary again, with {} keys",
+                    recorded.name(),
+                    recorded.state.keys()
+                ),
+            );
+        }
         return Decision::act(
-            Action::Promote {
-                on: recorded.target(),
-            },
+            promote,
             Reason::PrimaryRestarted,
             format!(
                 "{} restarted with its data ({} keys; no member holds more) and is the primary again",

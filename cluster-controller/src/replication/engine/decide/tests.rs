@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Spec, decide, health};
-use crate::engine::Member;
+use super::{Spec, decide, decide_in, health};
 use crate::engine::safety::{LinkAge, ReplicationHistory};
+use crate::engine::{Member, Scope};
 use crate::replication::engine::decision::{Action, Decision, Reason};
 use crate::replication::engine::observe::{Observation, Reach};
 use crate::replication::engine::server::{PARKED_HOST, PARKED_PORT, ServerState, Upstream};
@@ -167,6 +167,16 @@ impl World {
         )
     }
 
+    fn decide_safely(&self) -> Decision {
+        decide_in(
+            Scope::Safety,
+            &self.spec,
+            &self.members,
+            self.recorded.as_deref(),
+            &self.observed,
+        )
+    }
+
     /// A primary `r-0` with `r-1..=replicas` in step.
     fn healthy(replicas: u32) -> Self {
         let mut w = Self::new(replicas)
@@ -270,18 +280,34 @@ fn a_restarted_replica_replicates_the_primary_again() {
     assert_eq!(d.reason(), Reason::Attaching);
 }
 
+/// A member that restarted with its data: from its append-only file.
+fn reloaded(i: u32, keys: u64) -> ServerState {
+    let mut state = parked(i, keys);
+    state.history.aof = true;
+    state
+}
+
 #[test]
 fn a_primary_that_restarted_with_its_data_is_the_primary_again() {
-    let w = World::healthy(2).up(0, parked(0, 100));
+    let w = World::healthy(2).up(0, reloaded(0, 100));
     let d = w.decide();
     assert_eq!(
         (promoted(&d), d.reason()),
         ("r-0", Reason::PrimaryRestarted)
     );
 
-    // A standalone server has no one to hand over to, with or without data.
+    // A standalone server has no one to hand over to, with or without data; back without it
+    // (no persistence), the loss is said with a Warning.
     let alone = World::new(0).recorded(0).up(0, parked(0, 0));
-    assert_eq!(promoted(&alone.decide()), "r-0");
+    let d = alone.decide();
+    assert_eq!(
+        (promoted(&d), d.reason(), forced(&d)),
+        ("r-0", Reason::PrimaryEmptied, true)
+    );
+    assert!(d.message().contains("lost"), "{}", d.message());
+    let kept = World::new(0).recorded(0).up(0, reloaded(0, 10));
+    let d = kept.decide();
+    assert_eq!((d.reason(), forced(&d)), (Reason::PrimaryRestarted, false));
 }
 
 #[test]
@@ -545,6 +571,39 @@ fn a_roll_restarts_replicas_first_then_hands_over_and_restarts_the_primary() {
     outdated(alone.member(0));
     let d = alone.decide();
     assert!(matches!(action(&d), Action::AllowRestart { member } if member == "r-0"));
+}
+
+/// While the rest of a pass cannot go on, a primary back without its data is still replaced
+/// and members still follow the primary; nothing that follows the spec happens (no formation, no
+/// roll).
+#[test]
+fn the_safety_rules_run_when_nothing_else_may() {
+    let emptied = World::new(2)
+        .recorded(0)
+        .up(0, parked(0, 0))
+        .up(1, replica(1, 0, LinkAge::DownFor(1), OLD, 4900, 99))
+        .up(2, replica(2, 0, LinkAge::DownFor(1), OLD, 5000, 100));
+    assert_eq!(emptied.decide_safely(), emptied.decide());
+    assert_eq!(promoted(&emptied.decide_safely()), "r-2");
+
+    let stray = World::healthy(2).up(2, parked(2, 100));
+    assert!(
+        matches!(action(&stray.decide_safely()), Action::Follow { on, .. } if on.member == "r-2")
+    );
+
+    let forming = World::new(1).up(0, parked(0, 0)).up(1, parked(1, 0));
+    assert!(matches!(forming.decide(), Decision::Act { .. }));
+    assert_eq!(forming.decide_safely(), Decision::Steady, "no formation");
+
+    let mut rolling = World::healthy(1);
+    rolling.member(1).current_revision = Some("a".into());
+    rolling.member(1).desired_revision = Some("b".into());
+    rolling.member(1).allowed_revision = Some("a".into());
+    assert!(matches!(
+        action(&rolling.decide()),
+        Action::AllowRestart { .. }
+    ));
+    assert_eq!(rolling.decide_safely(), Decision::Steady, "no roll");
 }
 
 #[test]

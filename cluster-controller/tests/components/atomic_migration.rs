@@ -1,7 +1,7 @@
 //! The Valkey 9 migration machine against what a 9.1 server reported before, during and after
 //! `CLUSTER MIGRATESLOTS`, and for cancelled and failed jobs.
 
-mod common;
+use crate::common;
 
 use cluster_controller::plan::migration::atomic::{Observed, Step, next_step};
 use cluster_controller::valkey::cluster_nodes::{self, ClusterNodes};

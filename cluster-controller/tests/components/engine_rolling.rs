@@ -2,7 +2,7 @@
 //! node-controller would roll its pod). One member at a time, replicas first, primaries after
 //! a planned failover: no acknowledged write is lost and no shard ever has two members down.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

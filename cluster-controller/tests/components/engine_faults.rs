@@ -3,7 +3,7 @@
 //! without its data, a member that stays down while another shard needs repair, a node of
 //! another cluster at a member's old address, and a shard whose every copy is lost.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,250 @@ async fn a_primary_back_empty_in_place_hands_over_to_its_replica_on_valkey_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_back_empty_in_place_hands_over_to_its_replica_on_valkey_8_without_auth() {
     primary_back_empty_in_place("emptied8", servers::valkey_8(), 115, true).await;
+}
+
+/// A primary back empty in place that took more keys than its replica holds before the
+/// operator first looked (whatever let them in): the shard's data is still its replica's, and
+/// the replica takes over. Decided from the replication history (a fresh history without an
+/// append-only file, against a replica that holds data of the old one), never by counting keys,
+/// which the writes to the empty server would outnumber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_empty_that_took_more_keys_than_its_replica_holds_still_hands_over() {
+    let name = "outnumbered";
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options(name, servers::valkey_9(), 122, options);
+    let keys = formed(&mut lab, THREE_BY_ONE).await;
+    let held = value::int(&lab.command("c-0-1", &["DBSIZE"]).await).unwrap_or(0);
+    assert!(held > 0, "the replica holds the shard's keys");
+    let tag = lab.tag_served_by("c-0-0").await;
+
+    lab.restart_in_place("c-0-0");
+    lab.refresh().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lab.member("c-0-0").ready {
+        assert!(Instant::now() < deadline, "c-0-0 did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lab.refresh().await;
+    }
+    // It serves its slots again once Valkey lets it (cluster_state ok: seconds).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let probe = format!("{{{tag}}}:new:probe");
+    while value::text(&lab.try_as_operator("c-0-0", &["SET", &probe, "x"]).await)
+        != Some("OK".into())
+    {
+        assert!(Instant::now() < deadline, "c-0-0 never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Before the operator's first look: more keys than the replica holds.
+    let written = held * 2 + 10;
+    for n in 1..written {
+        let key = format!("{{{tag}}}:new:{n}");
+        lab.command_as_operator("c-0-0", &["SET", &key, "x"]).await;
+    }
+    assert_eq!(
+        value::int(&lab.command_as_operator("c-0-0", &["DBSIZE"]).await),
+        Some(written)
+    );
+
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        lab.forced
+            .iter()
+            .any(|l| l.contains("FAILOVER FORCE on c-0-1")),
+        "c-0-1, which holds the shard's data, took over: {:?}",
+        lab.history
+    );
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+/// Without persistence, a server restarted in place takes no client's write before the engine has
+/// judged it: its clients' users start off, like the replication user, and open when the engine
+/// admits it (here: after its replica took over). So nothing it acknowledges can be lost by the
+/// handover, and the writer loses no acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_empty_takes_no_clients_write_before_the_engine_admits_it() {
+    let name = "closed";
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options(name, servers::valkey_8(), 123, options);
+    let mut keys = formed(&mut lab, THREE_BY_ONE).await;
+    let tag = lab.tag_served_by("c-0-0").await;
+    let writer = Writer::start(&lab.addresses(), "w").await;
+
+    lab.restart_in_place("c-0-0");
+    // Up again, serving its slots as far as Valkey is concerned, but closed to clients.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let key = format!("{{{tag}}}:direct");
+    loop {
+        let served = lab.try_as_operator("c-0-0", &["SET", &key, "x"]).await;
+        if value::text(&served).as_deref() == Some("OK") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "c-0-0 never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = lab
+        .try_command("c-0-0", &["SET", &key, "from-a-client"])
+        .await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| ["NOAUTH", "WRONGPASS", "AuthenticationFailed"]
+                .iter()
+                .any(|refusal| e.contains(refusal))),
+        "a client's write is refused before the engine admits the server: {refused:?}"
+    );
+
+    let health = lab.converge(Duration::from_secs(90)).await;
+    assert_eq!((health.ready_shards, health.replicas_in_sync), (3, 3));
+    assert!(
+        lab.forced
+            .iter()
+            .any(|l| l.contains("FAILOVER FORCE on c-0-1")),
+        "{:?}",
+        lab.history
+    );
+    // Admitted once it replicates c-0-1: clients may use it again.
+    let opened = lab.try_command("c-0-0", &["GET", &key]).await;
+    assert!(
+        opened.as_ref().is_err_and(|e| e.contains("Moved")) || opened.is_ok(),
+        "a client is served (or redirected) again: {opened:?}"
+    );
+    let report = writer.finish().await;
+    assert!(!report.acked.is_empty());
+    keys.extend(report.acked);
+    traffic::verify(&lab.addresses(), &keys).await;
+}
+
+/// A primary without a replica and without persistence restarted in place (same node ID, same
+/// slots, no key): its data is gone, as surely as a shard whose members were all deleted. It is
+/// not served again empty without a word (`Failed / SlotsLost` naming its slots; its clients stay
+/// off), until the user accepts the loss, once; then it serves, announced as forced. It used
+/// to serve at once, empty, and the cluster said Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_without_a_copy_back_empty_is_lost_data_until_the_user_accepts_it() {
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        open_default_user: false,
+    };
+    let mut lab = Lab::with_options("alone", servers::valkey_9(), 124, options);
+    lab.scale(Desired::new(3, 0));
+    lab.converge(Duration::from_secs(90)).await;
+    traffic::write_keys(&lab.addresses(), "k", 300).await;
+    let slots = myself(&lab, "c-0-0").await.slots.clone();
+
+    lab.restart_in_place("c-0-0");
+    let mut blocked = None;
+    lab.run_until(Duration::from_secs(60), |pass| {
+        if let Decision::Blocked { reason, message } = &pass.decision {
+            blocked = Some((*reason, message.clone()));
+            return true;
+        }
+        false
+    })
+    .await;
+    let (reason, message) = blocked.unwrap_or_else(|| panic!("{:?}", lab.history));
+    assert_eq!(reason, Reason::SlotsLost, "{message}");
+    assert!(
+        message.contains("c-0-0") && message.contains(&slots.to_string()),
+        "{message}"
+    );
+    let refused = lab.try_command("c-0-0", &["PING"]).await;
+    assert!(refused.is_err(), "its clients stay off: {refused:?}");
+
+    lab.desired.lost_slots.accepted = Some(slots.clone());
+    let mut spent = false;
+    lab.run_until(Duration::from_secs(60), |pass| {
+        spent |= pass.spent_acknowledgement();
+        matches!(pass.decision, Decision::Steady(_))
+    })
+    .await;
+    assert!(spent, "serving it again spent the acknowledgement");
+    assert!(
+        lab.forced.iter().any(|l| l.contains("SlotsLost")),
+        "announced as forced: {:?}",
+        lab.forced
+    );
+    assert!(lab.try_command("c-0-0", &["PING"]).await.is_ok());
+}
+
+/// On Valkey 8 an aborted slot move carries the keys back from the target. A source that
+/// served the slot as its own meanwhile (it lost its MIGRATING marker, as a replica promoted in
+/// its place never had it) holds the newer value of a key: the move back never overwrites it
+/// (no REPLACE; Valkey answers BUSYKEY, which the operator reports).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_move_never_overwrites_a_newer_value_on_its_source() {
+    let mut lab = Lab::with_options("busykey", servers::valkey_8(), 125, Options::default());
+    lab.scale(Desired::new(2, 0));
+    lab.converge(Duration::from_secs(90)).await;
+    let tag = lab.tag_served_by("c-0-0").await;
+    let slot = value::int(&lab.command("c-0-0", &["CLUSTER", "KEYSLOT", &tag]).await)
+        .unwrap_or_default()
+        .to_string();
+    let key = format!("{{{tag}}}:k");
+    lab.command_as_operator("c-0-0", &["SET", &key, "old"])
+        .await;
+    let (source, target) = (lab.node_id("c-0-0").await, lab.node_id("c-1-0").await);
+    // A legacy move of the slot, opened and the key moved, as the operator does it.
+    lab.command_as_operator(
+        "c-1-0",
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source],
+    )
+    .await;
+    lab.command_as_operator(
+        "c-0-0",
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target],
+    )
+    .await;
+    let target_ip = lab.ip_of("c-1-0").to_string();
+    let moved = lab
+        .command_as_operator(
+            "c-0-0",
+            &[
+                "MIGRATE",
+                &target_ip,
+                "6379",
+                &key,
+                "0",
+                "5000",
+                "AUTH2",
+                servers::OPERATOR_USER,
+                servers::OPERATOR_PASSWORD,
+            ],
+        )
+        .await;
+    assert_eq!(value::text(&moved).as_deref(), Some("OK"));
+    // The source loses its marker and serves the slot as its own: a client writes anew.
+    lab.command_as_operator("c-0-0", &["CLUSTER", "SETSLOT", &slot, "STABLE"])
+        .await;
+    lab.command_as_operator("c-0-0", &["SET", &key, "newer"])
+        .await;
+
+    // The target's shard is to leave: the engine undoes the half-open move (the target still
+    // imports), carrying the key back.
+    lab.scale(Desired::new(1, 0));
+    lab.run_for(Duration::from_secs(8)).await;
+    let now = lab.command_as_operator("c-0-0", &["GET", &key]).await;
+    assert_eq!(
+        value::text(&now).as_deref(),
+        Some("newer"),
+        "the newer value stays: {:?}",
+        lab.history
+    );
+    assert!(
+        lab.errors.iter().any(|e| e.contains("BUSYKEY")),
+        "the conflict is reported: {:?}",
+        lab.errors
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

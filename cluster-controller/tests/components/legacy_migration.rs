@@ -2,7 +2,7 @@
 //! command, as a table over every state, and in a model that interleaves client writes,
 //! gossip and aborts with the machine's steps.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! Replicas per shard up and down: new members replicate their shard's primary; surplus ones
 //! are forgotten and deleted, a surplus primary handing its slots over first.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! acknowledged write reads back. Valkey 9.1 moves slots with atomic slot migration, 8.0 with
 //! the legacy SETSLOT/MIGRATE machine.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

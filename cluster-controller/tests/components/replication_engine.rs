@@ -3,7 +3,7 @@
 //! primary lost for good, one the operator cannot reach while its replicas can, a planned
 //! switchover and a roll. Every test checks that no write a replica confirmed (WAIT 1) is lost.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Forming a cluster from fresh servers: MEET, slots split evenly, replicas attached.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! of one) and a node restarted under it: a fresh engine finishes from what Valkey reports,
 //! with no key lost and no slot left open.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! No input makes a parser panic: real replies cut short, with bytes flipped or fields
 //! shuffled, and random reply trees, must come back as a value or a ParseError.
 
-mod common;
+use crate::common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -3,11 +3,11 @@
 //! primary that came back without its data, a member that stays down, nodes that are not who
 //! their address says, lost slots, and a restart that would lose data.
 
-mod common;
+use crate::common;
 
 use cluster_controller::engine::safety::FailoverSettings;
 use cluster_controller::engine::{
-    Action, Decision, Desired, Member, NodeState, Reach, Reason, bindings,
+    Action, Decision, Desired, Member, NodeState, Reach, Reason, Scope, bindings,
 };
 use cluster_controller::valkey::cluster_nodes::NodeId;
 use cluster_controller::valkey::{cluster_info, cluster_nodes, info};
@@ -299,6 +299,68 @@ fn a_primary_back_without_its_data_hands_over_to_its_replica() {
     }
 }
 
+/// While the rest of a pass cannot go on (a Secret missing, an apply failing), the rules that
+/// protect data still run: the emptied primary hands over all the same, and a takeover happens
+/// when no election can; nothing that follows the spec does (here: a fourth shard asked for).
+#[test]
+fn the_safety_rules_run_when_nothing_else_may() {
+    let world = emptied_world();
+    let handover = world.decide_in(Scope::Safety, Desired::new(4, 1));
+    assert!(
+        matches!(
+            &handover,
+            Decision::Act {
+                action: Action::ForcedFailover { .. },
+                reason: Reason::PrimaryRestartedEmpty,
+                ..
+            }
+        ),
+        "{handover}"
+    );
+    let failed = failure(2, 40, settings(5000), &everyone(2));
+    let everything = failed.decide(Desired::new(2, 1));
+    assert!(is_takeover(&everything), "{everything}");
+    let safety = failed.decide_in(Scope::Safety, Desired::new(5, 1));
+    assert_eq!(
+        safety, everything,
+        "the same takeover, whatever the spec asks"
+    );
+    // A healthy cluster asked for more shards: the safety rules have nothing to say.
+    let healthy = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    assert!(
+        matches!(
+            healthy.decide_in(Scope::Safety, Desired::new(4, 1)),
+            Decision::Steady(_)
+        ),
+        "no member is created, no slot moves"
+    );
+}
+
+/// A drain may evict one member of a shard at a time, but none while a replica of the shard does
+/// not hold the primary's data (syncing, loading, or not read): the primary may be its only copy.
+#[test]
+fn a_shard_whose_replica_is_not_in_sync_lets_no_member_go() {
+    use cluster_controller::controller::serving::shards_out_of_sync;
+    let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
+    assert!(shards_out_of_sync(&world.members, &world.observed).is_empty());
+    let syncing = common::text("v9/info_replica")
+        .replace("master_sync_in_progress:0", "master_sync_in_progress:1");
+    let view = view_of(&v9_primary(), "127.0.0.65", &["127.0.0.67"]);
+    let full_sync = state(&view, "127.0.0.65", &syncing, 0, settings(5000));
+    world
+        .observed
+        .members
+        .insert("c-1-1".into(), Reach::Up(Box::new(full_sync)));
+    world.down("c-2-1");
+    let held: Vec<u32> = shards_out_of_sync(&world.members, &world.observed)
+        .into_iter()
+        .collect();
+    assert_eq!(held, [1, 2]);
+    // A shard of one member has no copy to wait for.
+    let alone = Vec::from_iter(world.members.iter().filter(|m| m.index == 0).cloned());
+    assert!(shards_out_of_sync(&alone, &world.observed).is_empty());
+}
+
 /// The same c-0-0 with fewer keys than its replica and a history of its own, but restarted from
 /// its append-only file (a slot migration moved keys away before its replica resynced), or
 /// already admitted by the fence since it started: nothing is lost, and a forced failover to
@@ -585,6 +647,19 @@ fn slots_without_an_owner_are_served_again_only_with_the_users_word() {
                 ..
             }
         ),
+        "{decision}"
+    );
+    assert!(
+        !decision.spends_acknowledgement(),
+        "a cache's policy is not an acknowledgement to spend"
+    );
+    // The user's word for these slots: the same step, which spends it (once the cluster is
+    // whole again, that value of acceptLostSlots allows nothing more).
+    let mut accepted = Desired::new(2, 1);
+    accepted.lost_slots.accepted = Some("10922-16383".parse().expect("slots"));
+    let decision = world.decide(accepted);
+    assert!(
+        decision.is_forced() && decision.spends_acknowledgement(),
         "{decision}"
     );
 }

@@ -3,7 +3,7 @@
 //! than the budget when it does not. Servers answer from memory (`common::memory`), each
 //! CLUSTER GETSLOTMIGRATIONS as the test scripts it, in the replies captured from Valkey 9.1.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

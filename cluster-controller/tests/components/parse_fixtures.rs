@@ -1,6 +1,6 @@
 //! The parsers against replies captured from real Valkey 9.1 and 8.0 servers.
 
-mod common;
+use crate::common;
 
 use cluster_controller::valkey::cluster_info::{self, ClusterState};
 use cluster_controller::valkey::cluster_nodes::{self, ClusterNodes, LinkState};

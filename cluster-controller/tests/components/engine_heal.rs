@@ -2,7 +2,7 @@
 //! cluster restarted on new addresses, a member that returns empty with a new node id, and a
 //! shard whose only copy is lost.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

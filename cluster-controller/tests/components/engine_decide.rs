@@ -1,7 +1,7 @@
 //! The pure decision, from observations built out of the captured replies in `fixtures/`
 //! (see `common/world.rs` for how the members' views are made from one capture).
 
-mod common;
+use crate::common;
 
 use cluster_controller::engine::{
     Action, Decision, Desired, NodeState, Observation, Reach, Reason, decide, health,
@@ -702,11 +702,16 @@ fn a_fenced_node_is_admitted_only_once_settled() {
     }
     match world.decide(THREE_BY_ONE) {
         Decision::Act {
-            action: Action::AdmitReplication { on, user },
+            action: Action::AdmitReplication { on, also, user },
             ..
         } => {
             assert_eq!(user, "replication");
             assert!(on.member.starts_with("c-"), "{on}");
+            assert_eq!(
+                also.len(),
+                5,
+                "every settled member in one step (a mass restart admits all at once)"
+            );
         }
         other => panic!("{other}"),
     }
@@ -771,6 +776,7 @@ fn two_primaries_on_one_node_are_spread_by_a_planned_failover() {
             reason: Reason::SpreadingPrimaries,
             message,
             forced,
+            ..
         } => {
             assert!(!forced, "a planned failover, announced as Normal");
             assert!(

@@ -3,7 +3,7 @@
 //! NOPERM; the operator's users get what they need and no data; and a change of users or
 //! passwords reaches a running server without a restart.
 
-mod common;
+use crate::common;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -772,4 +772,32 @@ async fn the_exporter_is_refused_nothing_and_leaks_no_password_on_9() {
 #[tokio::test]
 async fn the_exporter_is_refused_nothing_and_leaks_no_password_on_8() {
     the_exporter_on(servers::valkey_8(), 206).await;
+}
+
+/// A Valkey 9 server that restarted since the operator last gave it its users holds only what
+/// its ACL file gives, and the file cannot name 9-only commands (an 8.0 server would not load
+/// it). The engine's look at such a server must still read it: when a Secret is missing the
+/// access stage that gives those rights does not run, and the data-safety rules only see the
+/// servers the look reads (a primary back without its data was taken for unreachable, and its
+/// replica, holding the shard's only copy, never took over).
+#[tokio::test]
+async fn the_engine_reads_a_9_server_that_has_only_its_acl_files_rights() {
+    use cluster_controller::engine::{Member, Reach, observe_fenced};
+    let set = users(&[CLIENT_PASSWORD], &[]);
+    let mut one = start("file-rights", &servers::valkey_9(), 209, &set.acl_file());
+    let operator = client(Some("operator"), Some("op-secret"));
+    wait_up(&mut one, &operator).await;
+    let mut member = Member::new(0, 0, "c-0-0".to_owned());
+    member.address = Some(one.address);
+    let observation = observe_fenced(
+        &operator,
+        &[member],
+        Duration::from_secs(2),
+        Some("replication"),
+    )
+    .await;
+    match observation.get("c-0-0") {
+        Some(Reach::Up(state)) => assert_eq!(state.replication_admitted(), Some(false)),
+        other => panic!("the engine could not read the server: {other:?}"),
+    }
 }
