@@ -8,14 +8,20 @@
 //! - [`engine`]: observe every member, decide one step with a pure function, take it (tested
 //!   against real valkey-server processes, no Kubernetes; imports the three above);
 //! - [`tls`]: the certificates the operator issues (pure; imports nothing of this crate);
-//! - [`controller`]: the Kubernetes side: ValkeyClusters in, ValkeyNodes, Secrets, status out
-//!   (imports the engine and the client's credentials).
+//! - [`parent`]: the floor every parent kind of ValkeyNodes stands on: Secrets, TLS, member
+//!   nodes, access, placement, monitoring, conditions, the per-object memory (imports the
+//!   layers above, never a kind);
+//! - [`cluster`]: the ValkeyCluster kind: ValkeyClusters in, ValkeyNodes, Secrets, status out
+//!   (imports [`engine`] and [`parent`]);
+//! - [`replication`]: the ValkeyReplication kind: its own engine and a controller on [`parent`]
+//!   (imports [`parent`], never [`cluster`]).
 
 pub mod access;
 pub mod client;
-pub mod controller;
+pub mod cluster;
 pub mod crds;
 pub mod engine;
+pub mod parent;
 pub mod plan;
 pub mod replication;
 pub mod tls;

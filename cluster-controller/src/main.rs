@@ -4,7 +4,7 @@
 //! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`.
 
 use clap::{Parser, ValueEnum};
-use cluster_controller::{controller, crds, replication};
+use cluster_controller::{cluster, crds, parent, replication};
 use plumbing::{CommonArgs, Names};
 
 /// A kind this binary can reconcile.
@@ -52,10 +52,10 @@ struct Cli {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let names = Names {
-        controller: controller::CONTROLLER,
-        default_lease: controller::CONTROLLER,
+        controller: cluster::CONTROLLER,
+        default_lease: cluster::CONTROLLER,
     };
-    let settings = controller::Settings {
+    let settings = parent::Settings {
         password_rotation_grace: std::time::Duration::from_secs(
             cli.password_rotation_grace_seconds,
         ),
@@ -74,7 +74,7 @@ async fn main() -> std::process::ExitCode {
         // Every controller's caches are made before any of them runs (readiness waits for all).
         let clusters = kinds
             .contains(&Kind::ValkeyCluster)
-            .then(|| controller::start(&handles, settings.clone()));
+            .then(|| cluster::start(&handles, settings.clone()));
         let replications = kinds
             .contains(&Kind::ValkeyReplication)
             .then(|| replication::controller::start(&handles, settings.clone()));

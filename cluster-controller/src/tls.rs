@@ -1,6 +1,6 @@
 //! Certificates the operator issues for a parent's servers when the user names none: a CA of the
 //! parent's own, and from it one server certificate that every member presents. Pure: the clock
-//! is an argument, and nothing here reads or writes Kubernetes (`controller::tls` does).
+//! is an argument, and nothing here reads or writes Kubernetes (`parent::tls` does).
 //!
 //! Servers are reached by pod IP, which no certificate can name ahead of the pod, so the names a
 //! certificate carries are the parent's Service names (for clients that verify the host name

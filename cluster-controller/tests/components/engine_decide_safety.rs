@@ -340,7 +340,7 @@ fn the_safety_rules_run_when_nothing_else_may() {
 /// not hold the primary's data (syncing, loading, or not read): the primary may be its only copy.
 #[test]
 fn a_shard_whose_replica_is_not_in_sync_lets_no_member_go() {
-    use cluster_controller::controller::serving::shards_out_of_sync;
+    use cluster_controller::cluster::serving::shards_out_of_sync;
     let mut world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
     assert!(shards_out_of_sync(&world.members, &world.observed).is_empty());
     let syncing = common::text("v9/info_replica")

@@ -363,11 +363,11 @@ pub fn publish(root: &Path, figures: &Figures) -> Result<()> {
 mod tests {
     use super::*;
 
-    const LOG: &str = r#"{"timestamp":"2026-12-02T14:40:00.500000Z","level":"INFO","fields":{"message":"pass","steps":0,"looks":1,"total_ms":12,"kube_ms":10,"observe_ms":2,"decide_ms":0,"act_ms":0,"settle_ms":0,"requeue_ms":2000,"decision":"WaitingForNodes"},"target":"cluster_controller::controller::reconcile"}
+    const LOG: &str = r#"{"timestamp":"2026-12-02T14:40:00.500000Z","level":"INFO","fields":{"message":"pass","steps":0,"looks":1,"total_ms":12,"kube_ms":10,"observe_ms":2,"decide_ms":0,"act_ms":0,"settle_ms":0,"requeue_ms":2000,"decision":"WaitingForNodes"},"target":"cluster_controller::cluster::reconcile"}
 not json at all
 {"timestamp":"2026-12-02T14:40:01.250000Z","level":"INFO","fields":{"message":"the step failed"},"target":"x"}
-{"timestamp":"2026-12-02T14:40:01.750000Z","level":"INFO","fields":{"message":"pass","steps":4,"looks":6,"total_ms":730,"kube_ms":40,"observe_ms":80,"decide_ms":1,"act_ms":210,"settle_ms":400,"requeue_ms":500,"decision":"ReplicaSyncing"},"target":"cluster_controller::controller::reconcile"}
-{"timestamp":"2026-12-02T14:40:09.000000Z","level":"INFO","fields":{"message":"pass","steps":0,"looks":1,"total_ms":5,"kube_ms":3,"observe_ms":2,"decide_ms":0,"act_ms":0,"settle_ms":0,"requeue_ms":15000,"decision":"Steady"},"target":"cluster_controller::controller::reconcile"}"#;
+{"timestamp":"2026-12-02T14:40:01.750000Z","level":"INFO","fields":{"message":"pass","steps":4,"looks":6,"total_ms":730,"kube_ms":40,"observe_ms":80,"decide_ms":1,"act_ms":210,"settle_ms":400,"requeue_ms":500,"decision":"ReplicaSyncing"},"target":"cluster_controller::cluster::reconcile"}
+{"timestamp":"2026-12-02T14:40:09.000000Z","level":"INFO","fields":{"message":"pass","steps":0,"looks":1,"total_ms":5,"kube_ms":3,"observe_ms":2,"decide_ms":0,"act_ms":0,"settle_ms":0,"requeue_ms":15000,"decision":"Steady"},"target":"cluster_controller::cluster::reconcile"}"#;
 
     fn at(text: &str) -> SystemTime {
         parse_timestamp(text).unwrap()

@@ -5,20 +5,17 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
-use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::Store;
+use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
 use plumbing::leader::Claims;
 use plumbing::valkey_tls::Trust;
-use plumbing::{ObjectKey, Reconciler};
-use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
+use valkey_api::v1alpha1::ValkeyNode;
 
-use super::reconcile;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::controller::context::{Applied, ClusterMemory, Kept, Settings, engine_fingerprint};
-use crate::controller::error::Error;
-use crate::controller::monitoring::KindPresence;
+use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
+use crate::parent::monitoring::KindPresence;
 use crate::replication::engine::Engine;
 
 pub struct Context {
@@ -33,13 +30,13 @@ pub struct Context {
     pub claims: Claims,
     /// Valkey actions that failed in a row, per replication.
     pub action_failures: Backoff,
-    /// Kubernetes stages that failed in a row, per replication (see `controller::stop`).
+    /// Kubernetes stages that failed in a row, per replication (see `parent::stop`).
     pub stage_failures: Backoff,
     /// Reconcile and action metrics, beside the shell's.
     pub metrics: plumbing::Metrics,
     /// Per replication: one engine per operator password (it keeps connections between passes),
     /// and the memory (its servers' users, the operator's passwords, the other holder).
-    kept: Kept<Engine<RedisClient>>,
+    pub(super) kept: Kept<Engine<RedisClient>>,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
     /// Per replication: its disruption budget as last applied (nothing watches budgets).
@@ -72,7 +69,7 @@ impl Context {
         }
     }
 
-    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ParentMemory> {
         self.kept.memory(key)
     }
 
@@ -92,24 +89,5 @@ impl Context {
                     ..RedisClientConfig::default()
                 }))
             })
-    }
-}
-
-impl Reconciler for Context {
-    type Object = ValkeyReplication;
-    type Error = Error;
-
-    async fn reconcile(
-        &self,
-        replication: &ValkeyReplication,
-        key: &ObjectKey,
-    ) -> Result<Requeue, Error> {
-        reconcile::pass(self, replication, key).await
-    }
-
-    fn forget(&self, key: &ObjectKey) {
-        self.kept.forget(key);
-        self.action_failures.succeeded(key);
-        self.budgets.forget(key);
     }
 }

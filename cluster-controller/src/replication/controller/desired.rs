@@ -1,6 +1,6 @@
 //! The desired ValkeyNode of every member a ValkeyReplication's spec wants, and what the spec
 //! asks of the engine. Pure. What every parent's members share is built by
-//! [`crate::controller::desired::server_node`]; a replication brings its names, its labels, its
+//! [`crate::parent::node::server_node`]; a replication brings its names, its labels, its
 //! placement (a primary and its replicas kept apart) and its mode: every member starts as a
 //! replica of nothing, the fence of this mode (see the engine).
 
@@ -13,9 +13,9 @@ use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use crate::access::rights::REPLICATION_USER;
-use crate::controller::desired::{DesiredMember, NodeAuth, NodeParts, server_node};
-use crate::controller::labels::FIELD_MANAGER;
-use crate::controller::placement::{self, Spread};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::node::{DesiredMember, NodeAuth, NodeParts, server_node};
+use crate::parent::placement::{self, Spread};
 use crate::replication::engine::Spec;
 use crate::replication::engine::server::{PARKED_HOST, PARKED_PORT};
 

@@ -1,6 +1,6 @@
 //! The Kubernetes side of the replication mode: the ValkeyReplication controller, a second parent
 //! of ValkeyNodes in the cluster-controller binary. Each pass ([`reconcile`]) claims the
-//! replication's Lease, makes sure its Secrets (the cluster's own stage) and member nodes exist
+//! replication's Lease, makes sure its Secrets (the floor's stage, [`crate::parent`]) and member nodes exist
 //! as the spec says, lets the engine observe Valkey and decide one step, records a newly chosen
 //! primary before acting, carries out the step, points the Services at the primary, and reports
 //! status and Events.
@@ -10,12 +10,13 @@
 //!
 //! | stage | module | Kubernetes? |
 //! | --- | --- | --- |
-//! | what a pass shares and keeps per replication | [`context`] | holds the client |
-//! | Secrets, the operator's users | [`crate::controller::secrets`] (shared) | yes |
-//! | the replication's nodes and Services, from the caches | [`observe`] | no (cache) |
-//! | every member's ValkeyNode, the engine's spec | [`desired`] | no |
-//! | member nodes, Kubernetes actions | [`crate::controller::apply`] (shared) | yes |
-//! | every member's users, applied live | [`crate::controller::access`] (shared) | no (Valkey) |
+//! | what a pass shares and keeps per replication | [`context`] ([`crate::parent::context`]) | holds the client |
+//! | the replication's Lease, the step's retry | [`reconcile`] ([`crate::parent::pass`]) | yes |
+//! | Secrets, the operator's users; TLS | [`crate::parent::secrets`], [`crate::parent::tls`] (shared) | yes |
+//! | the replication's nodes and Services, from the caches | [`observe`] ([`crate::parent::members`]) | no (cache) |
+//! | every member's ValkeyNode, the engine's spec | [`desired`] ([`crate::parent::node`]) | no |
+//! | member nodes, Kubernetes actions | [`crate::parent::apply`] (shared) | yes |
+//! | every member's users, applied live | [`crate::parent::access`] (shared) | no (Valkey) |
 //! | the read/write and read-only Services | [`services`] | yes |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
 
@@ -35,7 +36,7 @@ use kube::runtime::watcher;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
-use crate::controller::Settings;
+use crate::parent::Settings;
 use context::Context;
 
 /// The controller's name in metrics and logs.

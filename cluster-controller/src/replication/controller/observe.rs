@@ -10,8 +10,8 @@ use valkey_api::contract::cluster::INDEX_LABEL;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
-use crate::controller::members;
 use crate::engine::Member;
+use crate::parent::members;
 
 /// The replication's ValkeyNodes, by name: those in its namespace with its label and owned by it
 /// (by uid, so what a deleted namesake left behind is not taken for a member).

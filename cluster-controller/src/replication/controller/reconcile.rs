@@ -13,7 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use plumbing::ObjectKey;
+use plumbing::{ObjectKey, Reconciler};
 use valkey_api::contract::OBSERVE_ANNOTATION;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
@@ -21,15 +21,15 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use super::context::Context;
 use super::status::Outcome;
 use super::{desired, observe, report, services};
-use crate::controller::apply::{allow_restart, apply_members, delete_node};
-use crate::controller::context::ClusterMemory;
-use crate::controller::error::{Error, api_error};
-use crate::controller::labels::FIELD_MANAGER;
-use crate::controller::reconcile::{after_step, claim_for};
-use crate::controller::secrets::{self, Parent, Tools};
-use crate::controller::stop::{Stop, stopped};
-use crate::controller::{access, members, monitoring, tls};
 use crate::engine::{Outcome as StepOutcome, Scope};
+use crate::parent::apply::{allow_restart, apply_members, delete_node};
+use crate::parent::context::ParentMemory;
+use crate::parent::error::{Error, api_error};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::pass::{after_step, claim_for};
+use crate::parent::secrets::{self, Parent, Tools};
+use crate::parent::stop::{Stop, stopped};
+use crate::parent::{access, members, monitoring, tls};
 use crate::replication::engine::{Action, Decision, decide, decide_in, health};
 
 /// The field manager of the annotation that asks the node-controller to look at once.
@@ -44,7 +44,7 @@ pub fn claim_name(name: &str) -> String {
 struct Prepared {
     auth: secrets::Auth,
     served: Option<tls::Served>,
-    desired: Vec<crate::controller::desired::DesiredMember>,
+    desired: Vec<crate::parent::node::DesiredMember>,
 }
 
 pub async fn pass(
@@ -183,7 +183,7 @@ async fn prepare(
     ctx: &Context,
     replication: &ValkeyReplication,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     existing: &[std::sync::Arc<ValkeyNode>],
     api: &Api<ValkeyNode>,
     forming: bool,
@@ -210,7 +210,7 @@ async fn prepare(
         failures,
         key,
     )?;
-    // TLS as for a cluster: the same Secrets, certificate and CA (see `controller::tls`).
+    // TLS as for a cluster: the same Secrets, certificate and CA (see `parent::tls`).
     if let Some(problem) = tls::unsupported(&replication.spec.tls) {
         return Err(Stop::problem(problem));
     }
@@ -243,7 +243,7 @@ async fn prepare(
 /// it made one (the cache may not have seen it yet, and a pass that read the older record would
 /// take the primary it just promoted for a stranger and promote another), else the status as
 /// cached.
-fn recorded_primary(replication: &ValkeyReplication, memory: &ClusterMemory) -> Option<String> {
+fn recorded_primary(replication: &ValkeyReplication, memory: &ParentMemory) -> Option<String> {
     memory
         .primary_written()
         .or_else(|| replication.status.as_ref().and_then(|s| s.primary.clone()))
@@ -257,7 +257,7 @@ async fn protect(
     ctx: &Context,
     replication: &ValkeyReplication,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     stop: Stop,
     existing: &[std::sync::Arc<ValkeyNode>],
     recorded: Option<String>,
@@ -334,7 +334,7 @@ async fn protect(
 async fn kubernetes_action(
     api: &Api<ValkeyNode>,
     action: &Action,
-    desired: &[crate::controller::desired::DesiredMember],
+    desired: &[crate::parent::node::DesiredMember],
     existing: &[std::sync::Arc<ValkeyNode>],
     members: &[crate::engine::Member],
 ) -> Result<(), Error> {
@@ -441,6 +441,26 @@ async fn apply_services(
     Ok(())
 }
 
+/// The controller's side of the runtime: a pass per object, and what is dropped when one goes.
+impl Reconciler for Context {
+    type Object = ValkeyReplication;
+    type Error = Error;
+
+    async fn reconcile(
+        &self,
+        replication: &ValkeyReplication,
+        key: &ObjectKey,
+    ) -> Result<Requeue, Error> {
+        pass(self, replication, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.kept.forget(key);
+        self.action_failures.succeeded(key);
+        self.budgets.forget(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,7 +477,7 @@ mod tests {
              status: {primary: orders-0}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         assert_eq!(
             recorded_primary(&cached, &memory).as_deref(),
             Some("orders-0")

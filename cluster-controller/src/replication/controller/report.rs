@@ -9,10 +9,10 @@ use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicatio
 
 use super::context::Context;
 use super::status::{self, Outcome};
-use crate::controller::context::ClusterMemory;
-use crate::controller::error::Error;
-use crate::controller::labels::FIELD_MANAGER;
-use crate::controller::report::node_reference;
+use crate::parent::apply::node_reference;
+use crate::parent::context::ParentMemory;
+use crate::parent::error::Error;
+use crate::parent::labels::FIELD_MANAGER;
 use crate::replication::engine::Decision;
 
 /// Events for the decision: the step (failed or not), or a block when its reason first shows.
@@ -87,7 +87,7 @@ pub fn status_of(
 /// record (after a switchover that would be the old primary, and the new one told to follow it).
 pub async fn write_status(
     ctx: &Context,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     replication: &ValkeyReplication,
     new: ValkeyReplicationStatus,
 ) -> Result<ValkeyReplication, Error> {

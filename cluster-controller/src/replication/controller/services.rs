@@ -16,8 +16,8 @@ use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::contract::{NODE_LABEL, ROLE_LABEL};
 use valkey_api::v1alpha1::{Role, ValkeyReplication};
 
-use crate::controller::labels::FIELD_MANAGER;
-use crate::controller::serving::{Owner, disruption_budget, valkey_port};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::serving::{Owner, disruption_budget, valkey_port};
 
 /// `<replication>-replicas`.
 pub fn replicas_service_name(replication: &str) -> String {

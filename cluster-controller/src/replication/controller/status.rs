@@ -6,8 +6,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::v1alpha1::{ReplicationState, ValkeyReplicationStatus};
 
-use crate::controller::progress::{self, WorkLeft};
-use crate::controller::status::{Problem, Summary, summary_conditions};
+use crate::parent::conditions::{Problem, Summary, summary_conditions};
+use crate::parent::progress::{self, WorkLeft};
 use crate::replication::engine::{Decision, Health, Reason};
 
 /// What a pass concluded.

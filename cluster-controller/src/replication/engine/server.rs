@@ -83,6 +83,8 @@ pub struct ServerState {
     pub replicas: Vec<ConnectedReplica>,
     /// Whether the replication user may log in (`ACL GETUSER`), when the operator fences it.
     pub replication_admitted: Option<bool>,
+    /// `uptime_in_seconds`: how long this server process has run.
+    pub uptime_seconds: u64,
 }
 
 impl ServerState {
@@ -133,6 +135,10 @@ impl ServerState {
                 .to_owned(),
             replicas: info.replicas()?,
             replication_admitted: None,
+            uptime_seconds: info
+                .get("uptime_in_seconds")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
         })
     }
 

@@ -736,7 +736,7 @@ async fn a_valkey_error_that_persists_degrades_the_cluster_with_valkeys_words() 
         format!("the message names the command and Valkey's answer: {message}"),
     )?;
     // How fast it retries (ever more slowly, at most every 30 s) and that the unchanging words
-    // cause no hot loop are the pure function's tests (controller::reconcile).
+    // cause no hot loop are the pure function's tests (cluster::reconcile, parent::pass).
     // Nothing was lost or taken away meanwhile; once Valkey allows it again the shard joins.
     check(c.nodes().await?.len() == 3, "all three members exist")?;
     for ip in &ips {

@@ -3,6 +3,7 @@
 //! primary before the command runs, so a controller that dies between the two finds it.
 
 use crate::engine::safety::restart_would_lose;
+use crate::valkey::info::LinkStatus;
 
 use super::super::decision::{Action, Decision, Reason};
 use super::{Live, View};
@@ -59,6 +60,10 @@ fn restarted(view: &View, recorded: Live<'_>) -> Decision {
         other.name() != recorded.name()
             && restart_would_lose(&recorded.state.history, &other.state.history)
     });
+    let followed = view
+        .live()
+        .find(|other| other.name() != recorded.name() && followed_until_restart(&recorded, other));
+    let richer = richer.or(followed);
     let Some(richer) = richer else {
         let promote = Action::Promote {
             on: recorded.target(),
@@ -88,13 +93,24 @@ fn restarted(view: &View, recorded: Live<'_>) -> Decision {
             ),
         );
     };
-    let emptied = format!(
-        "{} restarted with less data than {} ({} keys against {})",
-        recorded.name(),
-        richer.name(),
-        recorded.state.keys(),
-        richer.state.keys()
-    );
+    let emptied = if recorded.state.history.aof {
+        format!(
+            "{} restarted from its append-only file, which can miss writes {} holds (Valkey puts \
+             off writing the file while an fsync lags, and replies meanwhile); {} followed it \
+             until it went away",
+            recorded.name(),
+            richer.name(),
+            richer.name()
+        )
+    } else {
+        format!(
+            "{} restarted with less data than {} ({} keys against {})",
+            recorded.name(),
+            richer.name(),
+            recorded.state.keys(),
+            richer.state.keys()
+        )
+    };
     if let Some(waiting) = waiting_for_members(view, Reason::PrimaryEmptied) {
         return waiting;
     }
@@ -240,6 +256,35 @@ fn waiting_for_members(view: &View, reason: Reason) -> Option<Decision> {
 /// with the most of the lost primary's writes: those that were following it first, by
 /// replication offset, then restarted ones by key count; `spec.primary`'s member, then the
 /// lowest index, on a tie.
+/// How long a killed process may take to start again and still count as restarted at once.
+const RESTART_SLACK_SECONDS: u64 = 5;
+
+/// Whether `replica` followed the recorded primary, now back from its append-only file, until
+/// the primary's process went away: it followed that server, and its link went down no earlier
+/// than the new process started (less the time a restart takes). The file can miss writes the
+/// primary acknowledged (with `appendfsync everysec` Valkey puts off writing it, up to 2 s,
+/// while an earlier fsync lags, and replies all the same), which its replicas received at once:
+/// WAIT-confirmed writes among them. Such a replica holds every write a replica acknowledged,
+/// and the restarted member, parked, took none since; the replica takes over, and what it may
+/// lack is what asynchronous replication loses in any failover. A replica cut off well before
+/// the restart (a partition, a long sync) may be far behind the file, which then wins, as it
+/// does when the replica has not seen its link go down (a machine that crashed, not a process).
+fn followed_until_restart(restarted: &Live<'_>, replica: &Live<'_>) -> bool {
+    let history = &restarted.state.history;
+    if !history.aof || !history.started_fresh() || replica.state.offset <= 0 {
+        return false;
+    }
+    let Some(upstream) = replica.state.upstream.as_ref() else {
+        return false;
+    };
+    upstream.is(restarted.state.address)
+        && upstream.link == LinkStatus::Down
+        && replica.state.history.replid != history.replid
+        && upstream
+            .silent_for()
+            .is_some_and(|silent| silent <= restarted.state.uptime_seconds + RESTART_SLACK_SECONDS)
+}
+
 pub(super) fn best_replica<'a>(view: &View<'a>, except: &str) -> Option<Live<'a>> {
     view.live()
         .filter(|l| l.name() != except && !l.state.is_primary() && !l.state.loading)

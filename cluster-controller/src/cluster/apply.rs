@@ -1,24 +1,22 @@
-//! The apply stage: member ValkeyNodes as the spec wants them, and the Kubernetes actions the
-//! engine decides (release a member's restart, delete a drained member).
+//! The apply stage of a ValkeyCluster: member ValkeyNodes as the spec wants them, its Services and
+//! budgets, and the Kubernetes actions the engine decides (release a member's restart, delete a
+//! drained member), on the floor's [`crate::parent::apply`].
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
-use plumbing::events::EventPublisher;
 use sha2::Digest;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
-use super::desired::DesiredMember;
-use super::error::{Error, api_error};
-use super::labels::FIELD_MANAGER;
-use super::members;
-use super::report::node_reference;
 use crate::engine::{Action, Member};
+use crate::parent::apply::{allow_restart, apply_members, delete_node};
+use crate::parent::error::{Error, api_error};
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::node::DesiredMember;
 
 /// Every member the spec wants exists with the spec it should have; true when a node was
 /// created or changed (its status then still speaks for its previous spec). Members the spec no
@@ -44,59 +42,6 @@ pub async fn member_nodes(
     .await
 }
 
-/// Applies every member node `desired` names for `parent` (any parent kind): a node already as
-/// wanted is not written; an existing one keeps its restart gate unless its pod cannot run, and
-/// while `forming` (no data yet) no node is gated. A new node is announced with an Event. True
-/// when a node was created or changed.
-pub async fn apply_members<K: Resource<DynamicType = ()>>(
-    api: &Api<ValkeyNode>,
-    events: &EventPublisher,
-    parent: &K,
-    desired: &[DesiredMember],
-    existing: &[Arc<ValkeyNode>],
-    forming: bool,
-) -> Result<bool, Error> {
-    let mut applied = false;
-    for member in desired {
-        let current = existing
-            .iter()
-            .find(|n| n.name_any() == member.name)
-            .map(AsRef::as_ref);
-        let gate = if forming {
-            None
-        } else {
-            members::allowed_revision(current)
-        };
-        let want = member.gated(gate);
-        if current.is_some_and(|c| c.spec == want.spec) {
-            continue;
-        }
-        if !forming
-            && current.is_some_and(|c| c.spec.allowed_revision.is_some())
-            && want.spec.allowed_revision.is_none()
-        {
-            tracing::info!(
-                node = %member.name,
-                "the node's pod cannot run; it takes the new spec without waiting its turn"
-            );
-        }
-        apply_node(api, &want).await?;
-        applied = true;
-        if current.is_none() {
-            events
-                .normal_related(
-                    parent,
-                    node_reference(&parent.namespace().unwrap_or_default(), &member.name),
-                    "NodeCreated",
-                    "Create",
-                    &format!("Created ValkeyNode {} ({}).", member.name, member.place),
-                )
-                .await;
-        }
-    }
-    Ok(applied)
-}
-
 /// The cluster's client Services and its PodDisruptionBudgets (one per shard that is wanted or
 /// still has members; those in `held` let no member go), as [`super::serving`] builds them;
 /// budgets of shards that are gone are deleted. Sent only when they changed since this process
@@ -113,7 +58,7 @@ pub async fn serving_objects(
     shards.extend(
         existing
             .iter()
-            .filter_map(|n| super::labels::position(n.metadata.labels.as_ref()))
+            .filter_map(|n| crate::parent::labels::position(n.metadata.labels.as_ref()))
             .map(|(shard, _)| shard),
     );
     let Some((services, budgets)) = super::serving::cluster_objects(cluster, shards, held) else {
@@ -143,7 +88,11 @@ pub async fn serving_objects(
             .await
             .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
     }
-    let selector = format!("{}={}", super::labels::CLUSTER_LABEL, cluster.name_any());
+    let selector = format!(
+        "{}={}",
+        crate::parent::labels::CLUSTER_LABEL,
+        cluster.name_any()
+    );
     let live = budget_api
         .list(&kube::api::ListParams::default().labels(&selector))
         .await
@@ -187,71 +136,12 @@ pub(crate) fn nodes_api(ctx: &Context, cluster: &ValkeyCluster) -> Api<ValkeyNod
     Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default())
 }
 
-async fn apply_node(api: &Api<ValkeyNode>, node: &ValkeyNode) -> Result<(), Error> {
-    let name = node.name_any();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(node),
-    )
-    .await
-    .map_err(api_error(format!("applying ValkeyNode {name}")))?;
-    Ok(())
-}
-
-/// Releases one member's restart: its `allowedRevision` becomes its desired revision.
-pub(crate) async fn allow_restart(
-    api: &Api<ValkeyNode>,
-    desired: &[DesiredMember],
-    existing: &[Arc<ValkeyNode>],
-    members: &[Member],
-    member: &str,
-) -> Result<(), Error> {
-    let (Some(node), Some(m)) = (
-        existing.iter().find(|n| n.name_any() == member),
-        members.iter().find(|m| m.name == member),
-    ) else {
-        return Ok(());
-    };
-    let Some(revision) = m.desired_revision.clone() else {
-        return Ok(());
-    };
-    let node = match desired.iter().find(|d| d.name == member) {
-        Some(wanted) => wanted.gated(Some(revision)),
-        // A member on its way out keeps its spec; only the gate moves.
-        None => leaving_node_gated(node, revision),
-    };
-    apply_node(api, &node).await
-}
-
-/// What this controller applies of a node the spec no longer wants, with its gate moved.
-fn leaving_node_gated(node: &ValkeyNode, revision: String) -> ValkeyNode {
-    let mut node = node.clone();
-    node.spec.allowed_revision = Some(revision);
-    node.metadata = ObjectMeta {
-        name: node.metadata.name.clone(),
-        namespace: node.metadata.namespace.clone(),
-        labels: node.metadata.labels.clone(),
-        owner_references: node.metadata.owner_references.clone(),
-        ..Default::default()
-    };
-    node.status = None;
-    node
-}
-
-pub(crate) async fn delete_node(api: &Api<ValkeyNode>, member: &str) -> Result<(), Error> {
-    match api.delete(member, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(api_error(format!("deleting ValkeyNode {member}"))(e)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, members};
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::desired::members;
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
+    use crate::parent::node::NodeAuth;
     use http::Method;
 
     #[tokio::test]

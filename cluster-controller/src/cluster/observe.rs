@@ -7,9 +7,9 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
-use super::labels::CLUSTER_LABEL;
-use super::members;
 use crate::engine::Member;
+use crate::parent::labels::CLUSTER_LABEL;
+use crate::parent::members;
 use crate::valkey::cluster_nodes::NodeId;
 
 /// The cluster's ValkeyNodes, by name: those in its namespace with its label and owned by it (by
@@ -52,8 +52,9 @@ pub fn engine_members(nodes: &[Arc<ValkeyNode>], cluster: &ValkeyCluster) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, members};
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::desired::members;
+    use crate::cluster::fixtures::{CLUSTER, cluster};
+    use crate::parent::node::NodeAuth;
     use kube::runtime::watcher::Event;
 
     #[test]

@@ -22,8 +22,8 @@ use serde_json::json;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
-use super::error::{Error, api_error};
-use super::status::Problem;
+use crate::parent::conditions::Problem;
+use crate::parent::error::{Error, api_error};
 
 /// The annotation on a ValkeyCluster that records its bus port.
 pub const ANNOTATION: &str = "valkey.io/cluster-bus-port";
@@ -157,8 +157,9 @@ pub fn not_recorded(port: u16, error: &Error) -> Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, desired_node};
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::desired::desired_node;
+    use crate::cluster::fixtures::{CLUSTER, cluster};
+    use crate::parent::node::NodeAuth;
 
     fn annotated(port: &str) -> ValkeyCluster {
         let mut c = cluster(CLUSTER);

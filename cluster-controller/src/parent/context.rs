@@ -1,28 +1,18 @@
-//! What every pass of the ValkeyCluster controller shares, and what it keeps per cluster between
-//! passes (forgotten when the cluster goes).
+//! What every parent kind's context shares: the controller's settings, and what it keeps per
+//! object (a cluster, a replication) between passes: its engine, its memory, the objects last
+//! applied beside its members (forgotten when the object goes).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::Client;
-use kube::runtime::controller::Action as Requeue;
-use kube::runtime::reflector::Store;
-use plumbing::backoff::Backoff;
-use plumbing::events::EventPublisher;
-use plumbing::leader::Claims;
+use plumbing::ObjectKey;
 use plumbing::valkey_tls::Trust;
-use plumbing::{ObjectKey, Reconciler};
-use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::auth;
-use super::error::Error;
-use super::monitoring::KindPresence;
-use super::reconcile;
-use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
+use crate::access::rights::OPERATOR_USER;
 use crate::access::{AccessState, OperatorPasswords};
-use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::engine::{Engine, EngineConfig};
+use crate::client::Credentials;
 
 /// How the controller behaves, from its flags.
 #[derive(Debug, Clone)]
@@ -44,9 +34,9 @@ impl Default for Settings {
     }
 }
 
-/// What the controller remembers of one cluster between passes.
+/// What the controller remembers of one parent (a cluster, a replication) between passes.
 #[derive(Debug, Default)]
-pub struct ClusterMemory {
+pub struct ParentMemory {
     /// Which servers hold which users.
     pub access: AccessState,
     /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
@@ -78,7 +68,7 @@ pub struct ClusterMemory {
     steady: std::sync::atomic::AtomicBool,
 }
 
-impl ClusterMemory {
+impl ParentMemory {
     /// Records whether this pass found the cluster steady; true when the one before did too.
     pub fn note_steady(&self, steady: bool) -> bool {
         self.steady
@@ -216,7 +206,7 @@ impl ClusterMemory {
 /// contexts keep them here, so that forgetting an object drops them together.
 pub struct Kept<E> {
     engines: Mutex<HashMap<ObjectKey, (String, E)>>,
-    memory: Mutex<HashMap<ObjectKey, Arc<ClusterMemory>>>,
+    memory: Mutex<HashMap<ObjectKey, Arc<ParentMemory>>>,
 }
 
 impl<E> Default for Kept<E> {
@@ -230,7 +220,7 @@ impl<E> Default for Kept<E> {
 
 impl<E: Clone> Kept<E> {
     /// What the controller remembers of the object `key`.
-    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
+    pub fn memory(&self, key: &ObjectKey) -> Arc<ParentMemory> {
         self.memory
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -286,29 +276,6 @@ pub fn engine_fingerprint(credentials: &Credentials, trust: Option<&Trust>) -> S
     fingerprint
 }
 
-pub struct Context {
-    pub client: Client,
-    pub events: EventPublisher,
-    /// Per-cluster action counts and work left, beside the reconcile metrics.
-    pub metrics: plumbing::Metrics,
-    /// The ValkeyNodes of every cluster (those with the cluster label), from a watch cache.
-    pub nodes: Store<ValkeyNode>,
-    /// Per cluster: one engine per operator password and CA (it keeps Valkey connections between
-    /// passes), and the memory (its servers' users, the operator's passwords).
-    kept: Kept<Engine<RedisClient>>,
-    /// Valkey actions that failed in a row, per cluster: each retry waits longer.
-    pub action_failures: Backoff,
-    /// Kubernetes stages that failed in a row, per cluster (see [`super::stop`]).
-    pub stage_failures: Backoff,
-    pub settings: Settings,
-    /// One Lease per cluster: a cluster another controller holds is left alone.
-    pub claims: Claims,
-    /// Per cluster: the Services and budgets last applied.
-    pub serving: Applied,
-    /// Whether the PodMonitor kind exists, as last found out.
-    pub pod_monitors: KindPresence,
-}
-
 /// How long applied Services and budgets are trusted to be as applied before they are sent again
 /// (nothing watches them: someone may have edited or deleted one).
 const SERVING_REFRESH: Duration = Duration::from_secs(300);
@@ -336,82 +303,5 @@ impl Applied {
 
     pub fn forget(&self, key: &ObjectKey) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
-    }
-}
-
-impl Context {
-    pub fn new(
-        client: Client,
-        events: EventPublisher,
-        metrics: plumbing::Metrics,
-        nodes: Store<ValkeyNode>,
-        settings: Settings,
-        claims: Claims,
-    ) -> Self {
-        Self {
-            claims,
-            client,
-            events,
-            metrics,
-            nodes,
-            kept: Kept::default(),
-            action_failures: Backoff::default(),
-            stage_failures: Backoff::default(),
-            settings,
-            serving: Applied::default(),
-            pod_monitors: KindPresence::default(),
-        }
-    }
-
-    /// What the controller remembers of the cluster `key`.
-    pub fn memory(&self, key: &ObjectKey) -> Arc<ClusterMemory> {
-        self.kept.memory(key)
-    }
-
-    /// The cluster's engine, made anew when the operator's password or the CA it verifies the
-    /// servers against (`trust`, with TLS) changed.
-    pub fn engine(
-        &self,
-        key: &ObjectKey,
-        credentials: &Credentials,
-        trust: Option<&Trust>,
-    ) -> Engine<RedisClient> {
-        self.kept
-            .engine(key, engine_fingerprint(credentials, trust), || {
-                let client = RedisClient::new(RedisClientConfig {
-                    credentials: credentials.clone(),
-                    trust: trust.cloned(),
-                    ..RedisClientConfig::default()
-                });
-                // The replication user is fenced (off in the ACL file at every start), with the
-                // clients' authentication on or off.
-                let config = EngineConfig {
-                    fence_user: Some(REPLICATION_USER.to_owned()),
-                    ..EngineConfig::for_credentials(credentials)
-                };
-                Engine::new(client, config)
-            })
-    }
-
-    /// How many clusters have an engine: what `forget` must bring down.
-    #[cfg(test)]
-    pub fn engines(&self) -> usize {
-        self.kept.engines()
-    }
-}
-
-impl Reconciler for Context {
-    type Object = ValkeyCluster;
-    type Error = Error;
-
-    async fn reconcile(&self, cluster: &ValkeyCluster, key: &ObjectKey) -> Result<Requeue, Error> {
-        reconcile::pass(self, cluster, key).await
-    }
-
-    fn forget(&self, key: &ObjectKey) {
-        self.kept.forget(key);
-        self.action_failures.succeeded(key);
-        self.stage_failures.succeeded(key);
-        self.serving.forget(key);
     }
 }

@@ -22,7 +22,7 @@ use serde_json::json;
 use valkey_api::contract::METRICS_PORT_NAME;
 use valkey_api::v1alpha1::Metrics;
 
-use super::context::ClusterMemory;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 
@@ -166,7 +166,7 @@ pub async fn ensure(
     presence: &KindPresence,
     parent: &Parent,
     desired: Option<DynamicObject>,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<(), Error> {
     let fingerprint = serde_json::to_string(&desired).unwrap_or_default();
     if memory.pod_monitor_applied().as_deref() == Some(fingerprint.as_str()) {
@@ -210,8 +210,8 @@ pub async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster};
-    use crate::controller::labels::CLUSTER_LABEL;
+    use crate::cluster::fixtures::{CLUSTER, cluster};
+    use crate::parent::labels::CLUSTER_LABEL;
     use http::{Method, StatusCode};
     use plumbing::testing::mock_client;
 
@@ -254,8 +254,8 @@ mod tests {
             ])
         );
         // The member pods carry every label it selects by.
-        let auth = crate::controller::desired::NodeAuth::of("cache");
-        for member in crate::controller::desired::members(&c, &auth) {
+        let auth = crate::parent::node::NodeAuth::of("cache");
+        for member in crate::cluster::desired::members(&c, &auth) {
             let labels = member.node.spec.pod_labels.clone().unwrap_or_default();
             for (k, v) in value["spec"]["selector"]["matchLabels"]
                 .as_object()
@@ -287,7 +287,7 @@ mod tests {
     async fn applied_where_the_kind_exists_deleted_when_off_and_nothing_without_it() {
         let (client, mut api) = mock_client();
         let presence = KindPresence::default();
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let on = metered("");
         let parent = parent_of(&on);
         let script = tokio::spawn(async move {
@@ -331,7 +331,7 @@ mod tests {
         // A cluster without the Prometheus operator: asked once, then trusted.
         let (client, mut api) = mock_client();
         let presence = KindPresence::default();
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let script = tokio::spawn(async move {
             api.expect(Method::GET, "/apis/monitoring.coreos.com/v1")
                 .await

@@ -1,5 +1,5 @@
-//! What can end a pass of the ValkeyCluster controller early. A user's mistake (a missing
-//! Secret) is not an error: it becomes the cluster's status. These are the API failing, or an
+//! What can end a pass of any parent kind's controller early. A user's mistake (a missing
+//! Secret) is not an error: it becomes the parent's status. These are the API failing, or an
 //! object the API should never have handed out.
 
 use plumbing::ReconcileError;

@@ -14,33 +14,28 @@ use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action as Requeue;
-use kube::{Resource, ResourceExt};
-use plumbing::ObjectKey;
-use plumbing::leader::Claim;
+use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
-use super::context::{ClusterMemory, Context};
-use super::desired::DesiredMember;
-use super::error::{Error, api_error};
-use super::secrets::Auth;
-use super::status::{Outcome, Problem};
-use super::stop::{Stop, stopped};
-use super::{
-    access, apply, bus, desired, labels, monitoring, network, observe, report, secrets, tls,
-};
-use crate::engine::{Decision, Desired, EngineError, Pass, Reason, Scope};
-
-/// The longest wait before retrying a Valkey action that keeps failing.
-const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
-/// Failures in a row of a Valkey action before the cluster is reported Degraded: one or two are
-/// the normal noise of pods restarting; three mean a person should look.
-const ACTION_FAILURES_BEFORE_DEGRADED: u32 = 3;
+use super::context::Context;
+use super::status::Outcome;
+use super::{apply, bus, desired, network, observe, report, secrets, tls};
+use crate::engine::{Decision, Desired, Pass, Reason, Scope};
+use crate::parent::conditions::Problem;
+use crate::parent::context::ParentMemory;
+use crate::parent::error::Error;
+use crate::parent::node::DesiredMember;
+use crate::parent::pass::{after_step, claim_for};
+use crate::parent::secrets::Auth;
+use crate::parent::stop::{Stop, stopped};
+use crate::parent::{access, labels, monitoring};
 
 /// What `prepare` gives the rest of a pass that follows the spec.
 struct Prepared {
     auth: Auth,
-    served: Option<tls::Served>,
+    served: Option<crate::parent::tls::Served>,
     desired: Vec<DesiredMember>,
     topology: Desired,
 }
@@ -117,7 +112,7 @@ async fn prepare(
     ctx: &Context,
     cluster: &ValkeyCluster,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
@@ -175,7 +170,7 @@ async fn protect(
     ctx: &Context,
     cluster: &ValkeyCluster,
     key: &ObjectKey,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     stop: Stop,
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Requeue, Error> {
@@ -310,7 +305,7 @@ fn trace(pass: &Pass, took: Duration, engine_took: Duration, requeue: Duration, 
 async fn claim(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Option<Requeue>, Error> {
     claim_for(
         &ctx.claims,
@@ -320,45 +315,6 @@ async fn claim(
         memory,
     )
     .await
-}
-
-/// Holds `object`'s Lease `lease`, or says when to look again while another controller holds
-/// it (announced once, with a Warning Event naming the holder). Any parent kind.
-pub async fn claim_for<K: Resource<DynamicType = ()>>(
-    claims: &plumbing::leader::Claims,
-    events: &plumbing::events::EventPublisher,
-    object: &K,
-    lease: String,
-    memory: &ClusterMemory,
-) -> Result<Option<Requeue>, Error> {
-    let namespace = object.namespace().unwrap_or_default();
-    let owner = object
-        .controller_owner_ref(&())
-        .ok_or_else(|| Error::Invalid(format!("the {} has no uid", K::kind(&()))))?;
-    let claim = claims
-        .claim(&namespace, &lease, owner)
-        .await
-        .map_err(api_error(format!("claiming Lease {lease}")))?;
-    match claim {
-        Claim::Held => {
-            memory.note_holder(None);
-            Ok(None)
-        }
-        Claim::HeldByOther { holder, retry_in } => {
-            if memory.note_holder(Some(&holder)) {
-                let message = format!(
-                    "Another cluster-controller ({holder}) holds Lease {lease} of this {}; this one ({}) leaves it alone. Two releases watch this namespace: uninstall one, or narrow its watchNamespaces.",
-                    K::kind(&()),
-                    claims.identity()
-                );
-                tracing::warn!(lease = %lease, %holder, "{message}");
-                events
-                    .warning(object, "AnotherControllerActive", "Reconcile", &message)
-                    .await;
-            }
-            Ok(Some(Requeue::requeue(retry_in)))
-        }
-    }
 }
 
 /// The Lease a cluster-controller holds while it drives the cluster `cluster`.
@@ -393,49 +349,30 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
     after_step(&ctx.action_failures, key, failed, requeue)
 }
 
-/// When to look again after a pass of any parent, and what a failing step means for its status:
-/// `requeue` when the pass's step (if any) worked, which clears the count of failures; after a
-/// failed Valkey action, the object's back-off (never more than [`MAX_ACTION_RETRY`]), and from
-/// the third failure in a row the problem to report.
-pub fn after_step(
-    failures: &plumbing::backoff::Backoff,
-    key: &ObjectKey,
-    failed: Option<(&(dyn Display + Sync), &EngineError)>,
-    requeue: Duration,
-) -> (Duration, Option<Problem>) {
-    match failed {
-        Some((action, error)) => {
-            let retry = failures.failed(key).min(MAX_ACTION_RETRY);
-            let times = failures.failures(key);
-            tracing::info!(%error, times, retry_in = ?retry, "the step failed; the next pass looks again");
-            (retry, failing_problem(action, error, times))
-        }
-        None => {
-            failures.succeeded(key);
-            (requeue, None)
-        }
-    }
-}
+/// The controller's side of the runtime: a pass per object, and what is dropped when one goes.
+impl Reconciler for Context {
+    type Object = ValkeyCluster;
+    type Error = Error;
 
-/// What the status says about an action that failed `times` in a row: nothing for the first
-/// failures (the normal noise of pods restarting), then Valkey's words. No count in the words: a
-/// status that changed on every failure would be written, and its own watch event would start the
-/// next pass at once, a hot loop the back-off could not stop.
-fn failing_problem(action: &dyn Display, error: &EngineError, times: u32) -> Option<Problem> {
-    (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
-        reason: "ActionFailing".into(),
-        message: format!(
-            "{action} keeps failing: {error}. The operator retries, at most every {}s.",
-            MAX_ACTION_RETRY.as_secs()
-        ),
-    })
+    async fn reconcile(&self, cluster: &ValkeyCluster, key: &ObjectKey) -> Result<Requeue, Error> {
+        pass(self, cluster, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.kept.forget(key);
+        self.action_failures.succeeded(key);
+        self.stage_failures.succeeded(key);
+        self.serving.forget(key);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
     use crate::engine::Action;
+    use crate::engine::EngineError;
+    use crate::parent::pass::{MAX_ACTION_RETRY, failing_problem};
     use http::Method;
     use plumbing::Reconciler;
 
@@ -477,18 +414,18 @@ mod tests {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         );
-        let outcome = |problem: Problem| crate::controller::status::Outcome::Problem {
+        let outcome = |problem: Problem| crate::cluster::status::Outcome::Problem {
             problem,
             health: None,
         };
-        let first = crate::controller::status::compute(
+        let first = crate::cluster::status::compute(
             None,
             Some(1),
             &outcome(third.clone().unwrap_or_else(|| panic!("no problem"))),
             None,
             &now,
         );
-        let again = crate::controller::status::compute(
+        let again = crate::cluster::status::compute(
             Some(&first),
             Some(1),
             &outcome(failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem"))),

@@ -18,9 +18,10 @@ use valkey_api::contract::{METRICS_PORT, VALKEY_PORT};
 use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
 use super::bus;
-use super::context::{ClusterMemory, Context};
-use super::error::{Error, api_error};
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use super::context::Context;
+use crate::parent::context::ParentMemory;
+use crate::parent::error::{Error, api_error};
+use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 
 /// The label every pod of the operator's chart carries.
 const OPERATOR_POD_LABEL: (&str, &str) = ("app.kubernetes.io/part-of", "valkey-operator");
@@ -153,7 +154,7 @@ fn tcp(port: u16) -> NetworkPolicyPort {
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<(), Error> {
     let desired = desired_policy(cluster, ctx.settings.operator_namespace.as_deref());
     let fingerprint = serde_json::to_string(&desired).unwrap_or_default();
@@ -186,7 +187,7 @@ pub async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     fn rules(policy: &NetworkPolicy) -> Vec<NetworkPolicyIngressRule> {
         policy

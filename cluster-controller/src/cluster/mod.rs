@@ -1,4 +1,5 @@
-//! The Kubernetes side of the cluster-controller: the ValkeyCluster controller. Each pass
+//! The ValkeyCluster kind: the ValkeyCluster controller, a pipeline on the floor every parent
+//! kind shares ([`crate::parent`]). Each pass
 //! ([`reconcile`]) reads the ValkeyCluster and its ValkeyNodes, makes sure the Secrets and the
 //! member nodes exist as the spec says, lets the engine observe Valkey and take one step, carries
 //! out the step when it is a Kubernetes one (release a node's restart, delete a drained node),
@@ -7,55 +8,46 @@
 //! It touches ValkeyClusters, ValkeyNodes, the Secrets, Services and PodDisruptionBudgets it
 //! manages, Events and Leases, and nothing else: the ValkeyNode API is its only contract with the node-controller.
 //!
-//! | stage | module | Kubernetes? |
+//! | stage | module (on the floor's) | Kubernetes? |
 //! | --- | --- | --- |
-//! | what a pass shares and keeps per cluster | [`context`] | holds the client |
-//! | Secrets: the clients' password, the operator's users | [`secrets`] ([`auth`] builds them) | yes |
-//! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`members`] reads them) | no (cache) |
-//! | every member's ValkeyNode | [`desired`] ([`labels`], [`placement`]) | no |
+//! | what a pass shares and keeps per cluster | [`context`] ([`crate::parent::context`]) | holds the client |
+//! | the cluster's Lease, the step's retry | [`reconcile`] ([`crate::parent::pass`]) | yes |
+//! | Secrets: the clients' password, the operator's users | [`secrets`] ([`crate::parent::secrets`], [`crate::parent::auth`] builds them) | yes |
+//! | the cluster's ValkeyNodes, from the cache | [`observe`] ([`crate::parent::members`] reads them) | no (cache) |
+//! | every member's ValkeyNode | [`desired`] ([`crate::parent::node`], [`crate::parent::labels`], [`crate::parent::placement`]) | no |
 //! | the cluster bus's own port, recorded on the cluster | [`bus`] | yes |
-//! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::tls`] issues) | yes |
+//! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::parent::tls`]; [`crate::tls`] issues) | yes |
 //! | the cluster's NetworkPolicy | [`network`] | yes |
-//! | the PodMonitor of its members' exporters (both kinds) | [`monitoring`] | yes |
-//! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`serving`] builds) | yes |
-//! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
-//! | status and Events | [`report`] ([`status`] computes, [`progress`] counts) | yes |
-//! | what can fail | [`error`] | |
+//! | the PodMonitor of its members' exporters | [`crate::parent::monitoring`] | yes |
+//! | member nodes, client Services, disruption budgets, the engine's Kubernetes actions | [`apply`] ([`crate::parent::apply`]; [`serving`] and [`crate::parent::serving`] build) | yes |
+//! | every member's users, applied live | [`crate::parent::access`] ([`crate::access`] does it) | no (Valkey) |
+//! | status and Events | [`report`] ([`status`] computes; [`crate::parent::conditions`], [`crate::parent::progress`]) | yes |
+//! | what can fail, what stops a pass | [`crate::parent::error`], [`crate::parent::stop`] | |
 
-pub mod access;
 pub mod apply;
-pub mod auth;
 pub mod bus;
 pub mod context;
 pub mod desired;
-pub mod error;
 #[cfg(test)]
 pub mod fixtures;
-pub mod labels;
-pub mod members;
-pub mod monitoring;
 pub mod network;
 pub mod observe;
-pub mod placement;
-pub mod progress;
 pub mod reconcile;
 pub mod report;
 pub mod secrets;
 pub mod serving;
 pub mod status;
-pub mod stop;
 pub mod tls;
 
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
+use crate::parent::Settings;
+use crate::parent::labels::CLUSTER_LABEL;
 use context::Context;
-use labels::CLUSTER_LABEL;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
-
-pub use context::Settings;
 
 /// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
 /// readiness waits for them) and returns it, to run until shutdown or lost leadership.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
 
+use super::conditions::Problem;
 use super::error::Error;
-use super::status::Problem;
 
 /// How soon a pass stopped by a problem looks again (the safety rules with it).
 pub const RETRY_PROBLEM: Duration = Duration::from_secs(15);

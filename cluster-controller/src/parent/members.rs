@@ -8,8 +8,8 @@ use kube::{Resource, ResourceExt};
 use valkey_api::contract::{POD_CANNOT_RUN_REASONS, READY_CONDITION, VALKEY_PORT};
 use valkey_api::v1alpha1::ValkeyNode;
 
+use super::conditions::Problem;
 use super::labels::position;
-use super::status::Problem;
 use crate::engine::Member;
 
 /// The parent's gate for an existing node: keep what it has; pin a node that has none to the
@@ -106,8 +106,9 @@ pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::desired::{NodeAuth, desired_node};
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::desired::desired_node;
+    use crate::cluster::fixtures::{CLUSTER, cluster};
+    use crate::parent::node::NodeAuth;
 
     #[test]
     fn members_are_read_back_from_their_nodes() {

@@ -9,9 +9,9 @@ use crate::access::{Bootstrap, SyncReport, Target};
 use crate::client::{RedisClient, RedisClientConfig};
 use crate::engine::Member;
 
-use super::context::ClusterMemory;
+use super::conditions::Problem;
+use super::context::ParentMemory;
 use super::secrets::Auth;
-use super::status::Problem;
 
 /// Time each command of the sync may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -20,7 +20,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// engine's client); returns what a person must know, if anything. `trust` is the CA of a TLS
 /// parent's servers: the fallback logins verify them against it too.
 pub async fn sync(
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
     operator: &RedisClient,
     auth: &Auth,
     members: &[Member],

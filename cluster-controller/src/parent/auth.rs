@@ -244,7 +244,7 @@ mod tests {
     use super::*;
     use crate::access::Login;
     use crate::access::users::example_passwords as passwords;
-    use crate::controller::labels::CLUSTER_LABEL;
+    use crate::parent::labels::CLUSTER_LABEL;
 
     fn place() -> SecretPlace<'static> {
         SecretPlace {

@@ -16,14 +16,14 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use plumbing::events::EventPublisher;
-use valkey_api::v1alpha1::{SecretKeyRef, ValkeyCluster};
+use valkey_api::v1alpha1::SecretKeyRef;
 
 use super::auth::{self, SecretPlace};
-use super::context::{ClusterMemory, Context};
-use super::desired::NodeAuth;
+use super::conditions::Problem;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
-use super::labels::{CLUSTER_LABEL, FIELD_MANAGER};
-use super::status::Problem;
+use super::labels::FIELD_MANAGER;
+use super::node::NodeAuth;
 use crate::access::rights::DEFAULT_USER;
 use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
 use crate::client::{self, Credentials};
@@ -70,45 +70,13 @@ pub struct Tools<'a> {
     pub rotation_grace: Duration,
 }
 
-/// The Secrets of a ValkeyCluster (see [`ensure_for`]).
-pub async fn ensure(
-    ctx: &Context,
-    cluster: &ValkeyCluster,
-    memory: &ClusterMemory,
-) -> Result<Result<Auth, Problem>, Error> {
-    let (tools, parent) = cluster_parent(ctx, cluster);
-    ensure_for(&tools, &parent, memory).await
-}
-
-/// The ValkeyCluster controller's tools, and a ValkeyCluster as the parent of its Secrets.
-pub fn cluster_parent<'a>(
-    ctx: &'a Context,
-    cluster: &'a ValkeyCluster,
-) -> (Tools<'a>, Parent<'a, ValkeyCluster>) {
-    let tools = Tools {
-        client: &ctx.client,
-        events: &ctx.events,
-        rotation_grace: ctx.settings.password_rotation_grace,
-    };
-    let status = cluster.status.as_ref();
-    let parent = Parent {
-        object: cluster,
-        label: CLUSTER_LABEL,
-        auth: &cluster.spec.auth,
-        fence_clients: !cluster.spec.persistence.enabled,
-        reason: status.and_then(|s| s.reason.as_deref()),
-        message: status.and_then(|s| s.message.as_deref()),
-    };
-    (tools, parent)
-}
-
 /// The Secrets authentication needs, created or brought up to date; then what the nodes, the
 /// access stage and the engine need from them. `Ok(Err(problem))` for what a person must fix (a
 /// missing Secret, a Secret of the operator's names that it did not create).
 pub async fn ensure_for<K>(
     ctx: &Tools<'_>,
     parent: &Parent<'_, K>,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<Auth, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -467,10 +435,13 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
 mod tests {
     use super::*;
     use crate::access::rights::{OPERATOR_USER, REPLICATION_USER};
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::context::Context;
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::secrets::ensure;
     use http::{Method, StatusCode};
     use plumbing::testing::ApiServer;
     use serde_json::Value;
+    use valkey_api::v1alpha1::ValkeyCluster;
 
     const SECRETS: &str = "/api/v1/namespaces/prod/secrets";
 
@@ -505,7 +476,7 @@ mod tests {
 
     /// What `ensure` reports for `cluster`, which must be a problem.
     async fn problem_of(ctx: &Context, cluster: &ValkeyCluster) -> Problem {
-        ensure(ctx, cluster, &ClusterMemory::default())
+        ensure(ctx, cluster, &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .err()
@@ -564,7 +535,7 @@ mod tests {
             backup.echo();
             api.done().await;
         });
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let auth = ensure(&ctx, &cluster(CLUSTER), &memory)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
@@ -597,7 +568,7 @@ mod tests {
             api.done().await;
             file
         });
-        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+        let auth = ensure(&ctx, &cluster(&yaml), &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
@@ -638,7 +609,7 @@ mod tests {
             api.done().await;
             file
         });
-        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+        let auth = ensure(&ctx, &cluster(&yaml), &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
@@ -750,7 +721,7 @@ mod tests {
             // The backup already holds what it should: not written again.
             api.done().await;
         });
-        let auth = ensure(&ctx, &cluster(&yaml), &ClusterMemory::default())
+        let auth = ensure(&ctx, &cluster(&yaml), &ParentMemory::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|p| panic!("{p:?}"));
@@ -826,7 +797,7 @@ mod tests {
             acl.echo();
             api.done().await;
         });
-        let memory = ClusterMemory::default();
+        let memory = ParentMemory::default();
         let auth = ensure(&ctx, &cluster(CLUSTER), &memory)
             .await
             .unwrap_or_else(|e| panic!("{e}"))

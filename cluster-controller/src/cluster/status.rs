@@ -2,24 +2,12 @@
 //! sentence, the shard counts, and the Ready / Progressing / Degraded conditions. Pure: the same
 //! decision gives the same status, so a steady cluster writes nothing.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use plumbing::conditions::{ConditionStatus, set_condition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use valkey_api::v1alpha1::{AcceptedLoss, ClusterState, ValkeyClusterStatus};
 
-use super::progress::{self, WorkLeft};
 use crate::engine::{Decision, Health, Reason};
-
-pub const READY: &str = "Ready";
-pub const PROGRESSING: &str = "Progressing";
-pub const DEGRADED: &str = "Degraded";
-
-/// A problem found before the engine could run (a missing Secret, an API error), with the words
-/// a person should read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub reason: String,
-    pub message: String,
-}
+use crate::parent::conditions::{Problem, Summary, summary_conditions};
+use crate::parent::progress::{self, WorkLeft};
 
 /// What a pass concluded.
 #[derive(Debug, Clone)]
@@ -200,52 +188,6 @@ pub fn accepted_loss(
     }
 }
 
-/// What a pass concluded about a parent, in the words its conditions carry.
-#[derive(Debug, Clone, Copy)]
-pub struct Summary<'a> {
-    pub reason: &'a str,
-    pub message: &'a str,
-    pub ready: bool,
-    pub progressing: bool,
-    pub degraded: bool,
-}
-
-/// A parent's Ready / Progressing / Degraded conditions after a pass that concluded `summary`,
-/// from the previous ones (a condition keeps its transition time while its status holds). Every
-/// parent kind reports the same three.
-pub fn summary_conditions(
-    previous: Option<Vec<Condition>>,
-    summary: &Summary<'_>,
-    generation: Option<i64>,
-    now: &Time,
-) -> Vec<Condition> {
-    let mut conditions = previous.unwrap_or_default();
-    let mut set = |type_: &str, ok: bool, why: &str, text: &str| {
-        set_condition(
-            &mut conditions,
-            type_,
-            ConditionStatus::from(ok),
-            why,
-            text,
-            generation,
-            now,
-        );
-    };
-    let (reason, message) = (summary.reason, summary.message);
-    set(READY, summary.ready, reason, message);
-    if summary.progressing {
-        set(PROGRESSING, true, reason, message);
-    } else {
-        set(PROGRESSING, false, "Idle", "Nothing is in progress.");
-    }
-    if summary.degraded {
-        set(DEGRADED, true, reason, message);
-    } else {
-        set(DEGRADED, false, "AsExpected", "Nothing needs attention.");
-    }
-    conditions
-}
-
 fn to_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
@@ -253,6 +195,8 @@ fn to_i32(n: u32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parent::conditions::{DEGRADED, PROGRESSING, READY};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use k8s_openapi::jiff::Timestamp;
 
     fn at(s: i64) -> Time {

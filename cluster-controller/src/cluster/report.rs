@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::events::EventType;
@@ -13,23 +12,14 @@ use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 
 use super::context::Context;
-use super::error::Error;
-use super::labels::FIELD_MANAGER;
-use super::members;
-use super::status::{self, Outcome, Problem};
+use super::status::{self, Outcome};
 use crate::engine::{self, Action, Decision, Pass};
+use crate::parent::apply::node_reference;
+use crate::parent::conditions::Problem;
+use crate::parent::error::Error;
+use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::members;
 use crate::valkey::cluster_nodes::NodeId;
-
-/// A reference to a member's ValkeyNode, as the related object of an Event.
-pub fn node_reference(namespace: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(ValkeyNode::api_version(&()).into_owned()),
-        kind: Some(ValkeyNode::kind(&()).into_owned()),
-        namespace: Some(namespace.to_owned()),
-        name: Some(name.to_owned()),
-        ..Default::default()
-    }
-}
 
 /// Events for what the engine decided: the action taken, with the member it concerns, or what
 /// blocks the cluster (once, when the reason first shows).
@@ -276,7 +266,7 @@ fn action_verb(action: &Action) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context};
     use crate::engine::Health;
     use http::Method;
 

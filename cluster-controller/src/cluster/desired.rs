@@ -1,25 +1,19 @@
 //! The desired ValkeyNode of every member a ValkeyCluster's spec wants: names, labels,
-//! placement, the settings every member runs with, credentials. [`server_node`] builds what every
-//! parent's members share (a ValkeyReplication's too), from the spec's `ServerSettings`. Pure, and built once per pass:
-//! the apply stage adds each node's restart gate, the engine's `AllowRestart` moves it.
+//! placement, cluster mode; the rest of each node (the settings every member runs with,
+//! credentials) is the floor's [`server_node`]. Pure, and built once per pass: the apply stage
+//! adds each node's restart gate, the engine's `AllowRestart` moves it.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Affinity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
-use valkey_api::v1alpha1::{
-    NodeCredentials, NodeExporter, NodeTls, ServerSettings, SlotsLostPolicy, ValkeyCluster,
-    ValkeyNode, ValkeyNodeSpec,
-};
+use valkey_api::v1alpha1::{SlotsLostPolicy, ValkeyCluster, ValkeyNode};
 
-use super::auth::{
-    self, CREDENTIALS_DIR, HEALTHCHECK_PASSWORD_KEY, HEALTHCHECK_USER, MOUNTED_KEYS,
-};
-use super::labels::{member_labels, member_name};
-use super::status::Problem;
-use super::{bus, placement};
+use super::bus;
 use crate::engine::{Desired, LostSlotsPolicy};
+use crate::parent::conditions::Problem;
+use crate::parent::labels::{member_labels, member_name};
+use crate::parent::node::{DesiredMember, NodeAuth, NodeParts, image_major_version, server_node};
+use crate::parent::placement;
 use crate::valkey::slots::SlotSet;
 
 /// What the spec asks of the engine: how many shards, how many replicas each, whether the
@@ -88,26 +82,6 @@ fn size(cluster: &ValkeyCluster) -> Desired {
     )
 }
 
-/// A member the spec wants and the ValkeyNode it should be, without a restart gate.
-#[derive(Debug, Clone)]
-pub struct DesiredMember {
-    pub shard: u32,
-    pub index: u32,
-    pub name: String,
-    /// Where it stands, in words for Events: `shard 1, member 0`.
-    pub place: String,
-    pub node: ValkeyNode,
-}
-
-impl DesiredMember {
-    /// The node with the parent's gate on pod restarts (see `spec.allowedRevision`).
-    pub fn gated(&self, allowed_revision: Option<String>) -> ValkeyNode {
-        let mut node = self.node.clone();
-        node.spec.allowed_revision = allowed_revision;
-        node
-    }
-}
-
 /// Every member the spec wants, shard by shard.
 pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
     size(cluster)
@@ -123,27 +97,6 @@ pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
             })
         })
         .collect()
-}
-
-/// What the member nodes mount for authentication: the cluster's ACL Secret (its ACL file and
-/// replication login only), and with TLS the certificate Secret they serve. A change of users or
-/// passwords reaches running servers live (the access stage) and this file is what a server loads
-/// when it starts, so no change of it restarts a pod; nor does a renewed certificate (the servers
-/// reload the mounted files).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeAuth {
-    pub secret: String,
-    pub tls: Option<NodeTls>,
-}
-
-impl NodeAuth {
-    /// The ACL Secret of the cluster named `cluster`, without TLS.
-    pub fn of(cluster: &str) -> Self {
-        Self {
-            secret: auth::acl_secret_name(cluster),
-            tls: None,
-        }
-    }
 }
 
 /// Settings every member of a cluster runs with: cluster mode; the rest is every server's.
@@ -167,114 +120,6 @@ fn cluster_mode(cluster: &ValkeyCluster) -> BTreeMap<String, String> {
     // The cluster's own bus port (see [`bus`]): a node of another cluster cannot join it.
     config.extend(bus::settings(bus::port(cluster)));
     config
-}
-
-/// The settings of every server, whatever its parent: the parent's mode settings first, then
-/// persistence and authentication, then the user's own `spec.config` (which may override the
-/// tunable ones; the API refuses the keys the operator owns).
-fn server_config(
-    settings: &ServerSettings,
-    mode: BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    let mut config = mode;
-    if settings.persistence.enabled {
-        config.insert("appendonly".to_owned(), "yes".to_owned());
-    } else {
-        // No persistence means no file a restarted server could load: a server restarted in
-        // place (same pod, same folder) would otherwise come back with an old snapshot, from a
-        // save point or from the full sync that made it a replica, and continue that old
-        // history as if it were current. The user may still ask for save points.
-        config.insert("save".to_owned(), String::new());
-        config.insert("rdb-del-sync-files".to_owned(), "yes".to_owned());
-    }
-    // Every server has the operator's users, with authentication on or off: the clients' access
-    // is the ACL's business (and the NetworkPolicy's), so Valkey's protected mode, which refuses
-    // every remote client while the default user needs no password, stays off.
-    config.insert("protected-mode".to_owned(), "no".to_owned());
-    // A replica's full sync starts at once. Valkey's default waits 5 s for more replicas to share
-    // one transfer; here replicas attach together anyway (the operator attaches them in one
-    // pass), and the wait is 5 s of a new or replaced replica's shard without its copy (and of a
-    // forming cluster not Ready). The user may set it again.
-    config.insert("repl-diskless-sync-delay".to_owned(), "0".to_owned());
-    config.insert(
-        "aclfile".to_owned(),
-        format!("{CREDENTIALS_DIR}/{}", auth::ACL_FILE_KEY),
-    );
-    config.insert(
-        "include".to_owned(),
-        format!("{CREDENTIALS_DIR}/{}", auth::REPLICATION_CONF_KEY),
-    );
-    config.extend(settings.config.clone().unwrap_or_default());
-    config
-}
-
-/// The major version an image's tag names (`valkey/valkey:9.1` → 9), when it names one.
-pub fn image_major_version(image: &str) -> Option<u32> {
-    let reference = image.split('@').next()?;
-    let (_, tag) = reference.rsplit('/').next()?.split_once(':')?;
-    tag.split(['.', '-']).next()?.parse().ok()
-}
-
-/// What differs between the members of different parents: the node's name, labels and owner,
-/// its placement, and the settings of the parent's mode.
-#[derive(Debug, Clone)]
-pub struct NodeParts {
-    pub name: String,
-    pub namespace: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub owner: OwnerReference,
-    pub affinity: Option<Affinity>,
-    pub mode: BTreeMap<String, String>,
-}
-
-/// A member's ValkeyNode: its parent's parts, and what every parent's servers share (image,
-/// resources, scheduling, storage, settings, the credentials the pod mounts).
-/// `allowed_revision` is the parent's gate on pod restarts (see `spec.allowedRevision`).
-pub fn server_node(
-    settings: &ServerSettings,
-    parts: NodeParts,
-    auth: &NodeAuth,
-    allowed_revision: Option<String>,
-) -> ValkeyNode {
-    let mut pod_labels = settings.pod_labels.clone().unwrap_or_default();
-    pod_labels.extend(parts.labels.clone());
-    let pod_annotations = settings.pod_annotations.clone().unwrap_or_default();
-    let credentials = Some(NodeCredentials {
-        secret_name: auth.secret.clone(),
-        username: HEALTHCHECK_USER.to_owned(),
-        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
-        files: Some(MOUNTED_KEYS.iter().map(|k| (*k).to_owned()).collect()),
-    });
-    ValkeyNode {
-        metadata: ObjectMeta {
-            name: Some(parts.name),
-            namespace: parts.namespace,
-            labels: Some(parts.labels),
-            owner_references: Some(vec![parts.owner]),
-            ..Default::default()
-        },
-        spec: ValkeyNodeSpec {
-            workload_type: settings.workload_type,
-            image: settings.image.clone(),
-            image_pull_policy: settings.image_pull_policy,
-            resources: settings.resources.clone(),
-            tolerations: settings.tolerations.clone(),
-            node_selector: settings.node_selector.clone(),
-            affinity: parts.affinity,
-            persistence: Some(settings.persistence.clone()),
-            config: Some(server_config(settings, parts.mode)),
-            exporter: settings.metrics.enabled.then(|| NodeExporter {
-                image: settings.metrics.image.clone(),
-                resources: settings.metrics.resources.clone(),
-            }),
-            pod_labels: Some(pod_labels),
-            pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
-            credentials,
-            tls: auth.tls.clone(),
-            allowed_revision,
-        },
-        status: None,
-    }
 }
 
 /// The ValkeyNode member `(shard, index)` of `cluster` should be. `allowed_revision` is the
@@ -310,7 +155,7 @@ mod tests {
     /// status says it formed stays formed though no shard serves slots now.
     #[test]
     fn a_spent_acknowledgement_allows_nothing_more() {
-        let mut c = crate::controller::fixtures::cluster(crate::controller::fixtures::CLUSTER);
+        let mut c = crate::cluster::fixtures::cluster(crate::cluster::fixtures::CLUSTER);
         c.spec.accept_lost_slots = Some("0-5460".into());
         let accepted = |c: &ValkeyCluster| topology(c).map(|d| d.lost_slots.accepted.is_some());
         assert_eq!(accepted(&c), Ok(true));
@@ -338,7 +183,7 @@ mod tests {
             "another value acknowledges another loss"
         );
     }
-    use crate::controller::fixtures::{CLUSTER, cluster};
+    use crate::cluster::fixtures::{CLUSTER, cluster};
 
     /// `spec.metrics` becomes every member's exporter; off (the default), no member has one, so
     /// their pods stay as they were.

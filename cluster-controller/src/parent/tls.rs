@@ -22,11 +22,11 @@ use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use valkey_api::v1alpha1::{NodeTls, Tls};
 
 use super::auth::{self, SecretPlace};
-use super::context::ClusterMemory;
+use super::conditions::Problem;
+use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::secrets::{Parent, Tools, not_owned};
-use super::status::Problem;
 use crate::tls::{self as issue, Pem};
 
 /// The key of the CA's private key in `<name>-tls-ca`.
@@ -76,20 +76,6 @@ pub fn certificate_names(parent: &str, namespace: &str) -> Vec<String> {
     names
 }
 
-/// The TLS stage of a ValkeyCluster (see [`ensure_for`]).
-pub async fn ensure(
-    ctx: &super::context::Context,
-    cluster: &valkey_api::v1alpha1::ValkeyCluster,
-    memory: &ClusterMemory,
-) -> Result<Result<Option<Served>, Problem>, Error> {
-    let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
-    let tls = &cluster.spec.tls;
-    if let Some(problem) = unsupported(tls) {
-        return Ok(Err(problem));
-    }
-    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME, memory).await
-}
-
 /// The reason a cluster reports for a TLS setting this version does not serve.
 pub const TLS_NOT_SUPPORTED: &str = "TLSNotSupported";
 
@@ -118,7 +104,7 @@ pub async fn ensure_for<K>(
     parent: &Parent<'_, K>,
     tls: &Tls,
     lifetime: Duration,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -200,7 +186,7 @@ async fn operators_secret<K>(
     parent: &Parent<'_, K>,
     secrets: &Api<Secret>,
     lifetime: Duration,
-    memory: &ClusterMemory,
+    memory: &ParentMemory,
 ) -> Result<Result<(String, Trust), Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -385,7 +371,7 @@ mod tests {
     /// Warning; a new CA would split the servers while each reloads the files at its own moment.
     #[tokio::test]
     async fn a_deleted_ca_secret_comes_back_with_the_same_ca() {
-        use crate::controller::fixtures::{CLUSTER, cluster, context};
+        use crate::cluster::fixtures::{CLUSTER, cluster, context};
         use http::Method;
         let (ctx, mut api, _nodes) = context();
         let c = cluster(&format!("{CLUSTER}  tls: {{enabled: true}}\n"));
@@ -433,8 +419,8 @@ mod tests {
             api.done().await;
             cert
         });
-        let (tools, parent) = super::super::secrets::cluster_parent(&ctx, &c);
-        let memory = ClusterMemory::default();
+        let (tools, parent) = crate::cluster::secrets::cluster_parent(&ctx, &c);
+        let memory = ParentMemory::default();
         let served = ensure_for(
             &tools,
             &parent,

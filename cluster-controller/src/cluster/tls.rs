@@ -1,0 +1,23 @@
+//! A ValkeyCluster's TLS, by the floor's [`crate::parent::tls`] stage.
+
+use valkey_api::v1alpha1::ValkeyCluster;
+
+use super::context::Context;
+use crate::parent::conditions::Problem;
+use crate::parent::context::ParentMemory;
+use crate::parent::error::Error;
+use crate::parent::tls::{DEFAULT_CERTIFICATE_LIFETIME, Served, ensure_for, unsupported};
+
+/// The TLS stage of a ValkeyCluster (see [`ensure_for`]).
+pub async fn ensure(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    memory: &ParentMemory,
+) -> Result<Result<Option<Served>, Problem>, Error> {
+    let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
+    let tls = &cluster.spec.tls;
+    if let Some(problem) = unsupported(tls) {
+        return Ok(Err(problem));
+    }
+    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME, memory).await
+}

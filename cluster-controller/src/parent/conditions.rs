@@ -1,0 +1,63 @@
+//! The conditions every parent kind reports (Ready, Progressing, Degraded), and a problem found
+//! before the engine could run, in the words a person reads. Pure.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use plumbing::conditions::{ConditionStatus, set_condition};
+
+pub const READY: &str = "Ready";
+pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+
+/// A problem found before the engine could run (a missing Secret, an API error), with the words
+/// a person should read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: String,
+    pub message: String,
+}
+
+/// What a pass concluded about a parent, in the words its conditions carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary<'a> {
+    pub reason: &'a str,
+    pub message: &'a str,
+    pub ready: bool,
+    pub progressing: bool,
+    pub degraded: bool,
+}
+
+/// A parent's Ready / Progressing / Degraded conditions after a pass that concluded `summary`,
+/// from the previous ones (a condition keeps its transition time while its status holds). Every
+/// parent kind reports the same three.
+pub fn summary_conditions(
+    previous: Option<Vec<Condition>>,
+    summary: &Summary<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    let mut conditions = previous.unwrap_or_default();
+    let mut set = |type_: &str, ok: bool, why: &str, text: &str| {
+        set_condition(
+            &mut conditions,
+            type_,
+            ConditionStatus::from(ok),
+            why,
+            text,
+            generation,
+            now,
+        );
+    };
+    let (reason, message) = (summary.reason, summary.message);
+    set(READY, summary.ready, reason, message);
+    if summary.progressing {
+        set(PROGRESSING, true, reason, message);
+    } else {
+        set(PROGRESSING, false, "Idle", "Nothing is in progress.");
+    }
+    if summary.degraded {
+        set(DEGRADED, true, reason, message);
+    } else {
+        set(DEGRADED, false, "AsExpected", "Nothing needs attention.");
+    }
+    conditions
+}

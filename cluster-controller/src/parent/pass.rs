@@ -1,0 +1,104 @@
+//! Pieces of a pass every parent kind takes the same way: holding the object's Lease (or leaving
+//! the object alone while another controller holds it), and when to look again after the
+//! engine's step, with what a step that keeps failing means for the status.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use kube::runtime::controller::Action as Requeue;
+use kube::{Resource, ResourceExt};
+use plumbing::ObjectKey;
+use plumbing::leader::Claim;
+
+use super::conditions::Problem;
+use super::context::ParentMemory;
+use super::error::{Error, api_error};
+use crate::engine::EngineError;
+
+/// The longest wait before retrying a Valkey action that keeps failing.
+pub(crate) const MAX_ACTION_RETRY: Duration = Duration::from_secs(30);
+
+/// Failures in a row of a Valkey action before the cluster is reported Degraded: one or two are
+/// the normal noise of pods restarting; three mean a person should look.
+const ACTION_FAILURES_BEFORE_DEGRADED: u32 = 3;
+
+/// Holds `object`'s Lease `lease`, or says when to look again while another controller holds
+/// it (announced once, with a Warning Event naming the holder). Any parent kind.
+pub async fn claim_for<K: Resource<DynamicType = ()>>(
+    claims: &plumbing::leader::Claims,
+    events: &plumbing::events::EventPublisher,
+    object: &K,
+    lease: String,
+    memory: &ParentMemory,
+) -> Result<Option<Requeue>, Error> {
+    let namespace = object.namespace().unwrap_or_default();
+    let owner = object
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::Invalid(format!("the {} has no uid", K::kind(&()))))?;
+    let claim = claims
+        .claim(&namespace, &lease, owner)
+        .await
+        .map_err(api_error(format!("claiming Lease {lease}")))?;
+    match claim {
+        Claim::Held => {
+            memory.note_holder(None);
+            Ok(None)
+        }
+        Claim::HeldByOther { holder, retry_in } => {
+            if memory.note_holder(Some(&holder)) {
+                let message = format!(
+                    "Another cluster-controller ({holder}) holds Lease {lease} of this {}; this one ({}) leaves it alone. Two releases watch this namespace: uninstall one, or narrow its watchNamespaces.",
+                    K::kind(&()),
+                    claims.identity()
+                );
+                tracing::warn!(lease = %lease, %holder, "{message}");
+                events
+                    .warning(object, "AnotherControllerActive", "Reconcile", &message)
+                    .await;
+            }
+            Ok(Some(Requeue::requeue(retry_in)))
+        }
+    }
+}
+
+/// When to look again after a pass of any parent, and what a failing step means for its status:
+/// `requeue` when the pass's step (if any) worked, which clears the count of failures; after a
+/// failed Valkey action, the object's back-off (never more than [`MAX_ACTION_RETRY`]), and from
+/// the third failure in a row the problem to report.
+pub fn after_step(
+    failures: &plumbing::backoff::Backoff,
+    key: &ObjectKey,
+    failed: Option<(&(dyn Display + Sync), &EngineError)>,
+    requeue: Duration,
+) -> (Duration, Option<Problem>) {
+    match failed {
+        Some((action, error)) => {
+            let retry = failures.failed(key).min(MAX_ACTION_RETRY);
+            let times = failures.failures(key);
+            tracing::info!(%error, times, retry_in = ?retry, "the step failed; the next pass looks again");
+            (retry, failing_problem(action, error, times))
+        }
+        None => {
+            failures.succeeded(key);
+            (requeue, None)
+        }
+    }
+}
+
+/// What the status says about an action that failed `times` in a row: nothing for the first
+/// failures (the normal noise of pods restarting), then Valkey's words. No count in the words: a
+/// status that changed on every failure would be written, and its own watch event would start the
+/// next pass at once, a hot loop the back-off could not stop.
+pub(crate) fn failing_problem(
+    action: &dyn Display,
+    error: &EngineError,
+    times: u32,
+) -> Option<Problem> {
+    (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
+        reason: "ActionFailing".into(),
+        message: format!(
+            "{action} keeps failing: {error}. The operator retries, at most every {}s.",
+            MAX_ACTION_RETRY.as_secs()
+        ),
+    })
+}
