@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fails when the local cluster left anything on the machine: a process (the control plane, the
-# process kubelet, a pod, the real node's), a mount under .localkube, an lk-* network namespace, the
-# real node's cgroups, the lkbr0 bridge, or a fault still in force (an lkfault_* nftables table, a
-# fault record, a stopped node).
+# process kubelet, a pod, a client in the outside namespace, the real node's), a mount under
+# .localkube, an lk-* network namespace (lk-outside included), the real node's cgroups, the lkbr0
+# bridge, the outside namespace's link lkout0, localkube's or kube-proxy's nftables tables, or a
+# fault still in force (an lkfault_* nftables table, a fault record, a stopped node).
 # Run after "make localkube-down"; it changes nothing.
 set -uo pipefail
 
@@ -83,6 +84,16 @@ done
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
 	problems+=("bridge $BRIDGE")
 fi
+if ip link show lkout0 >/dev/null 2>&1; then
+	problems+=("link lkout0 (the outside namespace's)")
+fi
+
+# kube-proxy's rules (it leaves them when it stops) and localkube's own table.
+if command -v nft >/dev/null; then
+	while read -r family table; do
+		problems+=("nftables table $family $table")
+	done < <(nft list tables 2>/dev/null | awk '($2 == "inet" && $3 == "localkube") || (($2 == "ip" || $2 == "ip6") && $3 == "kube-proxy") {print $2, $3}')
+fi
 
 # Faults ("localkube fault"): nftables tables, records, stopped nodes.
 if command -v nft >/dev/null; then
@@ -99,4 +110,4 @@ if ((${#problems[@]})); then
 	printf '  %s\n' "${problems[@]}" >&2
 	exit 1
 fi
-echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace, real node cgroup, $BRIDGE bridge or fault remains"
+echo "assert-clean: OK: no process, mount under $LK, lk-* network namespace, real node cgroup, $BRIDGE bridge, nftables table or fault remains"

@@ -4,6 +4,9 @@
 LOCALKUBE_SRC := $(ROOT)/tests/localkube
 LOCALKUBE_DIR := $(ROOT)/.localkube
 LOCALKUBE_BIN := $(LOCALKUBE_DIR)/bin/localkube
+# CoreDNS, from its Go module in the same go.mod (versions shared with the control plane), a binary
+# of its own: see cmd/coredns/main.go.
+LOCALKUBE_COREDNS := $(LOCALKUBE_DIR)/bin/coredns
 KUBECTL := $(LOCALKUBE_DIR)/bin/kubectl
 HELM := $(LOCALKUBE_DIR)/bin/helm
 LOCALKUBE_KUBECONFIG := $(LOCALKUBE_DIR)/kubeconfig
@@ -22,15 +25,15 @@ LOCALKUBE_LDFLAGS := -s -w $(foreach p,k8s.io/component-base/version k8s.io/clie
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	$(foreach p,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/$(p).k8sVersionMinor=36)
 LOCALKUBE_GO_SOURCES := $(LOCALKUBE_SRC)/go.mod $(LOCALKUBE_SRC)/go.sum \
-	$(shell find $(LOCALKUBE_SRC)/cmd $(LOCALKUBE_SRC)/internal -name '*.go' 2>/dev/null)
+	$(shell find $(LOCALKUBE_SRC)/cmd/localkube $(LOCALKUBE_SRC)/internal -name '*.go' 2>/dev/null)
 # Static, reproducible builds; Go's default caches (GOCACHE, GOMODCACHE) persist between runs.
 LOCALKUBE_GO_ENV := CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 .PHONY: localkube-check localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status localkube-test localkube-scale
 
-## Tools: the localkube binary with its kubectl link, helm, the valkey images. Each step is
-## skipped when it is up to date.
-localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(HELM) localkube-valkey-images
+## Tools: the localkube binary with its kubectl link, CoreDNS, helm, the valkey images. Each step
+## is skipped when it is up to date.
+localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(LOCALKUBE_COREDNS) $(HELM) localkube-valkey-images
 
 ## Machine tools (iproute2, patchelf, pip from Debian's packages when missing; Go 1.26 checked).
 localkube-prereqs:
@@ -39,6 +42,11 @@ localkube-prereqs:
 $(LOCALKUBE_BIN): $(LOCALKUBE_GO_SOURCES)
 	@mkdir -p $(dir $@)
 	cd $(LOCALKUBE_SRC) && $(LOCALKUBE_GO_ENV) $(GO) build -trimpath -ldflags '$(LOCALKUBE_LDFLAGS)' -o $@.tmp ./cmd/localkube
+	mv $@.tmp $@
+
+$(LOCALKUBE_COREDNS): $(LOCALKUBE_SRC)/go.mod $(LOCALKUBE_SRC)/go.sum $(LOCALKUBE_SRC)/cmd/coredns/main.go
+	@mkdir -p $(dir $@)
+	cd $(LOCALKUBE_SRC) && $(LOCALKUBE_GO_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp ./cmd/coredns
 	mv $@.tmp $@
 
 $(KUBECTL): | $(LOCALKUBE_BIN)
@@ -80,7 +88,7 @@ localkube-status:
 localkube-reset: localkube-down
 	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs $(LOCALKUBE_DIR)/realnode/state \
 		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid $(LOCALKUBE_DIR)/localkube.lock \
-		$(LOCALKUBE_DIR)/faults
+		$(LOCALKUBE_DIR)/faults $(LOCALKUBE_DIR)/coredns
 
 ## localkube's own tests, on the running cluster (KUBECONFIG, else this checkout's): what the e2e
 ## suite relies on, the kubelet conformance list, the pod network, each fault. The API server

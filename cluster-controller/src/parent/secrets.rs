@@ -84,32 +84,24 @@ where
     let cluster = parent.object;
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let uid = cluster.meta().uid.clone().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
 
     // The operator's own Secrets first: only its own are read or written, and they hold its
     // copies of what a deleted Secret would otherwise take with it.
     let acl_name = auth::acl_secret_name(&name);
     let operator_name = auth::operator_secret_name(&name);
-    let mut current = BTreeMap::new();
-    for secret_name in [&acl_name, &operator_name] {
-        let found = secrets
-            .get_opt(secret_name)
-            .await
-            .map_err(api_error(format!("reading Secret {secret_name}")))?;
-        if let Some(secret) = found {
-            if !auth::owned_by(&secret, &uid) {
-                return Ok(Err(not_owned(
-                    ctx,
-                    parent,
-                    secret_name,
-                    "it will not overwrite or use a Secret it did not create; delete or rename it, and the operator creates its own",
-                )
-                .await));
-            }
-            current.insert(secret_name.clone(), secret);
-        }
-    }
+    let current = match read_own(
+        ctx,
+        parent,
+        &secrets,
+        &[&acl_name, &operator_name],
+        "it will not overwrite or use a Secret it did not create; delete or rename it, and the operator creates its own",
+    )
+    .await?
+    {
+        Ok(current) => current,
+        Err(problem) => return Ok(Err(problem)),
+    };
     let acl = current.get(&acl_name);
     // Any copy will do, newest knowledge first; a cluster with none gets new ones.
     let passwords = acl
@@ -292,6 +284,33 @@ async fn read_password(
 
 /// A Secret of the operator's names that the operator did not create: reported (a Warning Event
 /// when the parent first says so), never touched.
+/// The operator's own Secrets of `parent` among `names`, by name (a missing one is left out).
+/// One of those names held by a Secret the operator did not create stops the stage with a
+/// problem that says `consequence`: the operator neither overwrites nor uses it.
+pub async fn read_own<K: Resource<DynamicType = ()>>(
+    tools: &Tools<'_>,
+    parent: &Parent<'_, K>,
+    secrets: &Api<Secret>,
+    names: &[&String],
+    consequence: &str,
+) -> Result<Result<BTreeMap<String, Secret>, Problem>, Error> {
+    let uid = parent.object.meta().uid.clone().unwrap_or_default();
+    let mut current = BTreeMap::new();
+    for &secret_name in names {
+        let found = secrets
+            .get_opt(secret_name)
+            .await
+            .map_err(api_error(format!("reading Secret {secret_name}")))?;
+        if let Some(secret) = found {
+            if !auth::owned_by(&secret, &uid) {
+                return Ok(Err(not_owned(tools, parent, secret_name, consequence).await));
+            }
+            current.insert(secret_name.clone(), secret);
+        }
+    }
+    Ok(Ok(current))
+}
+
 pub async fn not_owned<K: Resource<DynamicType = ()>>(
     ctx: &Tools<'_>,
     parent: &Parent<'_, K>,

@@ -26,7 +26,7 @@ use super::conditions::Problem;
 use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
-use super::secrets::{Parent, Tools, not_owned};
+use super::secrets::{Parent, Tools, read_own};
 use crate::tls::{self as issue, Pem};
 
 /// The key of the CA's private key in `<name>-tls-ca`.
@@ -194,23 +194,21 @@ where
     let object = parent.object;
     let name = object.name_any();
     let namespace = object.namespace().unwrap_or_default();
-    let uid = object.meta().uid.clone().unwrap_or_default();
     let (ca_name, cert_name) = (ca_secret_name(&name), certificate_secret_name(&name));
     let copy_name = auth::operator_secret_name(&name);
-    let mut current = BTreeMap::new();
-    for secret_name in [&ca_name, &cert_name, &copy_name] {
-        let found = secrets
-            .get_opt(secret_name)
-            .await
-            .map_err(api_error(format!("reading Secret {secret_name}")))?;
-        if let Some(secret) = found {
-            if !auth::owned_by(&secret, &uid) {
-                let consequence = "it will not overwrite or use a Secret it did not create; delete or rename it, or name a certificate of yours in spec.tls.certificateSecret";
-                return Ok(Err(not_owned(tools, parent, secret_name, consequence).await));
-            }
-            current.insert(secret_name.clone(), secret);
-        }
-    }
+    let consequence = "it will not overwrite or use a Secret it did not create; delete or rename it, or name a certificate of yours in spec.tls.certificateSecret";
+    let current = match read_own(
+        tools,
+        parent,
+        secrets,
+        &[&ca_name, &cert_name, &copy_name],
+        consequence,
+    )
+    .await?
+    {
+        Ok(current) => current,
+        Err(problem) => return Ok(Err(problem)),
+    };
     let owner = object
         .controller_owner_ref(&())
         .ok_or_else(|| Error::Invalid(format!("the {} has no uid", K::kind(&()))))?;

@@ -36,6 +36,9 @@ pub enum Endpoint {
     Host,
     /// Every pod not on the other side (only as the receiving side).
     Rest,
+    /// The client of localkube's outside namespace ([`crate::outside`]), cut from pods, nodes
+    /// or zones: what it sends to a NodePort or a LoadBalancer address served by them is dropped.
+    Outside,
 }
 
 impl Endpoint {
@@ -53,6 +56,7 @@ impl Endpoint {
             Self::Zone(z) => format!("zone/{z}"),
             Self::Host => "host".into(),
             Self::Rest => "rest".into(),
+            Self::Outside => "outside".into(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod formation;
 pub mod helm;
 pub mod metrics;
 pub mod operator;
+pub mod outside;
 pub mod pool;
 pub mod realnode;
 pub mod record;

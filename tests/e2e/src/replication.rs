@@ -1,6 +1,7 @@
 //! A ValkeyReplication under test: its namespace, both controllers, and clients that reach it the
 //! way an application does, through its Services: the read/write Service's EndpointSlice names
-//! the primary (localkube has no kube-proxy, so the client reads the slice as kube-proxy would),
+//! the primary (the client reads the slice as kube-proxy would, so the same tests run on a
+//! cluster whose Service addresses the test host cannot reach),
 //! and a writer that follows it records every write acknowledged (`OK`) and confirmed by a
 //! replica (`WAIT 1`), so a test can prove none was lost.
 

@@ -99,12 +99,13 @@ async fn a_cluster_on_the_real_node_forms_fails_over_with_a_writer_and_is_scrape
     c.verify(&acked).await
 }
 
-// Fails on the real node, passes with the same spec on the process nodes (28 s): the roll from
-// 8.0 to 9.1 restarted three of the four members within one second (three StatefulSets deleted
-// their pods together), then the writer got no write through, or the cluster ended Failed with
-// ReplicaTooStale. Kept as the reproduction until the operator's roll is fixed for it:
-// `cargo test --test suite -- --ignored realnode::a_rolling`.
-#[ignore = "the roll restarts several members at once on the real node; see the comment"]
+/// A rolling image change (Valkey 8.0 to 9.1, under a writer) on the real node: one member at a
+/// time, no acknowledged write lost. It once restarted three of four members within a second:
+/// every pod re-created on the real node changed localkube's bridge's MAC address (a bridge
+/// takes its ports' lowest unless its own is set), the other pods' neighbour entries for their
+/// gateway went stale and the operator lost them, and the three were replaced together (which
+/// path lifted their restart gates is not traced yet). With the bridge's address fixed, the
+/// same roll passes (35 s).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_image_change_on_the_real_node_pulls_the_new_image_and_loses_no_write()
 -> Result<()> {

@@ -33,7 +33,8 @@ fault also ends when that process ends (the supervisor checks every 2 s); "local
   sweep                                       end every fault
 
 Endpoints (comma-separated): pod/NAMESPACE/NAME, node/NAME, zone/ZONE, host (the host's bridge
-address, where the API server and every host process are), rest (every pod not on the other side).
+address, where the API server and every host process are), rest (every pod not on the other side),
+outside (the outside namespace's client, against pods, nodes or zones).
 Common flags: --owner PID, --id ID (instead of a random one), --dir DIR.
 `
 
@@ -213,9 +214,13 @@ func fail(sub string, err error) int {
 }
 
 func clientOf(l layout.Layout) (*kubernetes.Clientset, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	return clientFromKubeconfig(l.Kubeconfig())
+}
+
+func clientFromKubeconfig(path string) (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", l.Kubeconfig(), err)
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	return kubernetes.NewForConfig(cfg)
 }

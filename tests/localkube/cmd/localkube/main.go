@@ -1,6 +1,7 @@
 // Command localkube is the local Kubernetes control plane of the project's end-to-end tests: the
-// upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl in one
-// binary, plus the supervisor that starts them (see tests/localkube/README.md).
+// upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and kubectl in
+// one binary, plus the supervisor that starts them and the LoadBalancer address allocator (see
+// tests/localkube/README.md).
 package main
 
 import (
@@ -30,8 +31,14 @@ func main() {
 		code = components.ControllerManager(args)
 	case "scheduler":
 		code = components.Scheduler(args)
+	case "kube-proxy":
+		code = components.KubeProxy(args)
 	case "etcd":
 		code = components.Etcd(args)
+	case "loadbalancer":
+		code = loadBalancerCommand(args)
+	case "outside":
+		code = outsideCommand(args)
 	case "up", "start", "stop", "status":
 		code = manage(sub, args)
 	case "kubectl":
@@ -61,10 +68,14 @@ commands:
   fault ...           inject faults: partitions, paused or killed containers, stopped nodes
                       ("localkube fault --help")
   restart apiserver   restart the API server (--kill: as a crash); returns when it is ready
+  outside -- CMD...   run CMD in the outside network namespace (a client outside the cluster:
+                      it reaches the node addresses and the LoadBalancer pool, nothing else)
   kubectl ...         kubectl (also when invoked through a symlink named kubectl)
   apiserver ...       kube-apiserver
   controller-manager  kube-controller-manager
   scheduler ...       kube-scheduler
+  kube-proxy ...      kube-proxy
+  loadbalancer ...    the LoadBalancer address allocator ("localkube loadbalancer --help")
   etcd ...            a single-member etcd
 `)
 }

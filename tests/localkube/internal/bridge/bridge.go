@@ -24,8 +24,18 @@ func Up(name, cidr string) error {
 			return err
 		}
 	}
+	// A bridge takes the lowest address of its ports unless its own is set: every pod's veth
+	// that came or went could change it, and the pods' neighbour entries for their gateway went
+	// stale with it (a pod re-created on the real node cut the others off for seconds, and the
+	// kubelet's probes with them). A fixed, locally administered address never changes.
+	if err := ip("link", "set", name, "address", Address); err != nil {
+		return err
+	}
 	return ip("link", "set", name, "up")
 }
+
+// Address is the bridge's own MAC address (locally administered: 02:...; "lk").
+const Address = "02:6c:6b:00:00:01"
 
 // Down deletes the bridge; a missing bridge is not an error.
 func Down(name string) error {

@@ -14,6 +14,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as upstream
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
@@ -39,4 +40,10 @@ func ControllerManager(args []string) int {
 func Scheduler(args []string) int {
 	setArgs("kube-scheduler", args)
 	return cli.Run(scheduler.NewSchedulerCommand())
+}
+
+// KubeProxy runs kube-proxy with the given flags and returns its exit code.
+func KubeProxy(args []string) int {
+	setArgs("kube-proxy", args)
+	return cli.Run(proxy.NewProxyCommand())
 }

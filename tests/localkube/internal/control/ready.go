@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +13,7 @@ import (
 
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/realnode"
+	"valkey-operator.local/localkube/internal/supervisor"
 )
 
 // readiness is one observation of the cluster as a test would need it.
@@ -18,6 +21,9 @@ type readiness struct {
 	readyz     error
 	readyNodes int
 	saErr      error
+	// dnsErr: CoreDNS /ready; proxyErr: kube-proxy has written its rules once (only with nodes).
+	dnsErr   error
+	proxyErr error
 	// realNode: why the real node is not ready yet, when it is asked for and may run here.
 	realNode error
 }
@@ -31,6 +37,10 @@ func (r readiness) stage(wantNodes int) (what, component string, ok bool) {
 		return fmt.Sprintf("%d of %d nodes Ready", r.readyNodes, wantNodes), "kubelet", false
 	case r.saErr != nil:
 		return fmt.Sprintf("ServiceAccount default/default: %v", r.saErr), "controller-manager", false
+	case r.dnsErr != nil:
+		return fmt.Sprintf("CoreDNS %s: %v", supervisor.CoreDNSReadyURL, r.dnsErr), "coredns", false
+	case wantNodes > 0 && r.proxyErr != nil:
+		return fmt.Sprintf("kube-proxy: %v", r.proxyErr), "kube-proxy", false
 	case r.realNode != nil:
 		return r.realNode.Error(), realnode.KubeletLog, false
 	}
@@ -64,8 +74,26 @@ func observe(ctx context.Context, c *kubernetes.Clientset, real *layout.Layout) 
 		}
 	}
 	_, r.saErr = c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	r.dnsErr = coreDNSReady(ctx)
+	r.proxyErr = supervisor.ProxySynced(ctx)
 	if real != nil {
 		r.realNode = realNodeReady(ctx, c, *real)
 	}
 	return r
+}
+
+func coreDNSReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, supervisor.CoreDNSReadyURL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return nil
 }

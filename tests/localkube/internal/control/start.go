@@ -97,7 +97,7 @@ func Start(opts StartOptions) error {
 			last = observe(qctx, client, opts.realNode())
 			qcancel()
 			if _, _, ok := last.stage(wantNodes); ok {
-				fmt.Printf("ready in %s: %s, %d nodes Ready, default ServiceAccount present\n",
+				fmt.Printf("ready in %s: %s, %d nodes Ready, default ServiceAccount present, CoreDNS ready, kube-proxy synced\n",
 					time.Since(t0).Round(100*time.Millisecond), layout.APIServerURL, last.readyNodes)
 				realNodeSummary(l, opts.RealNode)
 				return nil

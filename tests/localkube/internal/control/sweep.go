@@ -3,6 +3,7 @@
 package control
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"valkey-operator.local/localkube/internal/bridge"
 	"valkey-operator.local/localkube/internal/faults"
+	"valkey-operator.local/localkube/internal/hostnet"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/proc"
 	"valkey-operator.local/localkube/internal/realnode"
@@ -29,6 +31,8 @@ type Leftovers struct {
 	Bridge    bool
 	// Faults in force: records, nftables tables, stopped nodes.
 	Faults []string
+	// Network: kube-proxy's nftables tables, the outside namespace's fence and link.
+	Network []string
 	// Cgroups of the real node (its pods' and CgroupRoot itself).
 	Cgroups []string
 }
@@ -36,7 +40,7 @@ type Leftovers struct {
 // Empty reports whether nothing is left.
 func (r Leftovers) Empty() bool {
 	return len(r.Processes) == 0 && len(r.Mounts) == 0 && len(r.NetNS) == 0 && !r.Bridge && len(r.Faults) == 0 &&
-		len(r.Cgroups) == 0
+		len(r.Network) == 0 && len(r.Cgroups) == 0
 }
 
 func (r Leftovers) String() string {
@@ -57,6 +61,7 @@ func (r Leftovers) String() string {
 		parts = append(parts, "bridge "+layout.Bridge)
 	}
 	parts = append(parts, r.Faults...)
+	parts = append(parts, r.Network...)
 	for _, c := range r.Cgroups {
 		parts = append(parts, "cgroup "+c)
 	}
@@ -66,9 +71,10 @@ func (r Leftovers) String() string {
 // Find lists what belongs to the cluster under l: processes running a program under .localkube
 // with an argument naming .localkube (the control plane) or a program from the image table, the
 // process kubelet, processes in a pod network namespace or with the pod environment, processes in
-// the real node's cgroups and the cgroups, mounts under .localkube, lk-* network namespaces and the
-// bridge. The caller and its ancestors are never
-// listed (a shell that runs "localkube stop" may mention .localkube in its own command line).
+// the real node's cgroups and the cgroups, mounts under .localkube, lk-* network namespaces, the
+// bridge, and localkube's and kube-proxy's nftables tables and the outside link. The caller and
+// its ancestors are never listed (a shell that runs "localkube stop" may mention .localkube in its
+// own command line).
 func Find(l layout.Layout) (Leftovers, error) {
 	var r Leftovers
 	r.NetNS = proc.NamedNetNS(layout.NetnsPrefix)
@@ -107,6 +113,7 @@ func Find(l layout.Layout) (Leftovers, error) {
 	}
 	r.Bridge = bridge.Exists(layout.Bridge)
 	r.Faults = faults.Leftovers(l)
+	r.Network = hostnet.Leftovers()
 	r.Cgroups = realnode.Cgroups()
 	return r, nil
 }
@@ -144,9 +151,56 @@ func hasEnv(env []string, kv string) bool {
 	return false
 }
 
+// ErrOtherCluster is returned when another checkout's supervisor runs on this machine: the bridge,
+// the lk-* namespaces, the process kubelet and the nftables tables are the machine's, one cluster
+// at a time, so a sweep would tear that cluster down.
+var ErrOtherCluster = errors.New("another localkube runs on this machine")
+
+// OtherSupervisor finds a running "localkube up" whose directory is not l's.
+func OtherSupervisor(l layout.Layout) (pid int, dir string, found bool) {
+	procs, err := proc.List()
+	if err != nil {
+		return 0, "", false
+	}
+	for _, p := range procs {
+		if d, ok := supervisorDir(p.Cmdline); ok && d != l.Dir {
+			return p.PID, d, true
+		}
+	}
+	return 0, "", false
+}
+
+// supervisorDir is the --dir of a "localkube up" command line.
+func supervisorDir(argv []string) (string, bool) {
+	if len(argv) < 2 || filepath.Base(argv[0]) != "localkube" || argv[1] != "up" {
+		return "", false
+	}
+	for i := 2; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--dir" && i+1 < len(argv):
+			return argv[i+1], true
+		case strings.HasPrefix(a, "--dir="):
+			return strings.TrimPrefix(a, "--dir="), true
+		}
+	}
+	return "", false
+}
+
+// refuseOtherCluster fails when another checkout's cluster runs.
+func refuseOtherCluster(l layout.Layout) error {
+	if pid, dir, found := OtherSupervisor(l); found {
+		return fmt.Errorf("%w: the supervisor of %s (pid %d); stop it there (make localkube-down) before starting or sweeping this one", ErrOtherCluster, dir, pid)
+	}
+	return nil
+}
+
 // Sweep removes leftovers: kills the processes, deletes the network namespaces, unmounts, and
 // deletes the bridge. It returns what it found and what is still there afterwards.
 func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
+	if err := refuseOtherCluster(l); err != nil {
+		return found, found, err
+	}
 	found, err = Find(l)
 	if err != nil {
 		return found, found, err
@@ -169,7 +223,14 @@ func Sweep(l layout.Layout) (found, remaining Leftovers, err error) {
 	for _, problem := range realnode.Cleanup(l) {
 		fmt.Fprintf(os.Stderr, "localkube: real node: %s\n", problem)
 	}
+	// The outside namespace, its fence and kube-proxy's tables; then every lk-* namespace left.
+	if err := hostnet.Down(); err != nil {
+		fmt.Fprintf(os.Stderr, "localkube: %v\n", err)
+	}
 	for _, n := range found.NetNS {
+		if n.Name == layout.OutsideNetns {
+			continue
+		}
 		if out, err := exec.Command("ip", "netns", "delete", n.Name).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "localkube: ip netns delete %s: %v: %s\n", n.Name, err, out)
 		}

@@ -33,8 +33,12 @@ func TestReadinessStageNamesTheFirstUnmetCondition(t *testing.T) {
 		{readiness{readyz: errX}, 3, "apiserver", false},
 		{readiness{readyNodes: 2}, 3, "kubelet", false},
 		{readiness{readyNodes: 3, saErr: errX}, 3, "controller-manager", false},
+		{readiness{readyNodes: 3, dnsErr: errX}, 3, "coredns", false},
+		{readiness{readyNodes: 3, proxyErr: errX}, 3, "kube-proxy", false},
 		{readiness{readyNodes: 3}, 3, "", true},
 		{readiness{}, 0, "", true},
+		// Without nodes there is no kube-proxy to wait for.
+		{readiness{proxyErr: errX}, 0, "", true},
 	}
 	for _, c := range cases {
 		_, comp, ok := c.r.stage(c.wantNodes)
@@ -47,3 +51,24 @@ func TestReadinessStageNamesTheFirstUnmetCondition(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestSupervisorDirFindsUpAndItsDirectory(t *testing.T) {
+	cases := []struct {
+		argv []string
+		dir  string
+		ok   bool
+	}{
+		{[]string{"/a/.localkube/bin/localkube", "up", "--dir", "/a/.localkube", "--kubelet", "k"}, "/a/.localkube", true},
+		{[]string{"/b/.localkube/bin/localkube", "up", "--dir=/b/.localkube"}, "/b/.localkube", true},
+		{[]string{"/b/.localkube/bin/localkube", "up", "--dir"}, "", false},
+		{[]string{"/a/.localkube/bin/localkube", "etcd", "--data-dir", "/a/.localkube/etcd"}, "", false},
+		{[]string{"/usr/bin/other", "up", "--dir", "/x"}, "", false},
+		{[]string{"localkube"}, "", false},
+	}
+	for _, c := range cases {
+		dir, ok := supervisorDir(c.argv)
+		if dir != c.dir || ok != c.ok {
+			t.Errorf("%v: %q %v, want %q %v", c.argv, dir, ok, c.dir, c.ok)
+		}
+	}
+}

@@ -18,8 +18,9 @@ import (
 //	zone/ZONE            every pod on the nodes of a zone
 //	host                 the host (see Side)
 //	rest                 every pod not on the other side (receiving side only)
+//	outside              the outside namespace's client (against pods, nodes or zones)
 type Endpoint struct {
-	Kind      string // pod, node, zone, host, rest
+	Kind      string // pod, node, zone, host, rest, outside
 	Namespace string
 	Name      string
 }
@@ -34,14 +35,14 @@ func ParseEndpoints(list string) ([]Endpoint, error) {
 		}
 		parts := strings.Split(item, "/")
 		switch {
-		case len(parts) == 1 && (parts[0] == "host" || parts[0] == "rest"):
+		case len(parts) == 1 && (parts[0] == "host" || parts[0] == "rest" || parts[0] == "outside"):
 			out = append(out, Endpoint{Kind: parts[0]})
 		case len(parts) == 3 && parts[0] == "pod" && parts[1] != "" && parts[2] != "":
 			out = append(out, Endpoint{Kind: "pod", Namespace: parts[1], Name: parts[2]})
 		case len(parts) == 2 && (parts[0] == "node" || parts[0] == "zone") && parts[1] != "":
 			out = append(out, Endpoint{Kind: parts[0], Name: parts[1]})
 		default:
-			return nil, fmt.Errorf("%q is not pod/NAMESPACE/NAME, node/NAME, zone/ZONE, host or rest", item)
+			return nil, fmt.Errorf("%q is not pod/NAMESPACE/NAME, node/NAME, zone/ZONE, host, rest or outside", item)
 		}
 	}
 	if len(out) == 0 {
@@ -77,6 +78,8 @@ func Resolve(ctx context.Context, c kubernetes.Interface, eps []Endpoint) (Side,
 			s.Host = true
 		case "rest":
 			s.Rest = true
+		case "outside":
+			s.Outside = true
 		case "pod":
 			pod, err := c.CoreV1().Pods(ep.Namespace).Get(ctx, ep.Name, metav1.GetOptions{})
 			if err != nil {

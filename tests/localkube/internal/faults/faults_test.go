@@ -66,13 +66,36 @@ func TestAZoneCutFromTheRestKeepsTrafficInsideTheZone(t *testing.T) {
 	}
 }
 
+func TestTheOutsideIsCutFromPodsInTheForwardHook(t *testing.T) {
+	rs := rules(t, Side{Outside: true}, Side{Pods: []string{"10.213.1.2"}}, false)
+	for _, want := range []string{
+		"ip saddr 10.214.0.2 ip daddr { 10.213.1.2 } drop",
+		"ip saddr { 10.213.1.2 } ip daddr 10.214.0.2 drop",
+	} {
+		if !strings.Contains(rs, want) {
+			t.Errorf("missing %q in:\n%s", want, rs)
+		}
+	}
+	if strings.Contains(rs, "hook input") || strings.Contains(rs, "hook output") {
+		t.Errorf("the outside client and pods meet in the forward hook only:\n%s", rs)
+	}
+	// A stopped node is cut from outside clients too.
+	node := rules(t, Side{Pods: []string{"10.213.4.2-10.213.4.254"}}, Side{Rest: true, Host: true, Outside: true}, false)
+	if !strings.Contains(node, "ip saddr { 10.213.4.2-10.213.4.254 } ip daddr 10.214.0.2 drop") {
+		t.Errorf("node cut:\n%s", node)
+	}
+}
+
 func TestNonsensePartitionsAreRefused(t *testing.T) {
 	pod := Side{Pods: []string{"10.213.1.2"}}
 	for name, c := range map[string]struct{ from, to Side }{
-		"empty side":       {pod, Side{}},
-		"rest as sender":   {Side{Rest: true}, pod},
-		"host from itself": {Side{Host: true}, Side{Host: true}},
-		"host and rest":    {Side{Host: true}, Side{Rest: true}},
+		"empty side":            {pod, Side{}},
+		"rest as sender":        {Side{Rest: true}, pod},
+		"host from itself":      {Side{Host: true}, Side{Host: true}},
+		"host and rest":         {Side{Host: true}, Side{Rest: true}},
+		"outside from itself":   {Side{Outside: true}, Side{Outside: true}},
+		"outside from the host": {Side{Outside: true}, Side{Host: true}},
+		"outside from the rest": {Side{Outside: true}, Side{Rest: true}},
 	} {
 		if _, err := Ruleset("lkfault_t", host, c.from, c.to, false); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -81,7 +104,7 @@ func TestNonsensePartitionsAreRefused(t *testing.T) {
 }
 
 func TestEndpointsParse(t *testing.T) {
-	eps, err := ParseEndpoints("pod/ns1/web-0, zone/zone-b,host,rest,node/localkube-a")
+	eps, err := ParseEndpoints("pod/ns1/web-0, zone/zone-b,host,rest,node/localkube-a,outside")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +114,7 @@ func TestEndpointsParse(t *testing.T) {
 		{Kind: "host"},
 		{Kind: "rest"},
 		{Kind: "node", Name: "localkube-a"},
+		{Kind: "outside"},
 	}
 	if len(eps) != len(want) {
 		t.Fatalf("got %v", eps)

@@ -183,7 +183,8 @@ func (in Injector) StopNode(ctx context.Context, node string, mode StopMode) (Re
 	}
 	r.Node = node
 	r.Table = TablePrefix + r.ID
-	ruleset, err := Ruleset(r.Table, layout.APIServerIP, a, Side{Rest: true, Host: true}, false)
+	// Cut from everything a partitioned node loses: the other pods, the host, outside clients.
+	ruleset, err := Ruleset(r.Table, layout.APIServerIP, a, Side{Rest: true, Host: true, Outside: true}, false)
 	if err != nil {
 		return r, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"valkey-operator.local/localkube/internal/layout"
 )
 
 // Side is one side of a partition: pod addresses (single addresses or ranges, as nftables set
@@ -17,9 +19,13 @@ type Side struct {
 	Host bool
 	// Rest stands for every pod address not on the other side (only for a partition's "to").
 	Rest bool
+	// Outside is the outside namespace's client (layout.OutsideIP), cut from pods only: what it
+	// sends through a NodePort or a LoadBalancer address crosses the forward hook after
+	// kube-proxy's DNAT and before its masquerade, with its own address and the pod's.
+	Outside bool
 }
 
-func (s Side) empty() bool { return len(s.Pods) == 0 && !s.Host && !s.Rest }
+func (s Side) empty() bool { return len(s.Pods) == 0 && !s.Host && !s.Rest && !s.Outside }
 
 func (s Side) String() string {
 	var parts []string
@@ -29,6 +35,9 @@ func (s Side) String() string {
 	}
 	if s.Host {
 		parts = append(parts, "the host")
+	}
+	if s.Outside {
+		parts = append(parts, "the outside namespace")
 	}
 	return strings.Join(parts, ", ")
 }
@@ -40,6 +49,10 @@ func set(elements []string) string { return "{ " + strings.Join(elements, ", ") 
 // the bridge address); pod-to-host traffic its input hook, host-to-pod its output hook.
 func Ruleset(table, hostIP string, from, to Side, oneWay bool) (string, error) {
 	switch {
+	case from.Outside && to.Outside:
+		return "", fmt.Errorf("the outside namespace cannot be cut from itself")
+	case (from.Outside && (to.Host || to.Rest)) || (to.Outside && from.Host):
+		return "", fmt.Errorf(`"outside" is cut from pods, nodes or zones (not from "host" or "rest")`)
 	case from.empty() || to.empty():
 		return "", fmt.Errorf("a partition needs something on each side")
 	case from.Rest:
@@ -72,6 +85,12 @@ func Ruleset(table, hostIP string, from, to Side, oneWay bool) (string, error) {
 		}
 		if d.src.Host && len(dstPods) > 0 {
 			out = append(out, fmt.Sprintf("ip saddr %s ip daddr %s drop", hostIP, set(dstPods)))
+		}
+		if d.src.Outside && len(dstPods) > 0 {
+			fwd = append(fwd, fmt.Sprintf("ip saddr %s ip daddr %s drop", layout.OutsideIP, set(dstPods)))
+		}
+		if d.dst.Outside && len(srcPods) > 0 {
+			fwd = append(fwd, fmt.Sprintf("ip saddr %s ip daddr %s drop", set(srcPods), layout.OutsideIP))
 		}
 	}
 	var b strings.Builder

@@ -27,7 +27,64 @@ const (
 	ClusterName    = "localkube"
 	AdminUser      = "admin"
 	ServiceAccount = "https://kubernetes.default.svc.cluster.local"
+
+	// PodCIDR is the whole pod network on the bridge (node k's pods are 10.213.k.2-254): kube-proxy's
+	// "cluster CIDR", what it takes for traffic from inside the cluster.
+	PodCIDR = "10.213.0.0/16"
+	// ClusterDomain, DNSServiceIP: the kube-dns Service, whose one endpoint is CoreDNS on the host
+	// (DNSAddr:DNSPort), as the kubernetes Service's is the API server.
+	ClusterDomain = "cluster.local"
+	DNSServiceIP  = "10.0.0.10"
+	DNSAddr       = APIServerIP
+	DNSPort       = 20053
+	// CoreDNS's health and ready endpoints (plugins health and ready), on loopback.
+	DNSHealthPort = 20180
+	DNSReadyPort  = 20181
+	DNSMetrics    = 20153
+	// kube-proxy's health and metrics endpoints, on loopback.
+	ProxyHealthPort  = 20256
+	ProxyMetricsPort = 20249
+	// ProxyNode is the node kube-proxy speaks for: one kube-proxy serves every process node (they
+	// share the host's network stack), so "local" endpoints (externalTrafficPolicy: Local,
+	// internalTrafficPolicy: Local) are those on this node.
+	ProxyNode = "localkube-a"
+
+	// LBPool is where the LoadBalancer allocator takes addresses for Services of no class or of
+	// LBClass: the top /24 of the bridge's network, as MetalLB takes a slice of a kind network.
+	// Nothing holds these addresses: kube-proxy answers for them on the host, the pods reach them
+	// through their gateway, the outside namespace through its route to the host.
+	LBPoolFirst = "10.213.255.1"
+	LBPoolLast  = "10.213.255.254"
+	LBPoolCIDR  = "10.213.255.0/24"
+	LBClass     = "localkube.io/loadbalancer"
+	// LBClassNoAddresses is served from an empty pool: its Services stay pending, with an Event
+	// saying why (for tests that need a LoadBalancer without an address).
+	LBClassNoAddresses = "localkube.io/no-addresses"
+
+	// The outside namespace: a client outside the cluster. Its veth's host end is OutsideLink
+	// (OutsideGateway), its own address OutsideIP; it reaches the node addresses and the LoadBalancer
+	// pool through the host, and nothing else (the host's nftables table NFTable).
+	OutsideNetns   = NetnsPrefix + "outside"
+	OutsideLink    = "lkout0"
+	OutsideCIDR    = "10.214.0.0/24"
+	OutsideGateway = "10.214.0.1"
+	OutsideIP      = "10.214.0.2"
+	// NFTable (family inet) is localkube's own nftables table: it keeps the outside namespace to
+	// what it may reach, and masquerades what kube-proxy leaves out (see internal/hostnet).
+	NFTable = "localkube"
 )
+
+// NodeIP is the address of node k (1 for localkube-a), as the process kubelet assigns it.
+func NodeIP(k int) string { return fmt.Sprintf("10.213.%d.1", k) }
+
+// NodeIPs are the addresses of every process node (the fault-test nodes included).
+func NodeIPs() []string {
+	var out []string
+	for k := 1; k <= KubeletNodes+FaultNodes; k++ {
+		out = append(out, NodeIP(k))
+	}
+	return out
+}
 
 // APIServerURL is where every client reaches the API server.
 var APIServerURL = fmt.Sprintf("https://%s:%d", APIServerIP, APIServerPort)
@@ -78,6 +135,12 @@ func (l Layout) LockFile() string            { return l.path("localkube.lock") }
 func (l Layout) KubeletDir() string          { return l.path("kubelet") }
 func (l Layout) Images() string              { return l.path("images") }
 
+// CoreDNS is the CoreDNS binary (built beside localkube, see cmd/coredns).
+func (l Layout) CoreDNS() string { return l.path("bin", "coredns") }
+
+// Corefile is CoreDNS's configuration, written by the supervisor at each start.
+func (l Layout) Corefile() string { return l.path("coredns", "Corefile") }
+
 // Faults holds one record per fault in force (see internal/faults).
 func (l Layout) Faults() string { return l.path("faults") }
 
@@ -95,5 +158,5 @@ func (l Layout) DefaultKubelet() string {
 // StateDirs are wiped by a reset; bin/ and images/ are tools and survive it.
 func (l Layout) StateDirs() []string {
 	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile(), l.Faults(),
-		filepath.Join(l.Dir, "realnode", "state")}
+		filepath.Dir(l.Corefile()), filepath.Join(l.Dir, "realnode", "state")}
 }

@@ -73,8 +73,9 @@ func registryHosts() map[string]string {
 
 // CNIConfig is the pod network of the real node: the bridge plugin on localkube's bridge (which
 // the supervisor owns, with its address 10.213.0.1; the plugin adds no address to it), host-local
-// addresses from the node's /24, and the rest of the pod network and the Service range reached
-// through the node's address, as the process nodes' pods reach it through theirs.
+// addresses from the node's /24, and the rest of the pod network, the Service range and the
+// outside namespace reached through the node's address, as the process nodes' pods reach them
+// through theirs.
 func CNIConfig(l layout.Layout) ([]byte, error) {
 	p := For(l)
 	conf := map[string]any{
@@ -96,6 +97,9 @@ func CNIConfig(l layout.Layout) ([]byte, error) {
 				"routes": []any{
 					map[string]any{"dst": podNetwork(), "gw": NodeIP},
 					map[string]any{"dst": layout.ServiceCIDR, "gw": NodeIP},
+					// The answers to outside clients whose address kube-proxy keeps
+					// (externalTrafficPolicy: Local), as the process kubelet's --pod-route.
+					map[string]any{"dst": layout.OutsideCIDR, "gw": NodeIP},
 				},
 			},
 		}},
@@ -116,8 +120,10 @@ func podNetwork() string {
 // machine has no cgroup v2 controllers), cgroupfs drives it (no systemd), its pods live under
 // CgroupRoot, everything it writes is under the real node's state, its API is served on the
 // node's address to clients with a certificate of localkube's CA (the API server's, for logs and
-// exec) and authorized by the API server, and eviction and image garbage collection only act
-// when a disk is nearly full (a shared machine's disks are what they are).
+// exec) and authorized by the API server, pods resolve names with localkube's CoreDNS (the
+// kube-dns Service, as the process kubelet's --cluster-dns; no host resolv.conf: nothing beyond
+// the cluster resolves), and eviction and image garbage collection only act when a disk is
+// nearly full (a shared machine's disks are what they are).
 func KubeletConfig(l layout.Layout) string {
 	p := For(l)
 	q := strconv.Quote
@@ -144,7 +150,8 @@ authorization:
 registerNode: true
 registerWithTaints:
   - {key: ` + q(Label) + `, value: "true", effect: NoSchedule}
-clusterDomain: cluster.local
+clusterDomain: ` + q(layout.ClusterDomain) + `
+clusterDNS: [` + q(layout.DNSServiceIP) + `]
 resolvConf: ""
 staticPodPath: ""
 failSwapOn: false

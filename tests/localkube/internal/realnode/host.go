@@ -386,13 +386,24 @@ func Prepare(l layout.Layout, logf func(string, ...any)) error {
 	if err := makeCgroupRoot(); err != nil {
 		return err
 	}
-	if out, err := exec.Command("ip", "addr", "replace", nodeHost(), "dev", layout.Bridge).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip addr replace %s dev %s: %v: %s", nodeHost(), layout.Bridge, err, out)
+	if err := AddNodeAddress(); err != nil {
+		return err
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+layout.Bridge+"/forwarding", []byte("1"), 0o644); err != nil {
 		return err
 	}
 	return sharedMount(p.KubeletRoot())
+}
+
+// AddNodeAddress puts the node's address on the bridge (which must exist); one already there is
+// kept. The supervisor calls it before kube-proxy starts as well as in Prepare: kube-proxy reads
+// the addresses it serves NodePorts on at its first sync only (and then once an hour), and the
+// real node starts after that sync.
+func AddNodeAddress() error {
+	if out, err := exec.Command("ip", "addr", "replace", nodeHost(), "dev", layout.Bridge).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip addr replace %s dev %s: %v: %s", nodeHost(), layout.Bridge, err, out)
+	}
+	return nil
 }
 
 // sharedMount makes dir a mount point of its own (a bind mount onto itself) in a shared peer

@@ -103,6 +103,21 @@ func TestConfigs(t *testing.T) {
 	if !strings.Contains(KubeletConfig(l), "failCgroupV1: false") {
 		t.Error("the kubelet must be allowed to run on cgroup v1")
 	}
+	// Pods resolve names with localkube's CoreDNS, through the kube-dns Service.
+	if !strings.Contains(KubeletConfig(l), `clusterDNS: ["10.0.0.10"]`) ||
+		!strings.Contains(KubeletConfig(l), `clusterDomain: "cluster.local"`) {
+		t.Errorf("the kubelet's cluster DNS:\n%s", KubeletConfig(l))
+	}
+	// Every destination the process kubelet routes through a pod's gateway, routed the same way.
+	routes := map[string]string{}
+	for _, r := range br.IPAM.Routes {
+		routes[r["dst"]] = r["gw"]
+	}
+	for _, dst := range []string{layout.PodCIDR, layout.ServiceCIDR, layout.OutsideCIDR} {
+		if routes[dst] != NodeIP {
+			t.Errorf("no route to %s through %s: %s", dst, NodeIP, raw)
+		}
+	}
 }
 
 func TestImages(t *testing.T) {

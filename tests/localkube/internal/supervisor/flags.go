@@ -100,5 +100,57 @@ func kubeletArgs(l layout.Layout) []string {
 		"--api-server", layout.APIServerURL,
 		"--nodes", fmt.Sprint(layout.KubeletNodes),
 		"--fault-nodes", fmt.Sprint(layout.FaultNodes),
+		// What a pod's resolv.conf names, as a kubelet's --cluster-dns and --cluster-domain.
+		"--cluster-dns", layout.DNSServiceIP,
+		"--cluster-domain", layout.ClusterDomain,
+		// Pods route the pod network through their gateway; Services and the outside namespace
+		// (the answers to outside clients whose source kube-proxy keeps) go the same way.
+		"--pod-route", layout.ServiceCIDR,
+		"--pod-route", layout.OutsideCIDR,
 	}
+}
+
+func kubeProxyArgs(l layout.Layout) []string {
+	return []string{
+		"kube-proxy",
+		"--kubeconfig=" + l.Kubeconfig(),
+		// nftables, not iptables: the machine has nft and no iptables, kube-proxy then keeps to a
+		// table of its own (ip/ip6 kube-proxy) beside the faults' lkfault_* tables, and it syncs
+		// only what changed.
+		"--proxy-mode=nftables",
+		// One kube-proxy for every process node (they share the host's network stack): it speaks
+		// for the first, so only pods there are "local" to a Service with externalTrafficPolicy or
+		// internalTrafficPolicy Local.
+		"--hostname-override=" + layout.ProxyNode,
+		// Traffic from the pod network is the cluster's own: masqueraded only when it hairpins.
+		// From anywhere else (the host's other addresses, the outside namespace) it is masqueraded
+		// on its way to a ClusterIP, and to a NodePort or LoadBalancer address unless the Service
+		// keeps the client's address (externalTrafficPolicy: Local).
+		"--detect-local-mode=ClusterCIDR",
+		"--cluster-cidr=" + layout.PodCIDR,
+		// NodePorts on the bridge's addresses (the node addresses and 10.213.0.1) only, not on the
+		// machine's own interfaces.
+		"--nodeport-addresses=" + layout.PodCIDR,
+		"--healthz-bind-address=127.0.0.1:" + strconv.Itoa(layout.ProxyHealthPort),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(layout.ProxyMetricsPort),
+		// The machine's conntrack settings are the machine's: kube-proxy leaves them as they are.
+		"--conntrack-max-per-core=0",
+		"--conntrack-min=0",
+		"--conntrack-tcp-timeout-established=0",
+		"--conntrack-tcp-timeout-close-wait=0",
+	}
+}
+
+func loadBalancerArgs(l layout.Layout) []string {
+	return []string{
+		"loadbalancer",
+		"--kubeconfig=" + l.Kubeconfig(),
+		"--class=" + layout.LBClass,
+		"--pool=" + layout.LBPoolFirst + "-" + layout.LBPoolLast,
+		"--class-pool=" + layout.LBClassNoAddresses + "=",
+	}
+}
+
+func coreDNSArgs(l layout.Layout) []string {
+	return []string{"-conf", l.Corefile()}
 }

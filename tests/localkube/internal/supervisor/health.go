@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,4 +89,48 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, c *child, 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// CoreDNSReadyURL answers 200 "OK" once CoreDNS's kubernetes plugin has synced.
+var CoreDNSReadyURL = "http://127.0.0.1:" + strconv.Itoa(layout.DNSReadyPort) + "/ready"
+
+// proxyMetricsURL is kube-proxy's metrics endpoint (plain HTTP on loopback).
+var proxyMetricsURL = "http://127.0.0.1:" + strconv.Itoa(layout.ProxyMetricsPort) + "/metrics"
+
+// ProxySynced returns nil once kube-proxy has written its IPv4 rules at least once: its metric of
+// the last sync has a sample. (Its /healthz is already OK while it waits for its first sync.)
+func ProxySynced(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyMetricsURL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", proxyMetricsURL, resp.Status)
+	}
+	return proxySyncedIn(resp.Body)
+}
+
+func proxySyncedIn(r io.Reader) error {
+	const metric = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric+"{") || !strings.Contains(line, `ip_family="IPv4"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && v > 0 {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("kube-proxy has not synced its rules yet")
 }

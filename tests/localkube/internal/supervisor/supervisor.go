@@ -1,8 +1,9 @@
 // Package supervisor is "localkube up": it prepares PKI and network, starts etcd, the API server,
-// the controller manager, the scheduler and the process kubelet as child processes, and stops them
-// in reverse order on SIGTERM/SIGINT or when any of them dies. SIGUSR1 restarts the API server
-// (SIGTERM, as an upgrade would), SIGUSR2 too but with SIGKILL (a crash); and every 2 s it undoes
-// the faults whose owner process has ended.
+// the controller manager, the scheduler, CoreDNS, the LoadBalancer allocator, the process kubelet,
+// kube-proxy and (--real-node) the real node's registry, containerd and kubelet as child
+// processes, and stops them in reverse order on SIGTERM/SIGINT or when any of them dies. SIGUSR1
+// restarts the API server (SIGTERM, as an upgrade would), SIGUSR2 too but with SIGKILL (a crash);
+// and every 2 s it undoes the faults whose owner process has ended.
 package supervisor
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -20,8 +22,10 @@ import (
 
 	"valkey-operator.local/localkube/internal/bridge"
 	"valkey-operator.local/localkube/internal/faults"
+	"valkey-operator.local/localkube/internal/hostnet"
 	"valkey-operator.local/localkube/internal/layout"
 	"valkey-operator.local/localkube/internal/pki"
+	"valkey-operator.local/localkube/internal/realnode"
 )
 
 // Options of one supervisor run.
@@ -73,6 +77,9 @@ func Up(opts Options) error {
 			return fmt.Errorf("process kubelet: %w (build it with cargo build -p localkube-kubelet, or pass --no-kubelet)", err)
 		}
 	}
+	if _, err := os.Stat(l.CoreDNS()); err != nil {
+		return fmt.Errorf("coredns: %w (make localkube-tools builds it)", err)
+	}
 	for _, d := range []string{l.Logs(), l.Etcd(), l.KubeletDir(), l.Images()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -92,6 +99,24 @@ func Up(opts Options) error {
 		return fmt.Errorf("bridge %s: %w", layout.Bridge, err)
 	}
 	logf("bridge %s %s up", layout.Bridge, layout.BridgeCIDR)
+	if err := hostnet.Up(); err != nil {
+		_ = hostnet.Down()
+		_ = bridge.Down(layout.Bridge)
+		return fmt.Errorf("host network: %w", err)
+	}
+	logf("route to %s, outside namespace %s (%s) up", layout.ServiceCIDR, layout.OutsideNetns, layout.OutsideIP)
+	// The real node's address before kube-proxy's first sync, the only one (but hourly) that
+	// reads the addresses NodePorts answer on; the node itself starts after that sync.
+	if opts.RealNode && len(realnode.Missing(l)) == 0 {
+		if err := realnode.AddNodeAddress(); err != nil {
+			_ = hostnet.Down()
+			_ = bridge.Down(layout.Bridge)
+			return fmt.Errorf("real node: %w", err)
+		}
+	}
+	if err := writeCorefile(l); err != nil {
+		return err
+	}
 
 	comp := func(name string, args []string, stop time.Duration) *child {
 		return &child{name: name, path: self, args: args, logPath: l.Log(name), stopTimeout: stop}
@@ -100,12 +125,18 @@ func Up(opts Options) error {
 	apiserver := comp("apiserver", apiserverArgs(l), 30*time.Second)
 	kcm := comp("controller-manager", controllerManagerArgs(l), 15*time.Second)
 	sched := comp("scheduler", schedulerArgs(l), 15*time.Second)
-	var kubelet *child
+	coredns := &child{name: "coredns", path: l.CoreDNS(), args: coreDNSArgs(l), logPath: l.Log("coredns"), stopTimeout: 10 * time.Second}
+	loadbalancer := comp("loadbalancer", loadBalancerArgs(l), 10*time.Second)
+	var kubelet, proxy *child
 	if !opts.NoKubelet {
 		kubelet = &child{name: "kubelet", path: opts.Kubelet, args: kubeletArgs(l), logPath: l.Log("kubelet"), stopTimeout: 30 * time.Second}
+		// Only with nodes: kube-proxy speaks for one of them.
+		proxy = comp("kube-proxy", kubeProxyArgs(l), 10*time.Second)
 	}
+	cs := components{etcd: etcd, apiserver: apiserver, kcm: kcm, sched: sched, coredns: coredns,
+		loadbalancer: loadbalancer, kubelet: kubelet, proxy: proxy}
 	// Stop order: the kubelet first (it stops the pods), etcd last.
-	stopOrder := []*child{kubelet, sched, kcm, apiserver, etcd}
+	stopOrder := []*child{kubelet, proxy, loadbalancer, coredns, sched, kcm, apiserver, etcd}
 	var real *realNode
 	if opts.RealNode {
 		real = newRealNode(l)
@@ -122,6 +153,10 @@ func Up(opts Options) error {
 				c.stop(logf)
 			}
 		}
+		// kube-proxy leaves its tables: without it they would still route the cluster's Services.
+		if err := hostnet.Down(); err != nil {
+			logf("removing the outside namespace and kube-proxy's tables: %v", err)
+		}
 		if err := bridge.Down(layout.Bridge); err != nil {
 			logf("deleting bridge: %v", err)
 		} else {
@@ -129,7 +164,7 @@ func Up(opts Options) error {
 		}
 	}
 
-	startErr := startAll(ctx, l, logf, exits, etcd, apiserver, kcm, sched, kubelet)
+	startErr := startAll(ctx, l, logf, exits, cs)
 	if startErr == nil && real != nil {
 		startErr = real.start(ctx, logf, exits)
 	}
@@ -219,52 +254,82 @@ func startAPIServer(ctx context.Context, l layout.Layout, apiserver *child, exit
 	})
 }
 
-func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, etcd, apiserver, kcm, sched, kubelet *child) error {
+// components are the supervisor's children; kubelet and proxy are nil without the kubelet.
+type components struct {
+	etcd, apiserver, kcm, sched, coredns, loadbalancer, kubelet, proxy *child
+}
+
+func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, cs components) error {
 	t0 := time.Now()
-	if err := etcd.start(exits); err != nil {
+	if err := cs.etcd.start(exits); err != nil {
 		return err
 	}
 	plain := selfSignedClient()
-	if err := waitFor(ctx, "etcd", 60*time.Second, etcd, func(c context.Context) error {
+	if err := waitFor(ctx, "etcd", 60*time.Second, cs.etcd, func(c context.Context) error {
 		return probe(c, plain, layout.EtcdClientURL+"/health", `"health":"true"`)
 	}); err != nil {
 		return err
 	}
 	logf("etcd ready after %s", time.Since(t0).Round(time.Millisecond))
 
-	if err := startAPIServer(ctx, l, apiserver, exits); err != nil {
+	if err := startAPIServer(ctx, l, cs.apiserver, exits); err != nil {
 		return err
 	}
 	logf("apiserver ready after %s", time.Since(t0).Round(time.Millisecond))
+	// Before kube-proxy and CoreDNS start, so that their first sync has it.
+	if err := ensureDNSService(ctx, l); err != nil {
+		return fmt.Errorf("kube-dns Service: %w", err)
+	}
 
-	if err := kcm.start(exits); err != nil {
-		return err
+	// Everything else at once: none of them needs another to start (kube-proxy waits for its
+	// Node, which the kubelet registers), and waiting for each in turn would add their start-up
+	// times.
+	started := []*child{cs.kcm, cs.sched, cs.coredns, cs.loadbalancer}
+	if cs.kubelet != nil {
+		started = append(started, cs.kubelet, cs.proxy)
 	}
-	if err := sched.start(exits); err != nil {
-		return err
-	}
-	for _, hc := range []struct {
-		c    *child
-		port int
-	}{{kcm, layout.KCMSecurePort}, {sched, layout.SchedSecure}} {
-		url := "https://127.0.0.1:" + strconv.Itoa(hc.port) + "/healthz"
-		if err := waitFor(ctx, hc.c.name+" /healthz", 60*time.Second, hc.c, func(c context.Context) error {
-			return probe(c, plain, url, "ok")
-		}); err != nil {
+	for _, c := range started {
+		if err := c.start(exits); err != nil {
 			return err
 		}
 	}
-	logf("controller-manager and scheduler healthy after %s", time.Since(t0).Round(time.Millisecond))
-
-	if kubelet == nil {
-		logf("kubelet not started (--no-kubelet)")
+	if cs.kubelet != nil {
+		logf("kubelet started (pid %d)", cs.kubelet.pid())
+	}
+	checks := []struct {
+		c     *child
+		url   string
+		check func(context.Context) error
+	}{
+		{cs.kcm, "/healthz", urlCheck(plain, "https://127.0.0.1:"+strconv.Itoa(layout.KCMSecurePort)+"/healthz", "ok")},
+		{cs.sched, "/healthz", urlCheck(plain, "https://127.0.0.1:"+strconv.Itoa(layout.SchedSecure)+"/healthz", "ok")},
+		// Ready once the kubernetes plugin has synced its caches.
+		{cs.coredns, "/ready", urlCheck(plain, CoreDNSReadyURL, "OK")},
+	}
+	if cs.proxy != nil {
+		// After its first sync: the NodePort addresses it takes from the bridge then are the
+		// node addresses, which the kubelet adds before it registers the Node kube-proxy waits for.
+		checks = append(checks, struct {
+			c     *child
+			url   string
+			check func(context.Context) error
+		}{cs.proxy, "first sync", ProxySynced})
+	}
+	for _, hc := range checks {
+		if err := waitFor(ctx, hc.c.name+" "+hc.url, 90*time.Second, hc.c, hc.check); err != nil {
+			return err
+		}
+	}
+	if cs.kubelet == nil {
+		logf("controller-manager, scheduler and CoreDNS ready after %s; kubelet and kube-proxy not started (--no-kubelet)", time.Since(t0).Round(time.Millisecond))
 		return nil
 	}
-	if err := kubelet.start(exits); err != nil {
-		return err
-	}
-	logf("kubelet started (pid %d)", kubelet.pid())
+	logf("controller-manager, scheduler and CoreDNS ready, kube-proxy synced after %s", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+func urlCheck(c *http.Client, url, want string) func(context.Context) error {
+	return func(ctx context.Context) error { return probe(ctx, c, url, want) }
 }
 
 func servingSANs() pki.ServingSANs {

@@ -41,6 +41,18 @@ pub struct Args {
     /// Seconds between node status heartbeats.
     #[arg(long, default_value_t = 60)]
     pub node_status_seconds: u64,
+    /// The cluster DNS Service's address, the nameserver of pods with dnsPolicy ClusterFirst (as a
+    /// kubelet's --cluster-dns); without it their resolv.conf has no nameserver, so lookups fail
+    /// at once.
+    #[arg(long)]
+    pub cluster_dns: Option<Ipv4Addr>,
+    /// The cluster's DNS domain (search domains `<ns>.svc.<domain> svc.<domain> <domain>`).
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Another network pods reach through their gateway, besides the pod network (the service
+    /// CIDR, a network of clients outside the cluster); repeatable.
+    #[arg(long = "pod-route", value_name = "CIDR")]
+    pub pod_routes: Vec<String>,
 }
 
 /// The taint (and label) of the fault-test nodes.
@@ -54,6 +66,8 @@ pub enum ConfigError {
     NodeCount(u8, u8),
     #[error("--api-server {0:?} is not https://HOST:PORT")]
     ApiServer(String),
+    #[error("--pod-route {0:?} is not an IPv4 CIDR (a.b.c.d/n)")]
+    PodRoute(String),
     #[error("state directory {path}: {source}")]
     StateDir {
         path: PathBuf,
@@ -118,6 +132,21 @@ pub struct Settings {
     pub nodes: Vec<NodeInfo>,
     pub backoff_cap: Duration,
     pub node_status_period: Duration,
+    pub cluster_dns: Option<Ipv4Addr>,
+    pub cluster_domain: String,
+    /// CIDRs routed through the pod's gateway besides the pod network.
+    pub pod_routes: Vec<String>,
+}
+
+/// Checks that `cidr` is `a.b.c.d/n` (0 <= n <= 32), as `ip route` will take it.
+pub fn ipv4_cidr(cidr: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::PodRoute(cidr.to_string());
+    let (addr, len) = cidr.split_once('/').ok_or_else(bad)?;
+    addr.parse::<Ipv4Addr>().map_err(|_| bad())?;
+    match len.parse::<u8>() {
+        Ok(n) if n <= 32 => Ok(cidr.to_string()),
+        _ => Err(bad()),
+    }
 }
 
 impl Settings {
@@ -139,6 +168,13 @@ impl Settings {
             nodes: nodes(args.nodes, args.fault_nodes)?,
             backoff_cap: Duration::from_secs(args.backoff_cap_seconds),
             node_status_period: Duration::from_secs(args.node_status_seconds.max(5)),
+            cluster_dns: args.cluster_dns,
+            cluster_domain: args.cluster_domain.trim_matches('.').to_string(),
+            pod_routes: args
+                .pod_routes
+                .iter()
+                .map(|c| ipv4_cidr(c))
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -189,5 +225,13 @@ mod tests {
             Some(("10.213.0.1".into(), "6443".into()))
         );
         assert!(host_port("10.213.0.1:6443").is_err());
+    }
+
+    #[test]
+    fn pod_routes_must_be_ipv4_cidrs() {
+        assert_eq!(ipv4_cidr("10.0.0.0/24").ok(), Some("10.0.0.0/24".into()));
+        for bad in ["10.0.0.0", "10.0.0.0/33", "fd00::/8", "x/8", "10.0.0.0/"] {
+            assert!(ipv4_cidr(bad).is_err(), "{bad}");
+        }
     }
 }

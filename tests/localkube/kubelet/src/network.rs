@@ -94,16 +94,23 @@ pub async fn ip(args: &[&str]) -> Result<String, NetError> {
 }
 
 /// The commands, run inside the pod's namespace, that give it `ip_addr` as a /32 and a route to
-/// the pod network (`gateway`/`PREFIX_LEN`) through `gateway`.
-pub fn pod_routes(ip_addr: Ipv4Addr, gateway: Ipv4Addr) -> Vec<String> {
+/// the pod network (`gateway`/`PREFIX_LEN`) through `gateway`, and to each of `extra` (the service
+/// CIDR, whose addresses kube-proxy on the host translates; the outside clients' network).
+pub fn pod_routes(ip_addr: Ipv4Addr, gateway: Ipv4Addr, extra: &[String]) -> Vec<String> {
     let network = network_of(gateway);
-    vec![
+    let mut cmds = vec![
         "link set lo up".into(),
         format!("addr add {ip_addr}/32 dev eth0"),
         "link set eth0 up".into(),
         format!("route add {gateway}/32 dev eth0 scope link"),
         format!("route add {network}/{PREFIX_LEN} via {gateway} dev eth0 src {ip_addr}"),
-    ]
+    ];
+    for cidr in extra {
+        cmds.push(format!(
+            "route add {cidr} via {gateway} dev eth0 src {ip_addr}"
+        ));
+    }
+    cmds
 }
 
 /// The network address of the pod network `addr` is in.
@@ -118,6 +125,7 @@ pub async fn setup(
     bridge: &str,
     ip_addr: Ipv4Addr,
     gateway: Ipv4Addr,
+    extra_routes: &[String],
 ) -> Result<(), NetError> {
     teardown(names).await;
     let mac = mac_of(ip_addr);
@@ -139,8 +147,17 @@ pub async fn setup(
     ])
     .await?;
     ip(&["link", "set", &names.host_veth, "master", bridge, "up"]).await?;
+    // Hairpin, as the bridge CNI plugin's hairpinMode and a kubelet's hairpin-veth: the machine's
+    // bridges call netfilter (br_netfilter), which sends a packet DNATed to an address on the same
+    // bridge straight across it instead of routing it; when a pod reaches a Service backed by
+    // itself, that packet must leave by the port it came in on, which a bridge port refuses by
+    // default.
+    write_sysctl(
+        &format!("/sys/class/net/{}/brport/hairpin_mode", names.host_veth),
+        "1",
+    )?;
     // One process for the rest: each `ip` costs a fork and an exec, and pods come by hundreds.
-    ip_batch(ns, &pod_routes(ip_addr, gateway)).await
+    ip_batch(ns, &pod_routes(ip_addr, gateway, extra_routes)).await
 }
 
 /// Runs `commands` (one `ip` command each, without the `ip`) in namespace `netns`.
@@ -232,12 +249,19 @@ pub async fn teardown(names: &PodNetNames) {
     let _ = ip(&["netns", "del", &names.netns]).await;
 }
 
-/// Removes every namespace and veth with this kubelet's prefixes, except those in `keep`.
+/// Whether `name` is a pod's namespace as [`PodNetNames`] names it (the prefix and ten letters or
+/// digits of a UID): others with the prefix (localkube's outside namespace) are not this kubelet's.
+pub fn is_pod_netns(name: &str) -> bool {
+    name.strip_prefix(NETNS_PREFIX)
+        .is_some_and(|rest| rest.len() == 10 && rest.chars().all(|c| c.is_ascii_alphanumeric()))
+}
+
+/// Removes every pod namespace and veth with this kubelet's prefixes, except those in `keep`.
 pub async fn remove_stale(keep: &BTreeSet<String>) {
     if let Ok(entries) = std::fs::read_dir("/run/netns") {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(NETNS_PREFIX) && !keep.contains(&name) {
+            if is_pod_netns(&name) && !keep.contains(&name) {
                 let _ = ip(&["netns", "del", &name]).await;
             }
         }
@@ -345,6 +369,9 @@ mod tests {
         assert_eq!(n.host_veth, "lkv3f2a9c1e7b");
         assert_eq!(mac_of(Ipv4Addr::new(10, 213, 2, 7)), "02:42:0a:d5:02:07");
         assert!(n.host_veth.len() <= 15);
+        assert!(is_pod_netns(&n.netns));
+        // localkube's outside namespace shares the prefix and is not a pod's.
+        assert!(!is_pod_netns("lk-outside"));
     }
 
     #[test]
@@ -354,12 +381,16 @@ mod tests {
             network_of(Ipv4Addr::new(10, 213, 2, 7)),
             Ipv4Addr::new(10, 213, 0, 0)
         );
-        let routes = pod_routes(Ipv4Addr::new(10, 213, 2, 7), gw);
+        let routes = pod_routes(Ipv4Addr::new(10, 213, 2, 7), gw, &["10.0.0.0/24".into()]);
         assert!(routes.contains(&"addr add 10.213.2.7/32 dev eth0".to_string()));
         assert!(routes.contains(&"route add 10.213.0.1/32 dev eth0 scope link".to_string()));
+        assert!(routes.contains(
+            &"route add 10.213.0.0/16 via 10.213.0.1 dev eth0 src 10.213.2.7".to_string()
+        ));
+        // Services go to the gateway too, where kube-proxy translates them.
         assert_eq!(
             routes.last().map(String::as_str),
-            Some("route add 10.213.0.0/16 via 10.213.0.1 dev eth0 src 10.213.2.7")
+            Some("route add 10.0.0.0/24 via 10.213.0.1 dev eth0 src 10.213.2.7")
         );
         assert!(!routes.iter().any(|r| r.contains("default")));
     }

@@ -304,6 +304,9 @@ mod tests {
             nodes: crate::config::nodes(3, 0).unwrap_or_default(),
             backoff_cap: std::time::Duration::from_secs(300),
             node_status_period: std::time::Duration::from_secs(60),
+            cluster_dns: None,
+            cluster_domain: "cluster.local".into(),
+            pod_routes: Vec::new(),
         }
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::runtime::watcher;
 
-use crate::{POD_READY, host, migrate, netns_of, ping, ready_valkey, skip};
+use crate::{POD_READY, host, migrate, netns_of, ping, ready_valkey, services, skip};
 
 const FAULT_NODE: &str = "localkube-d";
 const FAULT_ZONE: &str = "zone-d";
@@ -140,6 +140,92 @@ async fn a_one_way_cut_drops_only_what_goes_one_way() -> Result<()> {
         migrate(&ip_b, &ip_a, 5000).await? == "OK",
         "b cannot reach a after the undo",
     )
+}
+
+/// Faults cut what goes through Services too: kube-proxy translates a ClusterIP, a NodePort or a
+/// LoadBalancer address before the fault's rules look at the packet, which then names the pods.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_cuts_the_paths_through_services_too() -> Result<()> {
+    if !e2e::is_localkube() || !e2e::outside::available() {
+        return skip("fault injection and the outside namespace are localkube's");
+    }
+    let ns = TestNamespace::create("svccut").await?;
+    let (_, ip_a) = ready_valkey(&ns, "a", None, &[]).await?;
+    ready_valkey(&ns, "b", None, &[]).await?;
+    ns.apply(&services::service_manifest(
+        "to-b",
+        "b",
+        "LoadBalancer",
+        6379,
+        "",
+    ))
+    .await?;
+    let svc_b = services::cluster_ip(&services::service(&ns, "to-b").await?)?;
+    let lb = services::addr(&services::wait_ingress(&ns, "to-b").await?, 6379)?;
+    wait_until(
+        Duration::from_secs(30),
+        "a reaching b through its Service",
+        || {
+            let (ip_a, svc_b) = (ip_a.clone(), svc_b.clone());
+            async move {
+                let reply = migrate(&ip_a, &svc_b, 2000).await?;
+                Ok(if reply == "OK" {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(reply)
+                })
+            }
+        },
+    )
+    .await?;
+    wait_until(
+        Duration::from_secs(30),
+        "b answering outside at its LoadBalancer address",
+        || async move {
+            Ok(match services::from_outside(lb, "PING").await {
+                Ok(r) if r == "PONG" => Poll::Ready(()),
+                Ok(r) => Poll::NotYet(r),
+                Err(e) => Poll::NotYet(e.to_string()),
+            })
+        },
+    )
+    .await?;
+    {
+        let _ab = faults::partition(
+            &[Endpoint::pod(&ns.name, "a")],
+            &[Endpoint::pod(&ns.name, "b")],
+        )
+        .await?;
+        let reply = migrate(&ip_a, &svc_b, 1500).await?;
+        check(
+            reply.contains("IOERR"),
+            format!("a reached b through its ClusterIP across a cut: {reply}"),
+        )?;
+        // The host is on neither side: it still reaches b through the same ClusterIP.
+        ping(&svc_b, Duration::from_secs(5)).await?;
+        let _outside =
+            faults::partition(&[Endpoint::Outside], &[Endpoint::pod(&ns.name, "b")]).await?;
+        if let Ok(r) = services::from_outside(lb, "PING").await {
+            return Err(E2eError::Check(format!(
+                "the outside client reached b across a cut: {r}"
+            )));
+        }
+        check(
+            services::from_host(lb, "PING").await? == "PONG",
+            "the host lost b's LoadBalancer address to a cut of the outside client",
+        )?;
+        let _host = faults::partition(&[Endpoint::pod(&ns.name, "b")], &[Endpoint::Host]).await?;
+        unreachable(&svc_b).await?;
+    }
+    check(
+        migrate(&ip_a, &svc_b, 5000).await? == "OK",
+        "a cannot reach b's Service after the undo",
+    )?;
+    check(
+        services::from_outside(lb, "PING").await? == "PONG",
+        "the outside client cannot reach b after the undo",
+    )?;
+    answers_again(&svc_b).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

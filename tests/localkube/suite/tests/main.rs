@@ -1,7 +1,8 @@
 //! localkube's own tests, one target (they share one pool of test threads): what the cluster does
 //! for the operator's end-to-end tests (`cluster`), what charts rely on a kubelet for
 //! (`conformance`), the pod network at scale (`network`), fault injection (`faults`), what the
-//! image table's images serve (`images`), volumes that grow (`storage`), and the real node
+//! image table's images serve (`images`), volumes that grow (`storage`), Services routed by
+//! kube-proxy, LoadBalancer addresses and cluster DNS (`services`), and the real node
 //! (`realnode`: the upstream kubelet with containerd, running the images built here).
 //!
 //! They run against the cluster KUBECONFIG names, like the e2e suite (`make localkube-test`); the
@@ -13,6 +14,7 @@ mod faults;
 mod images;
 mod network;
 mod realnode;
+mod services;
 mod storage;
 
 use std::time::Duration;

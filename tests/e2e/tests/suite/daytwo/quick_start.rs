@@ -2,6 +2,8 @@
 //! installed, the example applied, waited for) runs for real, then a user follows the example's
 //! own instruction verbatim, `kubectl apply -n default -f examples/valkeycluster.yaml`, and the
 //! cluster it names is Ready: the demo's release watches the namespace the instruction uses.
+//! Then every other example (one per feature a user can turn on) is applied the same way, each
+//! as its own instruction says, and each ValkeyCluster and ValkeyReplication it makes is Ready.
 //!
 //! Owns the `default` namespace's cluster-sample and the release `valkey-operator` while it runs,
 //! and removes them (and the volumes) afterwards, failed or not.
@@ -70,7 +72,66 @@ impl Drop for Cleanup {
                 "--ignore-not-found",
             ],
         );
+        // The other examples, then the Secrets they or the operator made (kept on deletion).
+        for example in examples() {
+            quiet(
+                &kubectl,
+                &[
+                    "delete",
+                    "-n",
+                    "default",
+                    "-f",
+                    &example.display().to_string(),
+                    "--ignore-not-found",
+                    "--wait=true",
+                    "--timeout=120s",
+                ],
+            );
+        }
+        for label in ["valkey.io/cluster", "valkey.io/replication"] {
+            quiet(
+                &kubectl,
+                &[
+                    "delete",
+                    "secret,pvc",
+                    "-n",
+                    "default",
+                    "-l",
+                    label,
+                    "--wait=false",
+                ],
+            );
+        }
     }
+}
+
+/// Every example but the quick start's own, sorted.
+fn examples() -> Vec<std::path::PathBuf> {
+    let dir = repo_root().join("examples");
+    let mut found: Vec<_> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                .filter(|p| !p.ends_with("valkeycluster.yaml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// The ValkeyClusters and ValkeyReplications an example file makes: (kind, name).
+fn parents_in(text: &str) -> Vec<(String, String)> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .filter_map(|doc| serde_yaml::Value::deserialize(doc).ok())
+        .filter_map(|doc| {
+            let kind = doc.get("kind")?.as_str()?.to_owned();
+            let name = doc.get("metadata")?.get("name")?.as_str()?.to_owned();
+            matches!(kind.as_str(), "ValkeyCluster" | "ValkeyReplication").then_some((kind, name))
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -133,6 +194,7 @@ async fn the_quick_start_instruction_works_verbatim_after_the_demo() -> Result<(
         },
     )
     .await?;
+    every_example_works_verbatim().await?;
     // NOTES.txt speaks of the same namespace.
     let notes = run(
         &helm_program(),
@@ -150,4 +212,93 @@ async fn the_quick_start_instruction_works_verbatim_after_the_demo() -> Result<(
             && notes.stdout.contains("watching default"),
         notes.stdout,
     )
+}
+
+/// Every other example, applied verbatim as its own instruction says, after the demo's setup:
+/// each ValkeyCluster and ValkeyReplication it makes becomes Ready. All at once, so the wait is
+/// one formation long.
+async fn every_example_works_verbatim() -> Result<()> {
+    use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication};
+    let root = repo_root();
+    let mut parents = Vec::new();
+    for example in examples() {
+        let relative = example
+            .strip_prefix(&root)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&example)
+            .map_err(|e| e2e::E2eError::Check(format!("{relative}: {e}")))?;
+        let instruction = format!("kubectl apply -n default -f {relative}");
+        check(
+            text.contains(&instruction),
+            format!("{relative} does not say how to apply it ({instruction:?})"),
+        )?;
+        let made = parents_in(&text);
+        check(
+            !made.is_empty(),
+            format!("{relative} makes no ValkeyCluster or ValkeyReplication"),
+        )?;
+        let applied = run(
+            &kubectl_program(),
+            &[
+                "apply",
+                "-n",
+                "default",
+                "-f",
+                &example.display().to_string(),
+            ],
+        )
+        .await?;
+        check(
+            applied.success,
+            format!("{relative}: {}{}", applied.stdout, applied.stderr),
+        )?;
+        parents.extend(
+            made.into_iter()
+                .map(|(kind, name)| (relative.clone(), kind, name)),
+        );
+    }
+    let client = e2e::client().await?;
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), "default");
+    let replications: Api<ValkeyReplication> = Api::namespaced(client, "default");
+    wait_until(
+        Duration::from_secs(300),
+        "every example's cluster or replication Ready",
+        || {
+            let (clusters, replications, parents) = (&clusters, &replications, &parents);
+            async move {
+                let mut waiting = Vec::new();
+                for (file, kind, name) in parents {
+                    let ready = if kind == "ValkeyCluster" {
+                        clusters
+                            .get(name)
+                            .await?
+                            .status
+                            .is_some_and(|s| s.state == Some(ClusterState::Ready))
+                    } else {
+                        replications
+                            .get(name)
+                            .await?
+                            .status
+                            .is_some_and(|s| s.state == Some(ReplicationState::Ready))
+                    };
+                    if !ready {
+                        waiting.push(format!("{kind} {name} ({file})"));
+                    }
+                }
+                Ok(if waiting.is_empty() {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("not Ready: {}", waiting.join(", ")))
+                })
+            }
+        },
+    )
+    .await?;
+    eprintln!(
+        "examples: {} objects from {} files Ready",
+        parents.len(),
+        examples().len()
+    );
+    Ok(())
 }

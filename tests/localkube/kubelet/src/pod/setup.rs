@@ -199,17 +199,23 @@ pub fn mounts(
 }
 
 /// /etc/hosts, /etc/hostname and /etc/resolv.conf for the pod.
-pub fn write_etc(dir: &Path, pod: &Pod, pod_ip: Ipv4Addr) -> std::io::Result<()> {
+pub fn write_etc(
+    dir: &Path,
+    pod: &Pod,
+    pod_ip: Ipv4Addr,
+    settings: &Settings,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let hostname = pod_hostname(pod);
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
+    let domain = &settings.cluster_domain;
     let mut hosts = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
     );
     match spec.subdomain.filter(|s| !s.is_empty()) {
         Some(sub) => hosts.push_str(&format!(
-            "{pod_ip}\t{hostname}.{sub}.{namespace}.svc.cluster.local\t{hostname}\n"
+            "{pod_ip}\t{hostname}.{sub}.{namespace}.svc.{domain}\t{hostname}\n"
         )),
         None => hosts.push_str(&format!("{pod_ip}\t{hostname}\n")),
     }
@@ -222,19 +228,127 @@ pub fn write_etc(dir: &Path, pod: &Pod, pod_ip: Ipv4Addr) -> std::io::Result<()>
     }
     std::fs::write(dir.join("hosts"), hosts)?;
     std::fs::write(dir.join("hostname"), format!("{hostname}\n"))?;
-    // No cluster DNS here: a resolver without nameservers fails fast instead of timing out.
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
     std::fs::write(
         dir.join("resolv.conf"),
-        format!(
-            "search {namespace}.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
-        ),
+        resolv_conf(pod, settings.cluster_dns, domain, &host_resolv),
     )
+}
+
+/// A resolver configuration: nameservers, search domains, options.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Resolv {
+    nameservers: Vec<String>,
+    searches: Vec<String>,
+    options: Vec<String>,
+}
+
+impl Resolv {
+    fn parse(text: &str) -> Self {
+        let mut r = Self::default();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            match words.next() {
+                Some("nameserver") => r.nameservers.extend(words.next().map(String::from)),
+                Some("search" | "domain") => r.searches = words.map(String::from).collect(),
+                Some("options") => r.options.extend(words.map(String::from)),
+                _ => {}
+            }
+        }
+        r
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for ns in &self.nameservers {
+            out.push_str(&format!("nameserver {ns}\n"));
+        }
+        if !self.searches.is_empty() {
+            out.push_str(&format!("search {}\n", self.searches.join(" ")));
+        }
+        if !self.options.is_empty() {
+            out.push_str(&format!("options {}\n", self.options.join(" ")));
+        }
+        out
+    }
+}
+
+/// Limits a kubelet applies (glibc reads three nameservers; the search list is bounded).
+const MAX_NAMESERVERS: usize = 3;
+const MAX_SEARCHES: usize = 32;
+
+/// The pod's /etc/resolv.conf as a kubelet writes it, by `dnsPolicy`: `ClusterFirst` (the
+/// default; a `hostNetwork` pod falls back to `Default`) and `ClusterFirstWithHostNet` name the
+/// cluster DNS Service, search `<ns>.svc.<domain> svc.<domain> <domain>` and the host's search
+/// domains, with `ndots:5`; `Default` is the host's file; `None` only `dnsConfig`, which the
+/// others merge in after (nameservers and searches appended without repeats, options replaced by
+/// name). Without a cluster DNS Service the cluster policies keep the search list and name no
+/// nameserver, so lookups fail at once instead of waiting on a server pods cannot reach.
+pub fn resolv_conf(
+    pod: &Pod,
+    cluster_dns: Option<Ipv4Addr>,
+    domain: &str,
+    host_resolv: &str,
+) -> String {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let host_network = spec.host_network == Some(true);
+    let host = Resolv::parse(host_resolv);
+    let cluster = |host_searches: &[String]| {
+        let mut searches = vec![
+            format!("{namespace}.svc.{domain}"),
+            format!("svc.{domain}"),
+            domain.to_string(),
+        ];
+        searches.extend(host_searches.iter().cloned());
+        Resolv {
+            nameservers: cluster_dns.iter().map(ToString::to_string).collect(),
+            searches,
+            options: vec!["ndots:5".into()],
+        }
+    };
+    let mut r = match spec.dns_policy.as_deref().unwrap_or("ClusterFirst") {
+        "None" => Resolv::default(),
+        "Default" => host,
+        "ClusterFirst" if host_network => host,
+        _ => cluster(&host.searches),
+    };
+    if let Some(extra) = spec.dns_config {
+        for ns in extra.nameservers.into_iter().flatten() {
+            if !r.nameservers.contains(&ns) {
+                r.nameservers.push(ns);
+            }
+        }
+        for s in extra.searches.into_iter().flatten() {
+            if !r.searches.contains(&s) {
+                r.searches.push(s);
+            }
+        }
+        for o in extra.options.into_iter().flatten() {
+            let Some(name) = o.name.filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let rendered = match o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name.clone(),
+            };
+            r.options
+                .retain(|opt| opt.split(':').next().unwrap_or_default() != name);
+            r.options.push(rendered);
+        }
+    }
+    r.nameservers.truncate(MAX_NAMESERVERS);
+    r.searches.truncate(MAX_SEARCHES);
+    r.render()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, SecurityContext};
+    use k8s_openapi::api::core::v1::{
+        PodDNSConfig, PodDNSConfigOption, PodSecurityContext, PodSpec, SecurityContext,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(psc: PodSecurityContext) -> Pod {
         Pod {
@@ -278,6 +392,82 @@ mod tests {
             ..Default::default()
         });
         assert!(identity(&non_root, &Container::default()).is_err());
+    }
+
+    fn dns_pod(policy: Option<&str>, host_network: bool, config: Option<PodDNSConfig>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                dns_policy: policy.map(String::from),
+                host_network: Some(host_network),
+                dns_config: config,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn resolv_conf_follows_the_dns_policy() {
+        let dns = Some(Ipv4Addr::new(10, 0, 0, 10));
+        let host = "nameserver 192.0.2.53\nsearch corp.example\noptions timeout:2\n";
+        let cluster = "nameserver 10.0.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local corp.example\noptions ndots:5\n";
+        let host_file = "nameserver 192.0.2.53\nsearch corp.example\noptions timeout:2\n";
+        let r = |policy, host_network| {
+            resolv_conf(
+                &dns_pod(policy, host_network, None),
+                dns,
+                "cluster.local",
+                host,
+            )
+        };
+        assert_eq!(r(None, false), cluster);
+        assert_eq!(r(Some("ClusterFirst"), false), cluster);
+        assert_eq!(r(Some("ClusterFirst"), true), host_file);
+        assert_eq!(r(Some("ClusterFirstWithHostNet"), true), cluster);
+        assert_eq!(r(Some("Default"), false), host_file);
+        assert_eq!(r(Some("None"), false), "");
+        // No cluster DNS: the search list stays, no nameserver (lookups fail at once).
+        assert_eq!(
+            resolv_conf(&dns_pod(None, false, None), None, "cluster.local", ""),
+            "search shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+        );
+    }
+
+    #[test]
+    fn dns_config_is_merged_in() {
+        let config = PodDNSConfig {
+            nameservers: Some(vec!["10.0.0.10".into(), "1.2.3.4".into()]),
+            searches: Some(vec!["svc.cluster.local".into(), "extra.local".into()]),
+            options: Some(vec![
+                PodDNSConfigOption {
+                    name: Some("ndots".into()),
+                    value: Some("2".into()),
+                },
+                PodDNSConfigOption {
+                    name: Some("edns0".into()),
+                    value: None,
+                },
+            ]),
+        };
+        let got = resolv_conf(
+            &dns_pod(None, false, Some(config.clone())),
+            Some(Ipv4Addr::new(10, 0, 0, 10)),
+            "cluster.local",
+            "",
+        );
+        assert_eq!(
+            got,
+            "nameserver 10.0.0.10\nnameserver 1.2.3.4\nsearch shop.svc.cluster.local svc.cluster.local cluster.local extra.local\noptions ndots:2 edns0\n"
+        );
+        let none = resolv_conf(&dns_pod(Some("None"), false, Some(config)), None, "x", "");
+        assert_eq!(
+            none,
+            "nameserver 10.0.0.10\nnameserver 1.2.3.4\nsearch svc.cluster.local extra.local\noptions ndots:2 edns0\n"
+        );
     }
 
     #[test]

@@ -373,10 +373,18 @@ impl Worker {
         let names = PodNetNames::for_uid(&self.uid);
         let etc = self.pod_dir.join("etc");
         let result = async {
-            network::setup(&names, &self.ctx.settings.bridge, ip, self.ctx.gateway)
-                .await
-                .map_err(|e| e.to_string())?;
-            setup::write_etc(&etc, &self.pod, ip).map_err(|e| format!("writing /etc files: {e}"))
+            let settings = &self.ctx.settings;
+            network::setup(
+                &names,
+                &settings.bridge,
+                ip,
+                self.ctx.gateway,
+                &settings.pod_routes,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            setup::write_etc(&etc, &self.pod, ip, settings)
+                .map_err(|e| format!("writing /etc files: {e}"))
         }
         .await;
         match result {
