@@ -726,6 +726,7 @@ mod tests {
                     ("operator-password", "kept-op"),
                     ("healthcheck-password", "kept-hc"),
                     ("replication-password", "kept-rep"),
+                    ("backup-password", "kept-bk"),
                 ],
             );
             expect_get(&mut api, "cache-operator")
@@ -769,6 +770,7 @@ mod tests {
                 ("operator-password", "op"),
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
+                ("backup-password", "bk"),
                 ("accepted-passwords", &accepted),
             ],
         );
@@ -780,6 +782,7 @@ mod tests {
                 ("operator-password", "op"),
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
+                ("backup-password", "bk"),
                 ("client-password", "the-clients-pw"),
             ],
         );
@@ -842,6 +845,7 @@ mod tests {
                 ("operator-password", "op"),
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
+                ("backup-password", "bk"),
                 ("accepted-passwords", &accepted),
             ],
         );
