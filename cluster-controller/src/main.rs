@@ -1,10 +1,11 @@
 //! cluster-controller: the parents of ValkeyNodes. It turns each ValkeyCluster into ValkeyNodes
 //! and drives Valkey itself (CLUSTER MEET, slots, REPLICATE, FAILOVER, slot migration), and each
 //! ValkeyReplication into ValkeyNodes and Services (REPLICAOF, FAILOVER), against their
-//! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`.
+//! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`; ValkeyBackups of
+//! the kinds enabled are captured beside them.
 
 use clap::{Parser, ValueEnum};
-use cluster_controller::{cluster, crds, parent, replication};
+use cluster_controller::{backup, cluster, crds, parent, replication};
 use plumbing::{CommonArgs, Names};
 
 /// A kind this binary can reconcile.
@@ -80,6 +81,12 @@ async fn main() -> std::process::ExitCode {
         let replications = kinds
             .contains(&Kind::ValkeyReplication)
             .then(|| replication::controller::start(&handles, settings.clone()));
+        // Backups of whichever kinds are reconciled here (the chart grants their rules always).
+        let backups = backup::start(
+            &handles,
+            kinds.contains(&Kind::ValkeyCluster),
+            kinds.contains(&Kind::ValkeyReplication),
+        );
         tracing::info!(kinds = ?kinds, "reconciling these kinds");
         futures::join!(
             async {
@@ -91,7 +98,8 @@ async fn main() -> std::process::ExitCode {
                 if let Some(run) = replications {
                     run.await;
                 }
-            }
+            },
+            backups
         );
     })
     .await

@@ -1,0 +1,88 @@
+//! The ValkeyBackup kind: one backup of a ValkeyCluster or ValkeyReplication into an object
+//! store, on the floor the parent kinds share ([`crate::parent`]: the Lease per object, the
+//! operator's Secrets, the members as the engine sees them, problems in a person's words). It
+//! reads its source and the source's ValkeyNodes from watch caches, reaches the members with the
+//! operator's credentials, captures each shard over a replication link as the `backup` user
+//! ([`backup::capture`]), and writes the manifest last ([`backup::manifest`]).
+//!
+//! | stage | module | Kubernetes? |
+//! | --- | --- | --- |
+//! | the backup's Lease and finalizer; its capture task started, looked in on, stopped | [`reconcile`] | yes |
+//! | the source, its members, the operator's logins, what each server says | [`observe`] | caches, Secrets, Valkey |
+//! | the member per shard, whether it may start; object names, sizes | [`choose`] | no |
+//! | the store from the spec and its Secrets | [`store`] | Secrets |
+//! | one backup from start to manifest, its status as it goes | [`run`] | yes |
+//!
+//! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (captured as
+//! PerShard), keeping the cluster engine from starting a slot move while a capture runs (the
+//! capture checks the shard's slots after each shard and captures it again if they changed),
+//! TLS sources, `status.lastSuccessfulBackup` on the source.
+
+pub mod choose;
+pub mod observe;
+pub mod reconcile;
+pub mod run;
+pub mod store;
+
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode, ValkeyReplication};
+
+use reconcile::Context;
+
+pub const CONTROLLER: &str = "valkey-backup-controller";
+
+/// Put on a ValkeyBackup with `deletionPolicy: Delete`: its objects are deleted before it goes.
+pub const FINALIZER: &str = "valkey.io/backup-objects";
+
+/// Sets up the ValkeyBackup controller (its caches exist when this returns) and returns it, to
+/// run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
+/// reconciled here (a backup of a kind that is not is refused: its objects are not watched).
+pub fn start(
+    handles: &plumbing::Handles,
+    clusters: bool,
+    replications: bool,
+) -> impl std::future::Future<Output = ()> + '_ {
+    let backups = handles.cache::<DeserializeGuard<ValkeyBackup>>(watcher::Config::default());
+    let nodes = handles.cache::<ValkeyNode>(watcher::Config::default());
+    let cluster_cache =
+        clusters.then(|| handles.cache::<ValkeyCluster>(watcher::Config::default()));
+    let replication_cache =
+        replications.then(|| handles.cache::<ValkeyReplication>(watcher::Config::default()));
+    let shared = run::Shared {
+        client: handles.client.clone(),
+        events: handles.events.clone(),
+        nodes: nodes.store(),
+        sources: observe::Sources {
+            clusters: cluster_cache.as_ref().map(|c| c.store()),
+            replications: replication_cache.as_ref().map(|c| c.store()),
+        },
+    };
+    let claims = plumbing::leader::Claims::new(
+        handles.client.clone(),
+        plumbing::leader::claim_identity(handles.namespace.as_deref()),
+    );
+    let ctx = Context::new(shared, claims);
+    // The other caches are read, never reconciled from: a capture task polls what it waits for.
+    // Their streams are handed to the controller only so that they fill.
+    handles.run_as(
+        CONTROLLER,
+        backups,
+        move |mut c| {
+            c = c.watches_stream(nodes.touched(), wake_none);
+            if let Some(cache) = cluster_cache {
+                c = c.watches_stream(cache.touched(), wake_none);
+            }
+            if let Some(cache) = replication_cache {
+                c = c.watches_stream(cache.touched(), wake_none);
+            }
+            c
+        },
+        ctx,
+    )
+}
+
+fn wake_none<K>(_: K) -> Option<ObjectRef<DeserializeGuard<ValkeyBackup>>> {
+    None
+}
