@@ -20,6 +20,7 @@ use super::run::{self, Shared};
 use super::store::{self, Unopened};
 use crate::parent::context::Kept;
 use crate::parent::error::{Error, api_error};
+use crate::parent::labels::FIELD_MANAGER;
 use crate::parent::pass::claim_for;
 
 /// How often a pass looks in on a running capture (and renews the backup's Lease).
@@ -137,22 +138,32 @@ impl Reconciler for Context {
         }
         let uid = backup.meta().uid.clone().unwrap_or_default();
         let source = source_key(backup);
-        let mut running = self.running();
-        running.retain(|_, r| !r.task.is_finished());
-        if let Some(mine) = running.get(key) {
-            if mine.uid == uid {
-                return Ok(Requeue::requeue(LOOK_IN));
+        // Decided under the lock, acted on after it (no lock is held across an await).
+        let waiting_on = {
+            let mut running = self.running();
+            running.retain(|_, r| !r.task.is_finished());
+            if let Some(mine) = running.get(key) {
+                if mine.uid == uid {
+                    return Ok(Requeue::requeue(LOOK_IN));
+                }
+                // A namesake's task (the backup was deleted and made again).
+                mine.task.abort();
+                running.remove(key);
             }
-            // A namesake's task (the backup was deleted and made again).
-            mine.task.abort();
-            running.remove(key);
+            match running.iter().find(|(_, r)| r.source == source) {
+                Some((other, _)) => Some(other.name().to_owned()),
+                None => {
+                    let task =
+                        tokio::spawn(run::run(self.shared.clone(), Arc::new(backup.clone())));
+                    running.insert(key.clone(), Running { uid, source, task });
+                    None
+                }
+            }
+        };
+        if let Some(other) = waiting_on {
+            tracing::info!(backup = %key, %other, "another backup of the same source runs; waiting");
+            waiting_for(&api, backup, &other).await?;
         }
-        if let Some((other, _)) = running.iter().find(|(_, r)| r.source == source) {
-            tracing::info!(backup = %key, other = %other, "another backup of the same source runs; waiting");
-            return Ok(Requeue::requeue(LOOK_IN));
-        }
-        let task = tokio::spawn(run::run(self.shared.clone(), Arc::new(backup.clone())));
-        running.insert(key.clone(), Running { uid, source, task });
         Ok(Requeue::requeue(LOOK_IN))
     }
 
@@ -204,6 +215,30 @@ impl Reconciler for Context {
         self.stop(key);
         self.kept.forget(key);
     }
+}
+
+/// Says in the status that the backup waits for `other`, another backup of its source (once).
+async fn waiting_for(
+    api: &Api<ValkeyBackup>,
+    backup: &ValkeyBackup,
+    other: &str,
+) -> Result<(), Error> {
+    const REASON: &str = "AnotherBackupRunning";
+    let mut status = backup.status.clone().unwrap_or_default();
+    if status.reason.as_deref() == Some(REASON) {
+        return Ok(());
+    }
+    status.phase = Some(BackupPhase::Pending);
+    status.reason = Some(REASON.to_owned());
+    status.message = Some(format!(
+        "ValkeyBackup {other} of the same {} is being captured: this one starts when it ends.",
+        backup.spec.source.kind.as_str()
+    ));
+    status.observed_generation = backup.meta().generation;
+    plumbing::apply::apply_status(api, FIELD_MANAGER, &backup.name_any(), &status)
+        .await
+        .map(|_| ())
+        .map_err(Error::Status)
 }
 
 fn location(backup: &ValkeyBackup) -> String {
