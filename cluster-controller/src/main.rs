@@ -81,12 +81,20 @@ async fn main() -> std::process::ExitCode {
         let replications = kinds
             .contains(&Kind::ValkeyReplication)
             .then(|| replication::controller::start(&handles, settings.clone()));
-        // Backups of whichever kinds are reconciled here (the chart grants their rules always).
-        let backups = backup::start(
-            &handles,
-            kinds.contains(&Kind::ValkeyCluster),
-            kinds.contains(&Kind::ValkeyReplication),
-        );
+        // Backups of whichever kinds are reconciled here (the chart grants their rules always),
+        // when the API serves them.
+        let backups = if backup::served(&handles.client).await {
+            Some(backup::start(
+                &handles,
+                kinds.contains(&Kind::ValkeyCluster),
+                kinds.contains(&Kind::ValkeyReplication),
+            ))
+        } else {
+            tracing::error!(
+                "the API does not serve ValkeyBackups (their CRD is missing: apply the chart's crds/); backups are not captured until this controller restarts with it"
+            );
+            None
+        };
         tracing::info!(kinds = ?kinds, "reconciling these kinds");
         futures::join!(
             async {
@@ -99,7 +107,11 @@ async fn main() -> std::process::ExitCode {
                     run.await;
                 }
             },
-            backups
+            async {
+                if let Some(run) = backups {
+                    run.await;
+                }
+            }
         );
     })
     .await

@@ -36,6 +36,24 @@ pub const CONTROLLER: &str = "valkey-backup-controller";
 /// Put on a ValkeyBackup with `deletionPolicy: Delete`: its objects are deleted before it goes.
 pub const FINALIZER: &str = "valkey.io/backup-objects";
 
+/// Whether the API serves ValkeyBackups (their CRD exists). A release upgraded from one without
+/// it has none until someone applies it (the operator may not create CRDs): the controller then
+/// runs without backups rather than keep every kind from being ready on a cache that never fills.
+pub async fn served(client: &kube::Client) -> bool {
+    use kube::Resource;
+    let group = ValkeyBackup::api_version(&());
+    match client.list_api_group_resources(&group).await {
+        Ok(list) => list
+            .resources
+            .iter()
+            .any(|r| r.name == ValkeyBackup::plural(&())),
+        Err(error) => {
+            tracing::debug!(%error, "the API's resources of {group}");
+            false
+        }
+    }
+}
+
 /// Sets up the ValkeyBackup controller (its caches exist when this returns) and returns it, to
 /// run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
 /// reconciled here (a backup of a kind that is not is refused: its objects are not watched).
