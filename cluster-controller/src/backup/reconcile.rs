@@ -173,7 +173,12 @@ impl Reconciler for Context {
             return Ok(Requeue::await_change());
         }
         let api: Api<ValkeyBackup> = Api::namespaced(self.shared.client.clone(), key.namespace());
-        if backup.spec.deletion_policy == BackupDeletionPolicy::Delete {
+        // A backup that never started capturing wrote nothing: its store need not even answer.
+        let wrote = backup
+            .status
+            .as_ref()
+            .is_some_and(|s| s.start_time.is_some());
+        if backup.spec.deletion_policy == BackupDeletionPolicy::Delete && wrote {
             match delete_objects(&self.shared, backup).await {
                 Ok(()) => {}
                 Err(Unopened::Api(error)) => {
