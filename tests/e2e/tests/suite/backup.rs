@@ -41,9 +41,14 @@ fn store() -> Result<backup::Store> {
 
 /// A ValkeyBackup of the cluster `source` into `endpoint` with the credentials Secret `secret`.
 fn backup_manifest(name: &str, source: &str, endpoint: &str, secret: &str) -> String {
+    backup_of("ValkeyCluster", name, source, endpoint, secret)
+}
+
+/// The same, of a `kind`.
+fn backup_of(kind: &str, name: &str, source: &str, endpoint: &str, secret: &str) -> String {
     format!(
         "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: {name}}}\nspec:\n  \
-         source: {{kind: ValkeyCluster, name: {source}}}\n  \
+         source: {{kind: {kind}, name: {source}}}\n  \
          store: {{s3: {{endpoint: '{endpoint}', bucket: {STORE_BUCKET}, prefix: {PREFIX}, \
          credentials: {{secretName: {secret}}}}}}}\n"
     )
@@ -51,7 +56,15 @@ fn backup_manifest(name: &str, source: &str, endpoint: &str, secret: &str) -> St
 
 /// Waits until the backup is Completed or Failed; returns its status.
 async fn finished(c: &ClusterFixture, name: &str, within: Duration) -> Result<ValkeyBackupStatus> {
-    let api = c.ns.api::<ValkeyBackup>();
+    finished_in(&c.ns, name, within).await
+}
+
+async fn finished_in(
+    ns: &e2e::TestNamespace,
+    name: &str,
+    within: Duration,
+) -> Result<ValkeyBackupStatus> {
+    let api = ns.api::<ValkeyBackup>();
     wait_until(
         within,
         &format!("ValkeyBackup {name} Completed or Failed"),
@@ -127,6 +140,16 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The store's credentials in `ns`, as a user would create them.
+async fn credentials(ns: &e2e::TestNamespace) -> Result<()> {
+    ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: store}}\nstringData: \
+         {{AWS_ACCESS_KEY_ID: {STORE_ACCESS_KEY}, AWS_SECRET_ACCESS_KEY: {STORE_SECRET_KEY}}}\n"
+    ))
+    .await
+    .map(|_| ())
 }
 
 async fn load(rdb: &[u8], tag: &str) -> Result<Loaded> {
@@ -215,12 +238,7 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
     c.wait_ready(FORM).await?;
     let store = store()?;
 
-    // The store's credentials in the test's namespace, as a user would create them.
-    c.ns.apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: store}}\nstringData: \
-         {{AWS_ACCESS_KEY_ID: {STORE_ACCESS_KEY}, AWS_SECRET_ACCESS_KEY: {STORE_SECRET_KEY}}}\n"
-    ))
-    .await?;
+    credentials(&c.ns).await?;
 
     let writer = TimedWriter::start(c.client().await?);
     wait_until(Duration::from_secs(60), "2,000 acknowledged writes", || {
@@ -382,4 +400,74 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
         left.is_empty(),
         format!("objects left after deletion: {left:?}"),
     )
+}
+
+/// A ValkeyReplication on Valkey 8.0 (which sends a replica the sized form): its one snapshot,
+/// from the replica, holds every write a replica confirmed before the backup.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> {
+    let r = e2e::replication::ReplicationFixture::start(
+        "backup-repl",
+        "orders",
+        "{image: \"valkey/valkey:8.0\", replicas: 1}",
+    )
+    .await?;
+    r.wait_ready(FORM).await?;
+    credentials(&r.ns).await?;
+    let written = r.write_confirmed("c", 500).await?;
+    r.ns.apply(&backup_of(
+        "ValkeyReplication",
+        "daily",
+        "orders",
+        STORE_URL,
+        "store",
+    ))
+    .await?;
+    let status = finished_in(&r.ns, "daily", CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!(
+            "daily did not complete: {:?} {:?}",
+            status.reason, status.message
+        ),
+    )?;
+    let shards = status.shards.clone().unwrap_or_default();
+    let [shard] = shards.as_slice() else {
+        return Err(E2eError::Check(format!("one shard expected: {shards:?}")));
+    };
+    check(
+        shard.from_primary == Some(false) && shard.member.as_deref() != Some(""),
+        format!("{shard:?}"),
+    )?;
+    let location = status.location.clone().unwrap_or_default();
+    let store = store()?;
+    let mut rdb = Vec::new();
+    let fetched = store
+        .fetch_into(&format!("{location}/shard-0.rdb"), &mut rdb)
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    check(
+        Some(&fetched.sha256) == shard.sha256.as_ref(),
+        format!("fetched {fetched:?}, status {:?}", shard.sha256),
+    )?;
+    let contents = load(&rdb, &r.ns.name).await?.contents().await?;
+    let missing: Vec<&String> = written
+        .iter()
+        .filter(|(k, v)| contents.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .take(10)
+        .collect();
+    check(
+        missing.is_empty(),
+        format!("confirmed and not in the backup: {missing:?}"),
+    )?;
+    r.ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        "--all",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await
+    .map(|_| ())
 }
