@@ -4,6 +4,7 @@
 //! the shards (two at a time), write the manifest last, and report each step in the status.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -29,6 +30,8 @@ const PARALLEL_SHARDS: usize = 2;
 pub const MAX_ATTEMPTS: u32 = 3;
 /// How long a chosen member may take to reach its primary's offset of the backup's start.
 const CATCH_UP: Duration = Duration::from_secs(60);
+/// How often a running capture's bytes so far are written to the status.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How often a backup that may not start yet looks again.
 const WAIT: Duration = Duration::from_secs(3);
 
@@ -602,14 +605,28 @@ impl Job<'_> {
             user: crate::access::rights::BACKUP_USER.to_owned(),
             password: self.logins.backup_password.clone(),
         };
-        let captured = backup::capture(
-            &capture_source,
-            self.store,
-            &format!("{}/{object}", self.location),
-            &backup::CaptureOptions::default(),
-            &|_| {},
-        )
-        .await
+        // The bytes streamed so far, shown in the status every few seconds while it runs.
+        let streamed = AtomicU64::new(0);
+        let progress = |bytes: u64| streamed.store(bytes, Ordering::Relaxed);
+        let name = format!("{}/{object}", self.location);
+        let options = backup::CaptureOptions::default();
+        let capture = backup::capture(&capture_source, self.store, &name, &options, &progress);
+        tokio::pin!(capture);
+        let mut shown = 0;
+        let captured = loop {
+            tokio::select! {
+                done = &mut capture => break done,
+                () = tokio::time::sleep(PROGRESS_EVERY) => {
+                    let bytes = streamed.load(Ordering::Relaxed);
+                    if bytes != shown {
+                        shown = bytes;
+                        self.report
+                            .shard(plan.shard, |s| s.bytes = i64::try_from(bytes).ok())
+                            .await;
+                    }
+                }
+            }
+        }
         .map_err(|error| match error {
             backup::CaptureError::Store { source, .. } => {
                 Attempt::Store(store::unreachable(&source))
