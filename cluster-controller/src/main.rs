@@ -75,26 +75,34 @@ async fn main() -> std::process::ExitCode {
             }
         }
         // Every controller's caches are made before any of them runs (readiness waits for all).
-        let clusters = kinds
-            .contains(&Kind::ValkeyCluster)
-            .then(|| cluster::start(&handles, settings.clone()));
-        let replications = kinds
-            .contains(&Kind::ValkeyReplication)
-            .then(|| replication::controller::start(&handles, settings.clone()));
-        // Backups of whichever kinds are reconciled here (the chart grants their rules always),
-        // when the API serves them.
-        let backups = if backup::served(&handles.client).await {
-            Some(backup::start(
-                &handles,
-                kinds.contains(&Kind::ValkeyCluster),
-                kinds.contains(&Kind::ValkeyReplication),
-            ))
+        // ValkeyBackups when the API serves them: the cluster kind reads them too.
+        let backup_cache = if backup::served(&handles.client).await {
+            Some(backup::cache(&handles))
         } else {
             tracing::error!(
                 "the API does not serve ValkeyBackups (their CRD is missing: apply the chart's crds/); backups are not captured until this controller restarts with it"
             );
             None
         };
+        let clusters = kinds.contains(&Kind::ValkeyCluster).then(|| {
+            cluster::start(
+                &handles,
+                settings.clone(),
+                backup_cache.as_ref().map(|c| c.store()),
+            )
+        });
+        let replications = kinds
+            .contains(&Kind::ValkeyReplication)
+            .then(|| replication::controller::start(&handles, settings.clone()));
+        // Backups of whichever kinds are reconciled here (the chart grants their rules always).
+        let backups = backup_cache.map(|cache| {
+            backup::start(
+                &handles,
+                cache,
+                kinds.contains(&Kind::ValkeyCluster),
+                kinds.contains(&Kind::ValkeyReplication),
+            )
+        });
         tracing::info!(kinds = ?kinds, "reconciling these kinds");
         futures::join!(
             async {

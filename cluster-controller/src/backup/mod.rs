@@ -13,10 +13,12 @@
 //! | the store from the spec and its Secrets | [`store`] | Secrets |
 //! | one backup from start to manifest, its status as it goes | [`run`] | yes |
 //!
+//! The cluster kind reads the same cache of ValkeyBackups: while one of its cluster is Running,
+//! its engine starts no slot move (moves under way go on; the capture checks each shard's slots
+//! after it and captures it again if they changed).
+//!
 //! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (captured as
-//! PerShard), keeping the cluster engine from starting a slot move while a capture runs (the
-//! capture checks the shard's slots after each shard and captures it again if they changed),
-//! TLS sources, `status.lastSuccessfulBackup` on the source.
+//! PerShard), TLS sources, `status.lastSuccessfulBackup` on the source.
 
 pub mod choose;
 pub mod observe;
@@ -27,6 +29,7 @@ pub mod store;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+use plumbing::cache::Cache;
 use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode, ValkeyReplication};
 
 use reconcile::Context;
@@ -54,15 +57,21 @@ pub async fn served(client: &kube::Client) -> bool {
     }
 }
 
-/// Sets up the ValkeyBackup controller (its caches exist when this returns) and returns it, to
-/// run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
+/// The cache of ValkeyBackups: the controller's, and read by the cluster kind (no slot move
+/// starts while a backup of its cluster runs: [`crate::cluster::observe::running_backup`]).
+pub fn cache(handles: &plumbing::Handles) -> Cache<DeserializeGuard<ValkeyBackup>> {
+    handles.cache::<DeserializeGuard<ValkeyBackup>>(watcher::Config::default())
+}
+
+/// Sets up the ValkeyBackup controller over `backups` (its caches exist when this returns) and
+/// returns it, to run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
 /// reconciled here (a backup of a kind that is not is refused: its objects are not watched).
 pub fn start(
     handles: &plumbing::Handles,
+    backups: Cache<DeserializeGuard<ValkeyBackup>>,
     clusters: bool,
     replications: bool,
 ) -> impl std::future::Future<Output = ()> + '_ {
-    let backups = handles.cache::<DeserializeGuard<ValkeyBackup>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default());
     let cluster_cache =
         clusters.then(|| handles.cache::<ValkeyCluster>(watcher::Config::default()));

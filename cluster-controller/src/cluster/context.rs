@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use kube::Client;
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
 use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
 use plumbing::leader::Claims;
 use plumbing::valkey_tls::Trust;
-use valkey_api::v1alpha1::ValkeyNode;
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyNode};
 
 use crate::access::rights::REPLICATION_USER;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
@@ -39,6 +40,9 @@ pub struct Context {
     pub serving: Applied,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
+    /// The ValkeyBackups, from the backup controller's cache (none when the API serves none):
+    /// no slot move starts while one of the cluster is captured.
+    pub backups: Option<Store<DeserializeGuard<ValkeyBackup>>>,
 }
 
 impl Context {
@@ -62,6 +66,7 @@ impl Context {
             settings,
             serving: Applied::default(),
             pod_monitors: KindPresence::default(),
+            backups: None,
         }
     }
 

@@ -40,8 +40,9 @@ pub mod status;
 pub mod tls;
 
 use kube::core::DeserializeGuard;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode};
 
 use crate::parent::Settings;
 use crate::parent::labels::CLUSTER_LABEL;
@@ -51,9 +52,12 @@ pub const CONTROLLER: &str = "valkey-cluster-controller";
 
 /// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
 /// readiness waits for them) and returns it, to run until shutdown or lost leadership.
+/// `backups`: the ValkeyBackups (when the API serves them), so that no slot move starts while
+/// one of the cluster is captured.
 pub fn start(
     handles: &plumbing::Handles,
     settings: Settings,
+    backups: Option<Store<DeserializeGuard<ValkeyBackup>>>,
 ) -> impl std::future::Future<Output = ()> + '_ {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
@@ -69,6 +73,7 @@ pub fn start(
         settings,
         claims,
     );
+    let ctx = Context { backups, ..ctx };
     handles.run_as(
         CONTROLLER,
         clusters,

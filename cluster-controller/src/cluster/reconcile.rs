@@ -65,6 +65,10 @@ pub async fn pass(
         mut topology,
     } = prepared;
     topology.held_keys = memory.held_keys();
+    topology.slot_moves_held = ctx
+        .backups
+        .as_ref()
+        .and_then(|b| observe::running_backup(b, key.namespace(), key.name()));
 
     let members = observe::engine_members(&existing, cluster);
     let trust = served.as_ref().map(|s| &s.trust);

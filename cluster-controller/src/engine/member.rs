@@ -86,6 +86,9 @@ pub struct Desired {
     pub held_keys: bool,
     /// What the user allows when every copy of some slots is gone.
     pub lost_slots: LostSlotsPolicy,
+    /// Why no slot move may start now, when one may not: a backup of the cluster is being
+    /// captured (its name). Moves already under way go on.
+    pub slot_moves_held: Option<String>,
 }
 
 /// What the user allows when data is lost (`spec.onSlotsLost`, `spec.acceptLostSlots`). The
@@ -153,6 +156,7 @@ impl Desired {
                 refill: false,
                 accepted: None,
             },
+            slot_moves_held: None,
         }
     }
 
