@@ -277,7 +277,7 @@ pub async fn server(
     let text = run(
         client,
         member,
-        &["INFO", "server", "replication", "keyspace"],
+        &["INFO", "server", "replication", "persistence", "keyspace"],
     )
     .await?;
     let info = info::parse(&text).map_err(|e| e.to_string())?;
