@@ -17,8 +17,9 @@
 //! its engine starts no slot move (moves under way go on; the capture checks each shard's slots
 //! after it and captures it again if they changed).
 //!
-//! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (captured as
-//! PerShard), TLS sources, `status.lastSuccessfulBackup` on the source.
+//! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (such a backup
+//! fails, saying so, rather than be captured weaker than asked), TLS sources,
+//! `status.lastSuccessfulBackup` on the source.
 
 pub mod choose;
 pub mod observe;

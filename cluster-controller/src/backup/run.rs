@@ -14,7 +14,9 @@ use kube::api::Api;
 use kube::runtime::reflector::Store as Cache;
 use kube::{Resource, ResourceExt};
 use plumbing::conditions::{ConditionStatus, set_condition};
-use valkey_api::v1alpha1::{BackupPhase, BackupShard, Progress, ValkeyBackup, ValkeyBackupStatus};
+use valkey_api::v1alpha1::{
+    BackupConsistency, BackupPhase, BackupShard, Progress, ValkeyBackup, ValkeyBackupStatus,
+};
 
 use super::choose::{self, Plan, ShardPlan};
 use super::observe::{self, Logins, LoginsRead, Source, Sources};
@@ -238,6 +240,13 @@ async fn prepare(shared: &Shared, backup: &ValkeyBackup, location: &str) -> Step
         Ok(source) => source,
         Err(problem) => return Step::Fail(problem),
     };
+    if backup.spec.consistency == BackupConsistency::PausedWrites {
+        // Never a backup weaker than asked for: PerShard snapshots are not one instant.
+        return Step::Fail(Problem {
+            reason: "PausedWritesNotSupported".into(),
+            message: "consistency: PausedWrites is not supported by this operator version yet: create the ValkeyBackup with consistency: PerShard (each shard at one point of its history, every write acknowledged before the backup began included).".into(),
+        });
+    }
     if source.tls() {
         return Step::Fail(Problem {
             reason: "TlsNotSupported".into(),
