@@ -18,8 +18,11 @@
 //! after it and captures it again if they changed).
 //!
 //! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (such a backup
-//! fails, saying so, rather than be captured weaker than asked), TLS sources,
-//! `status.lastSuccessfulBackup` on the source.
+//! fails, saying so, rather than be captured weaker than asked), TLS sources.
+//!
+//! A Completed backup is recorded as its source's `status.lastSuccessfulBackup` under a field
+//! manager of its own ([`run::SOURCE_FIELD_MANAGER`]); the sources' passes never apply that
+//! field, so they never take it away.
 
 pub mod choose;
 pub mod observe;

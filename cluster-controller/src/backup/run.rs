@@ -203,6 +203,10 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
                 .events
                 .normal(&*backup, "BackupCompleted", "Capture", &completed)
                 .await;
+            let at = report.status.lock().await.completion_time.clone();
+            if let Some(at) = at {
+                record_success(&shared, &backup, &at).await;
+            }
         }
         Err(problem) => {
             tracing::warn!(backup = %report.name, reason = %problem.reason, message = %problem.message, "backup failed");
@@ -212,6 +216,60 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
                 .warning(&*backup, &problem.reason, "Capture", &problem.message)
                 .await;
         }
+    }
+}
+
+/// The field manager of the source's `status.lastSuccessfulBackup`: the backup controller's
+/// own, so that the source's passes (which never apply the field) never take it away.
+pub const SOURCE_FIELD_MANAGER: &str = "valkey-backup-controller";
+
+/// Records `backup`, completed at `at`, as its source's newest successful backup, unless the
+/// source already names a newer one. A failure is logged: the backup is complete all the same.
+async fn record_success(shared: &Shared, backup: &ValkeyBackup, at: &str) {
+    let Ok(source) = shared.sources.find(backup) else {
+        return;
+    };
+    let newer = match &source {
+        Source::Cluster(c) => c
+            .status
+            .as_ref()
+            .and_then(|s| s.last_successful_backup.clone()),
+        Source::Replication(r) => r
+            .status
+            .as_ref()
+            .and_then(|s| s.last_successful_backup.clone()),
+    }
+    .is_some_and(|last| last.completion_time.as_str() > at);
+    if newer {
+        return;
+    }
+    let namespace = backup.namespace().unwrap_or_default();
+    let (api_version, kind) = ("valkey.io/v1alpha1", source.kind());
+    let patch = serde_json::json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "status": {"lastSuccessfulBackup": {"name": backup.name_any(), "completionTime": at}},
+    });
+    let params = kube::api::PatchParams::apply(SOURCE_FIELD_MANAGER).force();
+    let name = source.name();
+    let written = match source {
+        Source::Cluster(_) => Api::<valkey_api::v1alpha1::ValkeyCluster>::namespaced(
+            shared.client.clone(),
+            &namespace,
+        )
+        .patch_status(&name, &params, &kube::api::Patch::Apply(&patch))
+        .await
+        .map(|_| ()),
+        Source::Replication(_) => Api::<valkey_api::v1alpha1::ValkeyReplication>::namespaced(
+            shared.client.clone(),
+            &namespace,
+        )
+        .patch_status(&name, &params, &kube::api::Patch::Apply(&patch))
+        .await
+        .map(|_| ()),
+    };
+    if let Err(error) = written {
+        tracing::warn!(backup = %backup.name_any(), %error, "could not record the source's last successful backup");
     }
 }
 

@@ -276,6 +276,17 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
             status.reason, status.message
         ),
     )?;
+    // The cluster names it as its newest successful backup.
+    c.wait_status(
+        Duration::from_secs(30),
+        "status.lastSuccessfulBackup nightly",
+        |s| {
+            s.last_successful_backup
+                .as_ref()
+                .is_some_and(|b| b.name == "nightly")
+        },
+    )
+    .await?;
     let started = status
         .start_time
         .as_deref()
@@ -431,6 +442,17 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
             status.reason, status.message
         ),
     )?;
+    r.wait(
+        Duration::from_secs(30),
+        "status.lastSuccessfulBackup daily",
+        |rep| {
+            rep.status
+                .as_ref()
+                .and_then(|s| s.last_successful_backup.as_ref())
+                .is_some_and(|b| b.name == "daily")
+        },
+    )
+    .await?;
     let shards = status.shards.clone().unwrap_or_default();
     let [shard] = shards.as_slice() else {
         return Err(E2eError::Check(format!("one shard expected: {shards:?}")));
