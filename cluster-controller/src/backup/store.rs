@@ -121,3 +121,103 @@ pub fn unreachable(error: &backup::StoreError) -> Problem {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Method, StatusCode};
+    use plumbing::testing::mock_client;
+    use serde_json::json;
+
+    const SECRETS: &str = "/api/v1/namespaces/prod/secrets";
+
+    fn spec() -> BackupStore {
+        serde_json::from_value(json!({"s3": {
+            "endpoint": "http://127.0.0.1:1",
+            "bucket": "backups",
+            "credentials": {"secretName": "store"},
+        }}))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The Secret `store` with `data` (encoded as the API sends it).
+    fn secret(data: &[(&str, &str)]) -> serde_json::Value {
+        let mut values = serde_json::Map::new();
+        for (key, value) in data {
+            let encoded = k8s_openapi::ByteString(value.as_bytes().to_vec());
+            values.insert(
+                (*key).to_owned(),
+                serde_json::to_value(encoded).unwrap_or_default(),
+            );
+        }
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store", "namespace": "prod"}, "data": values})
+    }
+
+    fn problem(opened: Result<backup::Store, Unopened>) -> Problem {
+        match opened {
+            Err(Unopened::Problem(problem)) => problem,
+            Err(Unopened::Api(e)) => panic!("API error: {e}"),
+            Ok(_) => panic!("opened"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_credentials_secret_says_which_and_with_what() {
+        let (client, mut api) = mock_client();
+        let script = tokio::spawn(async move {
+            api.expect(Method::GET, &format!("{SECRETS}/store"))
+                .await
+                .not_found();
+        });
+        let found = problem(open(&client, "prod", &spec()).await);
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(found.reason, "StoreCredentialsMissing");
+        for words in [
+            "Secret store",
+            "namespace prod",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
+            assert!(found.message.contains(words), "{words}: {}", found.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_missing_from_the_secret_is_named_and_no_value_is_shown() {
+        let (client, mut api) = mock_client();
+        let script = tokio::spawn(async move {
+            let answer = secret(&[("AWS_ACCESS_KEY_ID", "AKIDVISIBLE")]);
+            api.expect(Method::GET, &format!("{SECRETS}/store"))
+                .await
+                .answer(StatusCode::OK, &answer);
+        });
+        let found = problem(open(&client, "prod", &spec()).await);
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(found.reason, "StoreCredentialsInvalid");
+        assert!(
+            found.message.contains("AWS_SECRET_ACCESS_KEY"),
+            "{}",
+            found.message
+        );
+        assert!(!found.message.contains("AKIDVISIBLE"), "{}", found.message);
+    }
+
+    #[tokio::test]
+    async fn a_whole_secret_opens_the_store() {
+        let (client, mut api) = mock_client();
+        let script = tokio::spawn(async move {
+            let answer = secret(&[
+                ("AWS_ACCESS_KEY_ID", "id"),
+                ("AWS_SECRET_ACCESS_KEY", "very-secret"),
+            ]);
+            api.expect(Method::GET, &format!("{SECRETS}/store"))
+                .await
+                .answer(StatusCode::OK, &answer);
+        });
+        let opened = open(&client, "prod", &spec()).await;
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        let store = opened.unwrap_or_else(|_| panic!("not opened"));
+        assert_eq!(store.bucket(), "backups");
+        assert!(!format!("{store:?}").contains("very-secret"));
+    }
+}
