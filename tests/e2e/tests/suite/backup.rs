@@ -111,6 +111,7 @@ impl TimedWriter {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 n += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         });
         Self { stop, acked, task }

@@ -96,11 +96,11 @@ func ensureObjectStoreObjects(ctx context.Context, l layout.Layout) error {
 	secret := corev1ac.Secret(layout.ObjectStoreSecret, layout.ObjectStoreSecretNamespace).
 		WithLabels(labels).
 		WithType(corev1.SecretTypeOpaque).
-		WithStringData(map[string]string{
-			"AWS_ACCESS_KEY_ID":     layout.ObjectStoreAccessKey,
-			"AWS_SECRET_ACCESS_KEY": layout.ObjectStoreSecretKey,
-			"endpoint":              ObjectStoreEndpoint,
-			"bucket":                layout.ObjectStoreBucket,
+		WithData(map[string][]byte{
+			"AWS_ACCESS_KEY_ID":     []byte(layout.ObjectStoreAccessKey),
+			"AWS_SECRET_ACCESS_KEY": []byte(layout.ObjectStoreSecretKey),
+			"endpoint":              []byte(ObjectStoreEndpoint),
+			"bucket":                []byte(layout.ObjectStoreBucket),
 		})
 	// The default namespace is made by the API server itself, a moment after it serves.
 	deadline := time.Now().Add(30 * time.Second)
