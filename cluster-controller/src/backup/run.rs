@@ -244,14 +244,14 @@ async fn record_success(shared: &Shared, backup: &ValkeyBackup, at: &str) {
         return;
     }
     let namespace = backup.namespace().unwrap_or_default();
-    let (api_version, kind) = ("valkey.io/v1alpha1", source.kind());
+    let name = source.name();
     let patch = serde_json::json!({
-        "apiVersion": api_version,
-        "kind": kind,
+        "apiVersion": ValkeyBackup::api_version(&()),
+        "kind": source.kind(),
+        "metadata": {"name": name},
         "status": {"lastSuccessfulBackup": {"name": backup.name_any(), "completionTime": at}},
     });
     let params = kube::api::PatchParams::apply(SOURCE_FIELD_MANAGER).force();
-    let name = source.name();
     let written = match source {
         Source::Cluster(_) => Api::<valkey_api::v1alpha1::ValkeyCluster>::namespaced(
             shared.client.clone(),
