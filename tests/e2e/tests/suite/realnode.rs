@@ -1,17 +1,29 @@
-//! A ValkeyCluster whose servers run on localkube's real node (the upstream kubelet, containerd
-//! and runc, the Valkey and exporter images built here, pulled from localkube's registry), while
-//! the controllers run as for every other test: formation, a failover with a writer, and the
-//! exporter scraped. Placement is off (one node holds every member) and so is persistence (the
+//! localkube's real node (the upstream kubelet, containerd and runc, pulling the images built
+//! here from localkube's registry): the chart installed there with the controllers' images that
+//! `make images` writes; and ValkeyClusters whose servers run there while the controllers run as
+//! for every other test: formation, a failover with a writer, the exporter scraped, a rolling
+//! image change. Placement is off (one node holds every member) and so is persistence (the
 //! process kubelet's volume provisioner serves its own nodes only).
 
 use std::time::Duration;
 
+use std::process::Stdio;
+
 use e2e::cluster::{ClusterFixture, wait_writes};
-use e2e::realnode::{NODE, SPEC_PLACEMENT};
-use e2e::{E2eError, Result, check};
+use e2e::helm::{chart, helm, helm_program};
+use e2e::operator::{install_crds, wait_cluster};
+use e2e::realnode::{
+    BuiltImage, NODE, SPEC_PLACEMENT, built_image, container_pid, container_status,
+    mount_read_only, proc_status, root_mount,
+};
+use e2e::{
+    E2eError, Poll, Result, TestNamespace, check, describe_pod, kubeconfig_path, pod_ready,
+    wait_until,
+};
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::ListParams;
-use valkey_api::v1alpha1::Role;
+use valkey_api::v1alpha1::{ClusterState, Role};
 
 const FORM: Duration = Duration::from_secs(240);
 
@@ -169,4 +181,214 @@ async fn a_rolling_image_change_on_the_real_node_pulls_the_new_image_and_loses_n
     )?;
     c.verify(&before).await?;
     c.verify(&acked).await
+}
+
+/// A release of the chart, uninstalled when dropped (also when the test fails): its
+/// ValidatingAdmissionPolicy is cluster-scoped and would outlive the test namespace.
+struct Release {
+    name: String,
+    namespace: String,
+    installed: bool,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if !self.installed || std::env::var_os("E2E_KEEP_NAMESPACES").is_some() {
+            return;
+        }
+        let _ = std::process::Command::new(helm_program())
+            .args(["uninstall", &self.name, "-n", &self.namespace])
+            .env("KUBECONFIG", kubeconfig_path().unwrap_or_default())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The values that put a controller on the real node, from the image `make images` built
+/// (pulled every time, so a stale image of the same tag in containerd's store cannot stand in).
+fn controller_values(image: &BuiltImage, ns: &str) -> String {
+    format!(
+        r#"  watchNamespaces: [{ns}]
+  image: {{repository: {}, tag: "{}", pullPolicy: Always}}
+  nodeSelector: {{localkube.io/real-node: "true"}}
+  tolerations: [{{key: localkube.io/real-node, operator: Exists, effect: NoSchedule}}]
+"#,
+        image.repository, image.tag
+    )
+}
+
+/// `helm install` of this checkout's chart onto the real node, with the controllers' images
+/// built by `make images` (the supervisor pushed them to its registry under the chart's own
+/// repository names), both controllers running as the chart makes them: non-root, a read-only
+/// root, passing their probes under the real kubelet, reaching the API server through the
+/// `kubernetes` Service. The installed controllers then make a one-member ValkeyCluster Ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_runs_both_controllers_on_the_real_node_from_the_images_built_here() -> Result<()>
+{
+    if e2e::realnode::node().await?.is_none() {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let node_image = built_image("node-controller").await?;
+    let cluster_image = built_image("cluster-controller").await?;
+    let _turn = e2e::pool::heavy().await;
+    install_crds().await?;
+    let ns = TestNamespace::create("real-chart").await?;
+    let values = format!(
+        "nodeController:\n{}clusterController:\n{}",
+        controller_values(&node_image, &ns.name),
+        controller_values(&cluster_image, &ns.name)
+    );
+    let values_file = std::env::temp_dir().join(format!("{}-values.yaml", ns.name));
+    std::fs::write(&values_file, values)
+        .map_err(|e| E2eError::Check(format!("{}: {e}", values_file.display())))?;
+    let values_path = values_file.display().to_string();
+    let chart = chart();
+    let mut release = Release {
+        name: "real".into(),
+        namespace: ns.name.clone(),
+        installed: true,
+    };
+    let installed = helm(&[
+        "install",
+        "real",
+        &chart,
+        "-n",
+        &ns.name,
+        "-f",
+        &values_path,
+    ])
+    .await;
+    let _ = std::fs::remove_file(&values_file);
+    installed?;
+
+    let pods = ns.api::<Pod>();
+    for (component, image) in [
+        ("node-controller", &node_image),
+        ("cluster-controller", &cluster_image),
+    ] {
+        let selector =
+            format!("app.kubernetes.io/instance=real,app.kubernetes.io/component={component}");
+        let pod = wait_until(
+            Duration::from_secs(120),
+            &format!("the {component} pod Ready on {NODE}"),
+            || {
+                let (pods, selector) = (pods.clone(), selector.clone());
+                async move {
+                    let list = pods.list(&ListParams::default().labels(&selector)).await?;
+                    Ok(match list.items.as_slice() {
+                        [p] if pod_ready(p) => Poll::Ready(p.clone()),
+                        items => Poll::NotYet(
+                            items
+                                .iter()
+                                .map(|p| format!("{}: {}", p.name_any(), describe_pod(p)))
+                                .collect::<Vec<_>>()
+                                .join("; "),
+                        ),
+                    })
+                }
+            },
+        )
+        .await?;
+        let name = pod.name_any();
+        let on = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        check(
+            on.as_deref() == Some(NODE),
+            format!("{name} runs on {NODE}: {on:?}"),
+        )?;
+        let status = container_status(&pod, component)
+            .ok_or_else(|| E2eError::Check(format!("{name}: no status of {component}")))?;
+        let want = format!("docker.io/{}@{}", image.repository, image.digest);
+        check(
+            status.image_id == want,
+            format!(
+                "{name} runs {}, the archive's image is {want}",
+                status.image_id
+            ),
+        )?;
+        // Ready is the readiness probe passing (httpGet /ready, run by the real kubelet); no
+        // restart means the liveness probe has not failed either.
+        check(
+            status.ready && status.restart_count == 0,
+            format!(
+                "{name}: ready {}, restarts {}",
+                status.ready, status.restart_count
+            ),
+        )?;
+        // What runc made of the chart's security contexts, seen from the host.
+        let pid = container_pid(&pod, component)?;
+        let (uid, gid) = (proc_status(pid, "Uid")?, proc_status(pid, "Gid")?);
+        check(
+            uid == "65532 65532 65532 65532" && gid == "65532 65532 65532 65532",
+            format!("{name} runs as uid {uid}, gid {gid}: not the image's nonroot 65532"),
+        )?;
+        check(
+            proc_status(pid, "CapEff")? == "0000000000000000",
+            format!("{name} has no effective capability"),
+        )?;
+        check(
+            proc_status(pid, "NoNewPrivs")? == "1" && proc_status(pid, "Seccomp")? == "2",
+            format!("{name}: no new privileges and a seccomp filter"),
+        )?;
+        let root = root_mount(pid)?;
+        check(
+            mount_read_only(&root),
+            format!("{name}'s root file system is read-only: {root}"),
+        )?;
+        // The real kubelet gives a pod the `kubernetes` Service (kube-proxy's ClusterIP), not
+        // the API server's own address as localkube's process kubelet does.
+        let environ = std::fs::read(format!("/proc/{pid}/environ"))
+            .map_err(|e| E2eError::Check(format!("/proc/{pid}/environ: {e}")))?;
+        let environ = String::from_utf8_lossy(&environ);
+        check(
+            environ
+                .split('\0')
+                .any(|v| v == "KUBERNETES_SERVICE_HOST=10.0.0.1"),
+            format!("{name} reaches the API server through the kubernetes Service (10.0.0.1)"),
+        )?;
+    }
+    eprintln!(
+        "real node chart: both controllers Ready after {:?}",
+        started.elapsed()
+    );
+
+    // The installed controllers reconcile a cluster in the namespace they watch, its server on
+    // the real node too.
+    ns.apply(&format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyCluster\nmetadata: {{name: one}}\nspec: \
+         {{shards: 1, replicas: 0, placement: Disabled, persistence: {{enabled: false}}, \
+         {SPEC_PLACEMENT}}}\n"
+    ))
+    .await?;
+    wait_cluster(&ns, "one", FORM, "state Ready", |c| {
+        c.status.as_ref().and_then(|s| s.state) == Some(ClusterState::Ready)
+    })
+    .await?;
+    let server = pods
+        .list(&ListParams::default().labels("valkey.io/node"))
+        .await?
+        .items;
+    check(
+        server.len() == 1
+            && server[0].spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE),
+        format!("the cluster's one server runs on {NODE}"),
+    )?;
+    eprintln!(
+        "real node chart: a cluster Ready after {:?}",
+        started.elapsed()
+    );
+
+    helm(&[
+        "uninstall",
+        "real",
+        "-n",
+        &ns.name,
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .await?;
+    release.installed = false;
+    Ok(())
 }
