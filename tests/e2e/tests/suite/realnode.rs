@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use std::process::Stdio;
 
-use e2e::cluster::{ClusterFixture, wait_writes};
+use e2e::cluster::{ClusterFixture, ready_pod_ip, tls_command, wait_writes};
 use e2e::helm::{chart, helm, helm_program};
 use e2e::operator::{install_crds, wait_cluster};
 use e2e::realnode::{
@@ -23,6 +23,7 @@ use e2e::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::ListParams;
+use redis::AsyncCommands;
 use valkey_api::v1alpha1::{ClusterState, Role};
 
 const FORM: Duration = Duration::from_secs(240);
@@ -390,5 +391,75 @@ async fn the_chart_runs_both_controllers_on_the_real_node_from_the_images_built_
     ])
     .await?;
     release.installed = false;
+    Ok(())
+}
+
+/// A 3x1 cluster with TLS on the real node: it forms over TLS (replication and the cluster bus
+/// too, from the Valkey 9.1 image built here with TLS), and every server refuses plain text while
+/// answering TLS verified against the cluster's CA.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_cluster_on_the_real_node_forms_and_serves_only_tls() -> Result<()> {
+    if e2e::realnode::node().await?.is_none() {
+        return Ok(());
+    }
+    let spec = format!(
+        "{{shards: 3, replicas: 1, placement: Disabled, persistence: {{enabled: false}}, \
+         tls: {{enabled: true}}, {SPEC_PLACEMENT}}}"
+    );
+    let c = ClusterFixture::start("real-tls", "tls", &spec).await?;
+    c.wait_ready(FORM).await?;
+    let ca = c.tls_ca().await?;
+    let password = c.password().await?;
+    let nodes = c.wait_roles(3, 3, Duration::from_secs(60)).await?;
+    for node in &nodes {
+        let status = node.status.clone().unwrap_or_default();
+        check(
+            status.node_name.as_deref() == Some(NODE),
+            format!(
+                "{:?} runs on {NODE}: {:?}",
+                node.metadata.name, status.node_name
+            ),
+        )?;
+        let ip = ready_pod_ip(node)
+            .ok_or_else(|| E2eError::Check(format!("{:?} is not ready", node.metadata.name)))?;
+        let plain = c.command_on(&ip, &["PING"]).await;
+        check(
+            plain.is_err(),
+            format!("{ip}: a plain-text client was answered: {plain:?}"),
+        )?;
+        let pong = tls_command(&ip, &ca, password.as_deref(), &["PING"]).await?;
+        check(
+            pong == "PONG",
+            format!("{ip}: PING over TLS answered {pong}"),
+        )?;
+        if status.role == Some(Role::Replica) {
+            let info = tls_command(&ip, &ca, password.as_deref(), &["INFO", "replication"]).await?;
+            check(
+                info.lines().any(|l| l.trim() == "master_link_status:up"),
+                format!("{ip}: the replica's link to its primary (over TLS) is up: {info}"),
+            )?;
+        }
+    }
+    // A cluster client over TLS, following MOVED across the three shards, writes and reads.
+    let mut conn = c.tls_client(ca.clone()).await?;
+    for i in 0..100 {
+        let (key, value) = (format!("tls:{i}"), format!("v{i}"));
+        let _: () = conn
+            .set(&key, &value)
+            .await
+            .map_err(|source| E2eError::Valkey { addr: key, source })?;
+    }
+    let mut fresh = c.tls_client(ca).await?;
+    for i in 0..100 {
+        let key = format!("tls:{i}");
+        let got: Option<String> = fresh.get(&key).await.map_err(|source| E2eError::Valkey {
+            addr: key.clone(),
+            source,
+        })?;
+        check(
+            got.as_deref() == Some(format!("v{i}").as_str()),
+            format!("{key} read back {got:?}"),
+        )?;
+    }
     Ok(())
 }
