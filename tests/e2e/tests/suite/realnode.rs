@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use redis::AsyncCommands;
-use valkey_api::v1alpha1::{ClusterState, Role};
+use valkey_api::v1alpha1::{ClusterState, Role, ValkeyNode};
 
 const FORM: Duration = Duration::from_secs(240);
 
@@ -461,5 +461,270 @@ async fn a_tls_cluster_on_the_real_node_forms_and_serves_only_tls() -> Result<()
             format!("{key} read back {got:?}"),
         )?;
     }
+    Ok(())
+}
+
+/// The memory limit of the memory tests: room for the server and some data, small enough to fill
+/// in a few seconds.
+const LIMIT: &str = "96Mi";
+const LIMIT_BYTES: u64 = 96 * 1024 * 1024;
+/// The size of each value written to fill a server.
+const VALUE_BYTES: usize = 512 * 1024;
+
+/// A plain connection to the server at `ip` as the clients' default user.
+async fn connection(ip: &str, password: Option<&str>) -> Result<redis::aio::MultiplexedConnection> {
+    let url = match password {
+        Some(p) => format!("redis://:{p}@{ip}:6379/"),
+        None => format!("redis://{ip}:6379/"),
+    };
+    let valkey = |source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    };
+    let client = redis::Client::open(url).map_err(valkey)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(valkey)
+}
+
+/// Writes VALUE_BYTES values to the server at `ip` (a one-shard cluster's only primary holds
+/// every key) until one is not acknowledged, at most `max`; how many were, and the error that
+/// ended it (`None` if all were).
+async fn fill(
+    ip: &str,
+    password: Option<&str>,
+    max: usize,
+) -> Result<(usize, Option<redis::RedisError>)> {
+    let mut conn = connection(ip, password).await?;
+    let value = vec![b'x'; VALUE_BYTES];
+    for i in 0..max {
+        let written: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("fill:{i}"))
+            .arg(&value)
+            .query_async(&mut conn)
+            .await;
+        if let Err(e) = written {
+            return Ok((i, Some(e)));
+        }
+    }
+    Ok((max, None))
+}
+
+/// The one member of a one-shard cluster without replicas, Ready, and its pod.
+async fn only_member(c: &ClusterFixture) -> Result<(ValkeyNode, Pod)> {
+    let nodes = c.nodes().await?;
+    let [node] = nodes.as_slice() else {
+        return Err(E2eError::Check(format!("{} members, not 1", nodes.len())));
+    };
+    let pod_name = node
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_name.clone())
+        .unwrap_or_default();
+    let pod = c.ns.pod(&pod_name).await?;
+    check(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE),
+        format!("{pod_name} runs on {NODE}"),
+    )?;
+    Ok((node.clone(), pod))
+}
+
+/// A server whose `maxmemory` is above its container's memory limit (1 GB against 96Mi) has no
+/// headroom: writes grow it until the kernel kills it (the runtime enforces the limit through the
+/// container's memory cgroup), the pod says `OOMKilled` (137), and the node-controller reports it
+/// (the ValkeyNode's Ready condition and a Warning Event, reason OOMKilled). The kubelet restarts
+/// the server and the member is ready again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_without_maxmemory_headroom_is_oom_killed_and_the_operator_reports_it()
+-> Result<()> {
+    if e2e::realnode::node().await?.is_none() {
+        return Ok(());
+    }
+    let spec = format!(
+        "{{shards: 1, replicas: 0, placement: Disabled, persistence: {{enabled: false}}, \
+         resources: {{requests: {{memory: {LIMIT}}}, limits: {{memory: {LIMIT}}}}}, \
+         config: {{maxmemory: 1gb}}, {SPEC_PLACEMENT}}}"
+    );
+    let c = ClusterFixture::start("real-oom", "oom", &spec).await?;
+    c.wait_ready(FORM).await?;
+    let (node, pod) = only_member(&c).await?;
+    let member = node.metadata.name.clone().unwrap_or_default();
+    let pid = container_pid(&pod, "valkey")?;
+    let limit = e2e::realnode::memory_limit(pid)?;
+    check(
+        limit == LIMIT_BYTES,
+        format!("the server's memory cgroup limit is {limit}, not {LIMIT}"),
+    )?;
+    let ip = ready_pod_ip(&node).unwrap_or_default();
+    let password = c.password().await?;
+    let info = c.command_on(&ip, &["INFO", "memory"]).await?;
+    check(
+        info.lines().any(|l| l.trim() == "maxmemory:1073741824"),
+        format!("the server runs with the maxmemory of spec.config: {info}"),
+    )?;
+
+    // 200 MB at most, twice the limit: the server dies on the way.
+    let max = 2 * LIMIT_BYTES as usize / VALUE_BYTES;
+    let (written, error) = fill(&ip, password.as_deref(), max).await?;
+    let error = error.ok_or_else(|| {
+        E2eError::Check(format!(
+            "{written} values of {VALUE_BYTES} bytes written past a limit of {LIMIT}"
+        ))
+    })?;
+    check(
+        !error.to_string().contains("OOM"),
+        format!("the server refused a write ({error}) instead of being killed"),
+    )?;
+    eprintln!("real node OOM: the server died after {written} writes: {error}");
+
+    let pods = c.ns.api::<Pod>();
+    let pod_name = pod.name_any();
+    let terminated = wait_until(Duration::from_secs(60), "the pod to say OOMKilled", || {
+        let (pods, pod_name) = (pods.clone(), pod_name.clone());
+        async move {
+            let p = pods.get(&pod_name).await?;
+            let status = container_status(&p, "valkey");
+            let terminated = status.and_then(|s| {
+                s.state
+                    .and_then(|s| s.terminated)
+                    .or_else(|| s.last_state.and_then(|s| s.terminated))
+            });
+            Ok(match terminated {
+                Some(t) => Poll::Ready(t),
+                None => Poll::NotYet(describe_pod(&p)),
+            })
+        }
+    })
+    .await?;
+    check(
+        terminated.reason.as_deref() == Some("OOMKilled") && terminated.exit_code == 137,
+        format!(
+            "the server ended {:?} with {}, not OOMKilled with 137",
+            terminated.reason, terminated.exit_code
+        ),
+    )?;
+    let event = wait_until(
+        Duration::from_secs(60),
+        "the node-controller's OOMKilled Event",
+        || {
+            let ns = &c.ns;
+            let member = member.clone();
+            async move {
+                let events = ns
+                    .kubectl(&[
+                        "get",
+                        "events",
+                        "--field-selector",
+                        &format!("involvedObject.name={member},reason=OOMKilled"),
+                        "-o",
+                        "jsonpath={range .items[*]}{.type} {.reportingComponent} {.message}{\"\\n\"}{end}",
+                    ])
+                    .await?;
+                Ok(match events.lines().find(|l| !l.is_empty()) {
+                    Some(line) => Poll::Ready(line.to_owned()),
+                    None => Poll::NotYet(ns.events().await.unwrap_or_default()),
+                })
+            }
+        },
+    )
+    .await?;
+    check(
+        event.starts_with("Warning valkey-node-controller ")
+            && event.contains("was OOM-killed")
+            && event.contains(&format!("memory limit of {LIMIT}")),
+        format!("the Event says what happened: {event}"),
+    )?;
+    // The kubelet restarts the server in place; the member is ready again.
+    e2e::operator::wait_node(
+        &c.ns,
+        &member,
+        Duration::from_secs(120),
+        "ready again after the restart",
+        |n| n.status.as_ref().is_some_and(|s| s.ready),
+    )
+    .await?;
+    let restarts =
+        container_status(&c.ns.pod(&pod_name).await?, "valkey").map_or(0, |s| s.restart_count);
+    check(
+        restarts >= 1,
+        format!("the server was restarted in its pod: {restarts} restarts"),
+    )?;
+    Ok(())
+}
+
+/// The same limit with the operator's default: the node-controller sets `maxmemory` to 60% of
+/// it, so the server refuses writes with Valkey's OOM error once its data reaches that, and is
+/// neither killed nor restarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_default_maxmemory_a_server_refuses_writes_instead_of_being_killed() -> Result<()>
+{
+    if e2e::realnode::node().await?.is_none() {
+        return Ok(());
+    }
+    let spec = format!(
+        "{{shards: 1, replicas: 0, placement: Disabled, persistence: {{enabled: false}}, \
+         resources: {{requests: {{memory: {LIMIT}}}, limits: {{memory: {LIMIT}}}}}, \
+         {SPEC_PLACEMENT}}}"
+    );
+    let c = ClusterFixture::start("real-maxmem", "capped", &spec).await?;
+    c.wait_ready(FORM).await?;
+    let (node, pod) = only_member(&c).await?;
+    let pid = container_pid(&pod, "valkey")?;
+    let limit = e2e::realnode::memory_limit(pid)?;
+    check(
+        limit == LIMIT_BYTES,
+        format!("the server's memory cgroup limit is {limit}, not {LIMIT}"),
+    )?;
+    let ip = ready_pod_ip(&node).unwrap_or_default();
+    let password = c.password().await?;
+    let maxmemory = LIMIT_BYTES / 100 * 60 + LIMIT_BYTES % 100 * 60 / 100;
+    let info = c.command_on(&ip, &["INFO", "memory"]).await?;
+    check(
+        info.lines()
+            .any(|l| l.trim() == format!("maxmemory:{maxmemory}")),
+        format!("the server runs with maxmemory {maxmemory}, 60% of the limit: {info}"),
+    )?;
+
+    let max = 2 * LIMIT_BYTES as usize / VALUE_BYTES;
+    let (written, error) = fill(&ip, password.as_deref(), max).await?;
+    let error = error.ok_or_else(|| {
+        E2eError::Check(format!(
+            "{written} values of {VALUE_BYTES} bytes written past a limit of {LIMIT}"
+        ))
+    })?;
+    check(
+        error.code() == Some("OOM"),
+        format!("the write after {written} was refused with Valkey's OOM error, not: {error}"),
+    )?;
+    eprintln!("real node maxmemory: {written} writes acknowledged, then: {error}");
+    check(
+        (written * VALUE_BYTES) as u64 <= maxmemory,
+        format!("{written} values of {VALUE_BYTES} bytes are within maxmemory {maxmemory}"),
+    )?;
+    // The server lives on with its data and answers; nothing was killed or restarted.
+    let keys = c.command_on(&ip, &["DBSIZE"]).await?;
+    check(
+        keys == written.to_string(),
+        format!("{written} keys written, DBSIZE says {keys}"),
+    )?;
+    let p = c.ns.pod(&pod.name_any()).await?;
+    let status = container_status(&p, "valkey");
+    check(
+        status.as_ref().is_some_and(|s| {
+            s.restart_count == 0
+                && s.last_state
+                    .as_ref()
+                    .and_then(|l| l.terminated.as_ref())
+                    .is_none()
+        }),
+        format!(
+            "the server was neither killed nor restarted: {}",
+            describe_pod(&p)
+        ),
+    )?;
     Ok(())
 }
