@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use plumbing::ObjectKey;
@@ -25,6 +26,8 @@ pub struct Context {
     pub metrics: plumbing::Metrics,
     /// The ValkeyNodes of every cluster (those with the cluster label), from a watch cache.
     pub nodes: Store<ValkeyNode>,
+    /// The external Services of every cluster (see [`super::external`]), from a watch cache.
+    pub services: Store<Service>,
     /// Per cluster: one engine per operator password and CA (it keeps Valkey connections between
     /// passes), and the memory (its servers' users, the operator's passwords).
     pub(super) kept: Kept<Engine<RedisClient>>,
@@ -47,6 +50,7 @@ impl Context {
         events: EventPublisher,
         metrics: plumbing::Metrics,
         nodes: Store<ValkeyNode>,
+        services: Store<Service>,
         settings: Settings,
         claims: Claims,
     ) -> Self {
@@ -56,6 +60,7 @@ impl Context {
             events,
             metrics,
             nodes,
+            services,
             kept: Kept::default(),
             action_failures: Backoff::default(),
             stage_failures: Backoff::default(),

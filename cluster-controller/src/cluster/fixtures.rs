@@ -35,6 +35,7 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
         events,
         plumbing::Metrics::default(),
         store,
+        reflector::store().0,
         Default::default(),
         claims,
     );

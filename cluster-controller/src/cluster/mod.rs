@@ -28,6 +28,7 @@ pub mod apply;
 pub mod bus;
 pub mod context;
 pub mod desired;
+pub mod external;
 #[cfg(test)]
 pub mod fixtures;
 pub mod network;
@@ -39,11 +40,13 @@ pub mod serving;
 pub mod status;
 pub mod tls;
 
+use k8s_openapi::api::core::v1::Service;
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use crate::parent::Settings;
+use crate::parent::external::EXTERNAL_LABEL;
 use crate::parent::labels::CLUSTER_LABEL;
 use context::Context;
 
@@ -57,6 +60,10 @@ pub fn start(
 ) -> impl std::future::Future<Output = ()> + '_ {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
+    // Only external Services: what a load balancer gives one wakes its cluster.
+    let services = handles.cache::<Service>(
+        watcher::Config::default().labels(&format!("{CLUSTER_LABEL},{EXTERNAL_LABEL}")),
+    );
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
@@ -66,13 +73,17 @@ pub fn start(
         handles.events.clone(),
         handles.metrics.clone(),
         nodes.store(),
+        services.store(),
         settings,
         claims,
     );
     handles.run_as(
         CONTROLLER,
         clusters,
-        |c| c.owns_stream(nodes.touched()),
+        |c| {
+            c.owns_stream(nodes.touched())
+                .owns_stream(services.touched())
+        },
         ctx,
     )
 }

@@ -14,6 +14,7 @@
 //! | member nodes applied, restarts released, drained members deleted | [`apply`] | yes |
 //! | ValkeyNodes read back: the engine's members, restart gates, stuck pods | [`members`] | no (cache) |
 //! | client Services and disruption budgets, built | [`serving`] | no |
+//! | external access: Services per member, the addresses members announce to clients | [`external`] | no |
 //! | the PodMonitor of the members' exporters | [`monitoring`] | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | Ready / Progressing / Degraded, problems in a person's words; progress | [`conditions`], [`progress`] | no |
@@ -25,6 +26,7 @@ pub mod auth;
 pub mod conditions;
 pub mod context;
 pub mod error;
+pub mod external;
 pub mod labels;
 pub mod members;
 pub mod monitoring;

@@ -50,6 +50,9 @@ pub struct Served {
     pub node: NodeTls,
     /// What the operator verifies the servers against.
     pub trust: Trust,
+    /// The external names (see [`crate::parent::external`]) that a certificate of the user's
+    /// does not name: clients outside that verify the server's name would refuse it.
+    pub lacking_names: Vec<String>,
 }
 
 /// The Secret of the operator's server certificate for the parent `parent`.
@@ -105,6 +108,7 @@ pub async fn ensure_for<K>(
     tls: &Tls,
     lifetime: Duration,
     memory: &ParentMemory,
+    external_names: &[String],
 ) -> Result<Result<Option<Served>, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -114,15 +118,19 @@ where
     }
     let namespace = parent.object.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(tools.client.clone(), &namespace);
-    let (secret, trust) = match &tls.certificate_secret {
-        Some(name) => match users_secret(&secrets, name).await? {
-            Ok(trust) => (name.clone(), trust),
+    let (secret, trust, lacking_names) = match &tls.certificate_secret {
+        Some(name) => match users_secret(&secrets, name, external_names).await? {
+            Ok((trust, lacking)) => (name.clone(), trust, lacking),
             Err(problem) => return Ok(Err(problem)),
         },
-        None => match operators_secret(tools, parent, &secrets, lifetime, memory).await? {
-            Ok(found) => found,
-            Err(problem) => return Ok(Err(problem)),
-        },
+        None => {
+            let issued =
+                operators_secret(tools, parent, &secrets, lifetime, memory, external_names);
+            match issued.await? {
+                Ok((secret, trust)) => (secret, trust, Vec::new()),
+                Err(problem) => return Ok(Err(problem)),
+            }
+        }
     };
     Ok(Ok(Some(Served {
         node: NodeTls {
@@ -130,11 +138,16 @@ where
             plaintext_port: tls.plaintext,
         },
         trust,
+        lacking_names,
     })))
 }
 
 /// The user's Secret, checked: the three keys, each certificate readable.
-async fn users_secret(secrets: &Api<Secret>, name: &str) -> Result<Result<Trust, Problem>, Error> {
+async fn users_secret(
+    secrets: &Api<Secret>,
+    name: &str,
+    external_names: &[String],
+) -> Result<Result<(Trust, Vec<String>), Problem>, Error> {
     let found = secrets
         .get_opt(name)
         .await
@@ -174,7 +187,18 @@ async fn users_secret(secrets: &Api<Secret>, name: &str) -> Result<Result<Trust,
             ));
         }
     }
-    Ok(Ok(Trust::from_pem(value(TLS_CA_KEY).unwrap_or_default())))
+    let named = value(TLS_CERT_KEY)
+        .and_then(|pem| issue::names_in(&pem))
+        .unwrap_or_default();
+    let lacking = external_names
+        .iter()
+        .filter(|wanted| !issue::names_cover(&named, wanted))
+        .cloned()
+        .collect();
+    Ok(Ok((
+        Trust::from_pem(value(TLS_CA_KEY).unwrap_or_default()),
+        lacking,
+    )))
 }
 
 /// The operator's CA and server certificate, created, renewed or kept. A CA Secret that is
@@ -187,6 +211,7 @@ async fn operators_secret<K>(
     secrets: &Api<Secret>,
     lifetime: Duration,
     memory: &ParentMemory,
+    external_names: &[String],
 ) -> Result<Result<(String, Trust), Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -291,8 +316,18 @@ where
     let due = leaf
         .as_deref()
         .is_none_or(|cert| issue::renewal_due(cert.as_bytes(), now, lifetime));
-    if !signed_by_ca || due || stored_cert.and_then(|s| string(s, TLS_KEY_KEY)).is_none() {
-        let names = certificate_names(&name, &namespace);
+    // A new external address or name is a reason to issue it again.
+    let names_all = leaf
+        .as_deref()
+        .and_then(|cert| issue::names_in(cert.as_bytes()))
+        .is_some_and(|named| external_names.iter().all(|w| issue::names_cover(&named, w)));
+    if !signed_by_ca
+        || due
+        || !names_all
+        || stored_cert.and_then(|s| string(s, TLS_KEY_KEY)).is_none()
+    {
+        let mut names = certificate_names(&name, &namespace);
+        names.extend(external_names.iter().cloned());
         let issued = issue::issue_server(&ca, &names, now, lifetime).map_err(failed)?;
         let data = BTreeMap::from([
             (TLS_CERT_KEY, issued.cert),
@@ -425,6 +460,7 @@ mod tests {
             &c.spec.tls,
             DEFAULT_CERTIFICATE_LIFETIME,
             &memory,
+            &[],
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"))

@@ -29,7 +29,7 @@ use crate::parent::labels::FIELD_MANAGER;
 use crate::parent::pass::{after_step, claim_for};
 use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
-use crate::parent::{access, members, monitoring, tls};
+use crate::parent::{access, external, members, monitoring, tls};
 use crate::replication::engine::{Action, Decision, decide, decide_in, health};
 
 /// The field manager of the annotation that asks the node-controller to look at once.
@@ -220,6 +220,7 @@ async fn prepare(
         &replication.spec.tls,
         tls::DEFAULT_CERTIFICATE_LIFETIME,
         memory,
+        &external_names(ctx, replication),
     )
     .await;
     let served = stopped(served, failures, key)?;
@@ -410,6 +411,16 @@ async fn apply_budget(
     Ok(())
 }
 
+/// What an operator-issued certificate names for clients outside: the external Services'
+/// addresses and `externalAccess.tlsNames`.
+fn external_names(ctx: &Context, replication: &ValkeyReplication) -> Vec<String> {
+    let services = observe::external_services(&ctx.services, replication)
+        .into_iter()
+        .filter_map(|s| Some((s.metadata.name.clone()?, (*s).clone())))
+        .collect();
+    external::certificate_names(replication.spec.external_access.as_ref(), &services)
+}
+
 /// The read/write and read-only Services, applied when they differ from what the cache holds.
 async fn apply_services(
     ctx: &Context,
@@ -423,20 +434,32 @@ async fn apply_services(
         ctx.client.clone(),
         &replication.namespace().unwrap_or_default(),
     );
-    for want in wanted {
+    for want in &wanted {
         let name = want.name_any();
         if observe::service(&ctx.services, replication, &name)
-            .is_some_and(|current| services::as_wanted(&current, &want))
+            .is_some_and(|current| crate::parent::serving::service_as_wanted(&current, want))
         {
             continue;
         }
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&want),
+            &Patch::Apply(want),
         )
         .await
         .map_err(api_error(format!("applying Service {name}")))?;
+    }
+    // External Services the spec no longer asks for (external access turned off).
+    for stale in observe::external_services(&ctx.services, replication)
+        .iter()
+        .filter(|s| !wanted.iter().any(|w| w.metadata.name == s.metadata.name))
+    {
+        let name = stale.name_any();
+        match api.delete(&name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(api_error(format!("deleting Service {name}"))(e)),
+        }
     }
     Ok(())
 }

@@ -506,7 +506,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("patch", "valkeyreplications.valkey.io", false),
         e("list", "services", true),
         e("patch", "services", true),
-        e("delete", "services", false),
+        e("delete", "services", true),
         e("list", "valkeynodes.valkey.io", true),
         e("create", "valkeynodes.valkey.io", true),
         e("patch", "valkeynodes.valkey.io", true),
@@ -619,8 +619,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
             questions.push((user, "create", leases.into(), elsewhere.into(), everywhere));
         }
     }
-    // A release with the replication kind off does not watch it, nor list or watch Services: it
-    // only applies its clusters' client Services.
+    // A release with the replication kind off does not watch it; it still watches Services (its
+    // clusters' external ones) and applies them.
     let mut clusters_only = watching(&ns.name);
     clusters_only.extend(no_pods.iter().cloned());
     clusters_only.push("nodeController.enabled=false".into());
@@ -633,7 +633,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         ("list", "valkeyreplications.valkey.io", false),
         ("watch", "valkeyreplications.valkey.io", false),
         ("patch", "valkeyreplications.valkey.io/status", false),
-        ("list", "services", false),
+        ("list", "services", true),
         ("patch", "services", true),
         ("patch", "poddisruptionbudgets.policy", true),
     ] {

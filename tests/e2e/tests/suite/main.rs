@@ -7,6 +7,7 @@ mod bench_tiny;
 mod chart;
 mod cluster;
 mod daytwo;
+mod external;
 mod faults;
 mod node_controller;
 mod realnode;
