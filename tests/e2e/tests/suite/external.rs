@@ -81,13 +81,14 @@ async fn external_addresses_of(c: &ClusterFixture, tls: bool) -> Result<BTreeMap
 /// never an external address (the bus port is not even behind the load balancers, so a bus on
 /// them could not have formed the cluster).
 async fn replicas_follow_pod_ips(c: &ClusterFixture) -> Result<()> {
+    let mut replicas = 0;
     for node in c.nodes().await? {
-        let status = node.status.clone().unwrap_or_default();
-        if status.role != Some(Role::Replica) {
+        let ip = node.status.and_then(|s| s.pod_ip).unwrap_or_default();
+        let info = c.admin_command_on(&ip, &["INFO", "replication"]).await?;
+        if !info.contains("role:slave") {
             continue;
         }
-        let ip = status.pod_ip.unwrap_or_default();
-        let info = c.admin_command_on(&ip, &["INFO", "replication"]).await?;
+        replicas += 1;
         let host = info
             .lines()
             .find_map(|l| l.trim().strip_prefix("master_host:"))
@@ -97,12 +98,8 @@ async fn replicas_follow_pod_ips(c: &ClusterFixture) -> Result<()> {
             !host.is_empty() && !host.starts_with(POOL_PREFIX),
             format!("replica {ip} replicates from {host:?}: {info}"),
         )?;
-        check(
-            info.contains("master_link_status:up"),
-            format!("replica {ip}: {info}"),
-        )?;
     }
-    Ok(())
+    check(replicas > 0, "no member is a replica")
 }
 
 fn urls(addresses: &BTreeMap<String, String>) -> Vec<String> {
@@ -351,7 +348,7 @@ async fn a_replications_external_address_follows_a_failover() -> Result<()> {
     let r = ReplicationFixture::start(
         "external-repl",
         "orders",
-        "{image: 'valkey/valkey:9.1', replicas: 1, externalAccess: {}}",
+        "{image: 'valkey/valkey:9.1', replicas: 1, persistence: {enabled: false}, externalAccess: {}}",
     )
     .await?;
     r.wait_ready(FORM).await?;
@@ -406,14 +403,17 @@ async fn a_replications_external_address_follows_a_failover() -> Result<()> {
                 .get_multiplexed_async_connection()
                 .await
                 .map_err(valkey)?;
-            let role: Vec<redis::Value> = redis::cmd("ROLE")
+            // The clients' user may not run ROLE; INFO's replication section says the same.
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
                 .query_async(&mut conn)
                 .await
                 .map_err(valkey)?;
-            let role = match role.first() {
-                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-                other => format!("{other:?}"),
-            };
+            let role = info
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("role:"))
+                .unwrap_or_default()
+                .to_owned();
             let mut value: Option<String> = None;
             if let Some(key) = write {
                 let _: () = conn.set(key, "v").await.map_err(valkey)?;
@@ -432,20 +432,34 @@ async fn a_replications_external_address_follows_a_failover() -> Result<()> {
         })
         .await?
     };
-    let (role, _) = ask(to_primary.clone(), Some("before")).await?;
-    check(
-        role == "master",
-        format!("orders-external answered as {role}"),
-    )?;
-    let (role, _) = ask(to_replicas.clone(), None).await?;
-    check(
-        role == "slave",
-        format!("orders-replicas-external answered as {role}"),
-    )?;
+    // The addresses are given before kube-proxy has the Services' endpoints: until then a
+    // connection is refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let primary = ask(to_primary.clone(), Some("before")).await;
+        let replica = ask(to_replicas.clone(), None).await;
+        match (primary, replica) {
+            (Ok((p, _)), Ok((r, _))) if p == "master" && r == "slave" => break,
+            (Ok((p, _)), Ok((r, _))) => {
+                return Err(E2eError::Check(format!(
+                    "orders-external answered as {p}, orders-replicas-external as {r}"
+                )));
+            }
+            (p, r) if tokio::time::Instant::now() >= deadline => {
+                return Err(E2eError::Check(format!(
+                    "the external addresses did not answer: {:?} {:?}",
+                    p.err(),
+                    r.err()
+                )));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 
     let (old, _) = r.primary().await?;
-    let pod = format!("valkey-{old}-0");
-    r.ns.kubectl(&["delete", "pod", &pod, "--wait=false"])
+    let pod = r.pod_of(&old).await?;
+    r.ns.api::<k8s_openapi::api::core::v1::Pod>()
+        .delete(&pod, &Default::default())
         .await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
