@@ -18,6 +18,7 @@ use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
 use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::monitoring::KindPresence;
+use crate::parent::secret_cache::SecretCache;
 
 pub struct Context {
     pub client: Client,
@@ -36,6 +37,8 @@ pub struct Context {
     /// Kubernetes stages that failed in a row, per cluster (see [`crate::parent::stop`]).
     pub stage_failures: Backoff,
     pub settings: Settings,
+    /// The Secrets its parents read (see [`crate::parent::secret_cache`]).
+    pub secrets: SecretCache,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
     /// Per cluster: the Services and budgets last applied.
@@ -53,6 +56,7 @@ impl Context {
         services: Store<Service>,
         settings: Settings,
         claims: Claims,
+        secrets: SecretCache,
     ) -> Self {
         Self {
             claims,
@@ -65,6 +69,7 @@ impl Context {
             action_failures: Backoff::default(),
             stage_failures: Backoff::default(),
             settings,
+            secrets,
             serving: Applied::default(),
             pod_monitors: KindPresence::default(),
         }

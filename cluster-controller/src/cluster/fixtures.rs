@@ -31,13 +31,14 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (store, writer) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
     let ctx = Context::new(
-        client,
+        client.clone(),
         events,
         plumbing::Metrics::default(),
         store,
         reflector::store().0,
         Default::default(),
         claims,
+        crate::parent::secret_cache::SecretCache::unwatched(client.clone()),
     );
     // No PodMonitor kind: scripted passes make no discovery request (see `monitoring`).
     ctx.pod_monitors.assume(false);

@@ -40,7 +40,8 @@ pub mod serving;
 pub mod status;
 pub mod tls;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::ResourceExt;
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
@@ -48,6 +49,7 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 use crate::parent::Settings;
 use crate::parent::external::EXTERNAL_LABEL;
 use crate::parent::labels::CLUSTER_LABEL;
+use crate::parent::secret_cache::{SecretCache, read_by, readers};
 use context::Context;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
@@ -64,6 +66,9 @@ pub fn start(
     let services = handles.cache::<Service>(
         watcher::Config::default().labels(&format!("{CLUSTER_LABEL},{EXTERNAL_LABEL}")),
     );
+    // Every Secret's metadata: a cluster's own Secrets and those its spec names (see
+    // `parent::secret_cache` for why not a label-selected watch).
+    let secrets = handles.metadata_cache::<Secret>(watcher::Config::default());
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
@@ -76,13 +81,20 @@ pub fn start(
         services.store(),
         settings,
         claims,
+        SecretCache::watched(handles.client.clone(), secrets.store()),
     );
     handles.run_as(
         CONTROLLER,
         clusters,
         |c| {
+            let clusters = c.store();
             c.owns_stream(nodes.touched())
                 .owns_stream(services.touched())
+                .watches_stream(secrets.touched(), move |secret| {
+                    readers(&clusters, &secret, |cluster: &ValkeyCluster| {
+                        read_by(&cluster.name_any(), &cluster.spec.auth, &cluster.spec.tls)
+                    })
+                })
         },
         ctx,
     )

@@ -373,6 +373,10 @@ impl Reconciler for Context {
         self.action_failures.succeeded(key);
         self.stage_failures.succeeded(key);
         self.serving.forget(key);
+        self.secrets.forget(
+            key.namespace(),
+            &crate::parent::secret_cache::named_after(key.name()),
+        );
     }
 }
 

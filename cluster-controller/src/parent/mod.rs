@@ -9,6 +9,7 @@
 //! | the controller's settings; what it keeps per object (engine, [`context::ParentMemory`], applied objects) | [`context`] | no |
 //! | the object's Lease; when to look again after the engine's step | [`pass`] | yes |
 //! | Secrets: the clients' password, the operator's users | [`secrets`] ([`auth`] builds them) | yes |
+//! | the Secrets a parent reads, from a watch of their metadata; who reads a Secret that changed | [`secret_cache`] | yes (a GET per change) |
 //! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::tls`] issues) | yes |
 //! | a member's ValkeyNode; its labels; where its pod may run | [`node`], [`labels`], [`placement`] | no |
 //! | member nodes applied, restarts released, drained members deleted | [`apply`] | yes |
@@ -34,6 +35,7 @@ pub mod node;
 pub mod pass;
 pub mod placement;
 pub mod progress;
+pub mod secret_cache;
 pub mod secrets;
 pub mod serving;
 pub mod stop;

@@ -119,7 +119,7 @@ where
     let namespace = parent.object.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(tools.client.clone(), &namespace);
     let (secret, trust, lacking_names) = match &tls.certificate_secret {
-        Some(name) => match users_secret(&secrets, name, external_names).await? {
+        Some(name) => match users_secret(tools, &namespace, name, external_names).await? {
             Ok((trust, lacking)) => (name.clone(), trust, lacking),
             Err(problem) => return Ok(Err(problem)),
         },
@@ -144,12 +144,14 @@ where
 
 /// The user's Secret, checked: the three keys, each certificate readable.
 async fn users_secret(
-    secrets: &Api<Secret>,
+    tools: &Tools<'_>,
+    namespace: &str,
     name: &str,
     external_names: &[String],
 ) -> Result<Result<(Trust, Vec<String>), Problem>, Error> {
-    let found = secrets
-        .get_opt(name)
+    let found = tools
+        .secrets
+        .get(namespace, name)
         .await
         .map_err(api_error(format!("reading Secret {name}")))?;
     let Some(secret) = found else {
@@ -225,7 +227,6 @@ where
     let current = match read_own(
         tools,
         parent,
-        secrets,
         &[&ca_name, &cert_name, &copy_name],
         consequence,
     )
@@ -272,7 +273,12 @@ where
             };
             let data =
                 BTreeMap::from([(TLS_CA_KEY, ca.cert.clone()), (CA_KEY_KEY, ca.key.clone())]);
-            write(secrets, auth::owned_secret(&place, ca_name.clone(), data)).await?;
+            write(
+                tools,
+                secrets,
+                auth::owned_secret(&place, ca_name.clone(), data),
+            )
+            .await?;
             if restored {
                 let message = format!(
                     "Secret {ca_name} was gone; it is created again with the same CA from the \
@@ -298,7 +304,7 @@ where
             (CA_COPY_KEY_KEY, ca.key.clone()),
         ]);
         let copy = auth::owned_secret(&place, copy_name.clone(), data);
-        secrets
+        let written = secrets
             .patch(
                 &copy_name,
                 &PatchParams::apply(CA_COPY_MANAGER).force(),
@@ -308,9 +314,10 @@ where
             .map_err(api_error(format!(
                 "keeping the CA's copy in Secret {copy_name}"
             )))?;
+        tools.secrets.written(written).await;
     }
 
-    let stored_cert = current.get(&cert_name);
+    let stored_cert = current.get(&cert_name).map(AsRef::as_ref);
     let signed_by_ca = stored_cert.and_then(|s| string(s, TLS_CA_KEY)).as_deref() == Some(&ca.cert);
     let leaf = stored_cert.and_then(|s| string(s, TLS_CERT_KEY));
     let due = leaf
@@ -334,7 +341,12 @@ where
             (TLS_KEY_KEY, issued.key),
             (TLS_CA_KEY, ca.cert.clone()),
         ]);
-        write(secrets, auth::owned_secret(&place, cert_name.clone(), data)).await?;
+        write(
+            tools,
+            secrets,
+            auth::owned_secret(&place, cert_name.clone(), data),
+        )
+        .await?;
         let (reason, verb) = if stored_cert.is_some() {
             ("CertificateRenewed", "Renewed")
         } else {
@@ -353,9 +365,9 @@ where
     Ok(Ok((cert_name, Trust::from_pem(ca.cert.into_bytes()))))
 }
 
-async fn write(secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
+async fn write(tools: &Tools<'_>, secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
     let name = secret.name_any();
-    secrets
+    let written = secrets
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -363,6 +375,7 @@ async fn write(secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
         )
         .await
         .map_err(api_error(format!("writing Secret {name}")))?;
+    tools.secrets.written(written).await;
     Ok(())
 }
 

@@ -16,6 +16,7 @@ use valkey_api::v1alpha1::ValkeyNode;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::monitoring::KindPresence;
+use crate::parent::secret_cache::SecretCache;
 use crate::replication::engine::Engine;
 
 pub struct Context {
@@ -26,6 +27,8 @@ pub struct Context {
     /// The Services of every replication.
     pub services: Store<Service>,
     pub settings: Settings,
+    /// The Secrets its parents read (see [`crate::parent::secret_cache`]).
+    pub secrets: SecretCache,
     /// One Lease per replication: one another controller holds is left alone.
     pub claims: Claims,
     /// Valkey actions that failed in a row, per replication.
@@ -43,22 +46,34 @@ pub struct Context {
     pub budgets: Applied,
 }
 
+/// What the controller reads from watches: the replications' children, and their Secrets.
+pub struct Watched {
+    pub nodes: Store<ValkeyNode>,
+    pub services: Store<Service>,
+    pub secrets: SecretCache,
+}
+
 impl Context {
     pub fn new(
         client: Client,
         events: EventPublisher,
-        nodes: Store<ValkeyNode>,
-        services: Store<Service>,
+        watched: Watched,
         settings: Settings,
         claims: Claims,
         metrics: plumbing::Metrics,
     ) -> Self {
+        let Watched {
+            nodes,
+            services,
+            secrets,
+        } = watched;
         Self {
             client,
             events,
             nodes,
             services,
             settings,
+            secrets,
             claims,
             action_failures: Backoff::default(),
             stage_failures: Backoff::default(),

@@ -28,10 +28,13 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (services, _) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
     let ctx = Context::new(
-        client,
+        client.clone(),
         events,
-        nodes,
-        services,
+        super::context::Watched {
+            nodes,
+            services,
+            secrets: crate::parent::secret_cache::SecretCache::unwatched(client.clone()),
+        },
         Default::default(),
         claims,
         plumbing::Metrics::default(),

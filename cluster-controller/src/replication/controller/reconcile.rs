@@ -191,6 +191,7 @@ async fn prepare(
     let failures = &ctx.stage_failures;
     let tools = Tools {
         client: &ctx.client,
+        secrets: &ctx.secrets,
         events: &ctx.events,
         rotation_grace: ctx.settings.password_rotation_grace,
     };
@@ -481,6 +482,10 @@ impl Reconciler for Context {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
         self.budgets.forget(key);
+        self.secrets.forget(
+            key.namespace(),
+            &crate::parent::secret_cache::named_after(key.name()),
+        );
     }
 }
 
