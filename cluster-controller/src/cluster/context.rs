@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use plumbing::ObjectKey;
@@ -16,9 +18,20 @@ use valkey_api::v1alpha1::ValkeyNode;
 use crate::access::rights::REPLICATION_USER;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
-use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
+use crate::parent::applier::Applier;
+use crate::parent::context::{Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::monitoring::KindPresence;
 use crate::parent::secret_cache::SecretCache;
+
+/// What the controller reads from watches: the clusters' children (each kind by the cluster
+/// label), and their Secrets.
+pub struct Watched {
+    pub nodes: Store<ValkeyNode>,
+    pub services: Store<Service>,
+    pub budgets: Store<PodDisruptionBudget>,
+    pub policies: Store<NetworkPolicy>,
+    pub secrets: SecretCache,
+}
 
 pub struct Context {
     pub client: Client,
@@ -27,8 +40,6 @@ pub struct Context {
     pub metrics: plumbing::Metrics,
     /// The ValkeyNodes of every cluster (those with the cluster label), from a watch cache.
     pub nodes: Store<ValkeyNode>,
-    /// The external Services of every cluster (see [`super::external`]), from a watch cache.
-    pub services: Store<Service>,
     /// Per cluster: one engine per operator password and CA (it keeps Valkey connections between
     /// passes), and the memory (its servers' users, the operator's passwords).
     pub(super) kept: Kept<Engine<RedisClient>>,
@@ -41,8 +52,14 @@ pub struct Context {
     pub secrets: SecretCache,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
-    /// Per cluster: the Services and budgets last applied.
-    pub serving: Applied,
+    /// The clusters' Services (client and external, see [`super::external`]), disruption budgets
+    /// and NetworkPolicies (those with the cluster label), from watch caches: what the applier
+    /// compares with.
+    pub services: Store<Service>,
+    pub budgets: Store<PodDisruptionBudget>,
+    pub policies: Store<NetworkPolicy>,
+    /// What this controller last wrote of each of those children.
+    pub applier: Applier,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
 }
@@ -52,25 +69,32 @@ impl Context {
         client: Client,
         events: EventPublisher,
         metrics: plumbing::Metrics,
-        nodes: Store<ValkeyNode>,
-        services: Store<Service>,
+        watched: Watched,
         settings: Settings,
         claims: Claims,
-        secrets: SecretCache,
     ) -> Self {
+        let Watched {
+            nodes,
+            services,
+            budgets,
+            policies,
+            secrets,
+        } = watched;
         Self {
             claims,
             client,
             events,
             metrics,
             nodes,
-            services,
             kept: Kept::default(),
             action_failures: Backoff::default(),
             stage_failures: Backoff::default(),
             settings,
             secrets,
-            serving: Applied::default(),
+            services,
+            budgets,
+            policies,
+            applier: Applier::default(),
             pod_monitors: KindPresence::default(),
         }
     }

@@ -34,11 +34,15 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
         client.clone(),
         events,
         plumbing::Metrics::default(),
-        store,
-        reflector::store().0,
+        super::context::Watched {
+            nodes: store,
+            services: reflector::store().0,
+            budgets: reflector::store().0,
+            policies: reflector::store().0,
+            secrets: crate::parent::secret_cache::SecretCache::unwatched(client.clone()),
+        },
         Default::default(),
         claims,
-        crate::parent::secret_cache::SecretCache::unwatched(client.clone()),
     );
     // No PodMonitor kind: scripted passes make no discovery request (see `monitoring`).
     ctx.pod_monitors.assume(false);

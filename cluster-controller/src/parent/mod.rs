@@ -13,6 +13,7 @@
 //! | TLS: the certificate Secret the members serve, the CA to verify them | [`tls`] ([`crate::tls`] issues) | yes |
 //! | a member's ValkeyNode; its labels; where its pod may run | [`node`], [`labels`], [`placement`] | no |
 //! | member nodes applied, restarts released, drained members deleted | [`apply`] | yes |
+//! | any other child applied when it changed, deleted by label when no longer wanted | [`applier`] | yes |
 //! | ValkeyNodes read back: the engine's members, restart gates, stuck pods | [`members`] | no (cache) |
 //! | client Services and disruption budgets, built | [`serving`] | no |
 //! | external access: Services per member, the addresses members announce to clients | [`external`] | no |
@@ -22,6 +23,7 @@
 //! | what can fail; what stops a pass | [`error`], [`stop`] | |
 
 pub mod access;
+pub mod applier;
 pub mod apply;
 pub mod auth;
 pub mod conditions;

@@ -31,6 +31,7 @@ pub mod services;
 pub mod status;
 
 use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
@@ -54,7 +55,8 @@ pub fn start(
         handles.cache::<DeserializeGuard<ValkeyReplication>>(watcher::Config::default());
     let of_replications = watcher::Config::default().labels(REPLICATION_LABEL);
     let nodes = handles.cache::<ValkeyNode>(of_replications.clone());
-    let services = handles.cache::<Service>(of_replications);
+    let services = handles.cache::<Service>(of_replications.clone());
+    let budgets = handles.cache::<PodDisruptionBudget>(of_replications);
     // As for clusters (see `parent::secret_cache`).
     let secrets = handles.metadata_cache::<Secret>(watcher::Config::default());
     let claims = plumbing::leader::Claims::new(
@@ -67,6 +69,7 @@ pub fn start(
         context::Watched {
             nodes: nodes.store(),
             services: services.store(),
+            budgets: budgets.store(),
             secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
         },
         settings,
@@ -80,6 +83,7 @@ pub fn start(
             let replications = c.store();
             c.owns_stream(nodes.touched())
                 .owns_stream(services.touched())
+                .owns_stream(budgets.touched())
                 .watches_stream(secrets.touched(), move |secret| {
                     readers(&replications, &secret, |r: &ValkeyReplication| {
                         read_by(&r.name_any(), &r.spec.auth, &r.spec.tls)

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -392,23 +391,9 @@ async fn apply_budget(
     let Some(budget) = services::budget(replication, held) else {
         return Ok(());
     };
-    let fingerprint = serde_json::to_string(&budget).unwrap_or_default();
-    if !ctx.budgets.outdated(key, &fingerprint) {
-        return Ok(());
-    }
-    let name = budget.name_any();
-    Api::<PodDisruptionBudget>::namespaced(
-        ctx.client.clone(),
-        &replication.namespace().unwrap_or_default(),
-    )
-    .patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&budget),
-    )
-    .await
-    .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
-    ctx.budgets.remember(key, fingerprint);
+    ctx.applier
+        .apply(&ctx.client, key, &ctx.budgets, &budget)
+        .await?;
     Ok(())
 }
 
@@ -481,7 +466,7 @@ impl Reconciler for Context {
     fn forget(&self, key: &ObjectKey) {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
-        self.budgets.forget(key);
+        self.applier.forget(key);
         self.secrets.forget(
             key.namespace(),
             &crate::parent::secret_cache::named_after(key.name()),
