@@ -165,8 +165,9 @@ async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
         format!("the node-controller has no business with ValkeyClusters: {node:?}"),
     )?;
     check(
-        node.get("secrets").is_some_and(|v| v == &["get"]),
-        format!("the node-controller only gets Secrets: {node:?}"),
+        node.get("secrets")
+            .is_some_and(|v| v == &["get", "list", "watch"]),
+        format!("the node-controller only watches and reads Secrets: {node:?}"),
     )?;
     check(
         node.get("pods").is_some_and(|v| {
