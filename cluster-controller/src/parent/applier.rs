@@ -2,8 +2,10 @@
 //! only when what the pass wants of it changed or the live object moved since this controller
 //! last wrote it, and deleted, by its parent's label, when the parent no longer wants it.
 //!
-//! What tells "changed" is a fingerprint of the desired object and the live object's
-//! resourceVersion, from the watch cache of the child's kind: a child someone edited or deleted
+//! What tells "changed" is a fingerprint of the desired object and the live object's generation
+//! (its resourceVersion for a kind without one; see `plumbing::apply::written_version`: a
+//! budget's status moves whenever a member's pod does, its generation only with its spec), from
+//! the watch cache of the child's kind: a child someone edited or deleted
 //! is written again at once (the watch starts the parent's pass), and a child as it was left
 //! costs no request. It replaces the per-kind memories ("apply only if it changed" with a
 //! timed refresh, since nothing watched those children).
@@ -24,7 +26,7 @@ use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 
 /// What this controller last wrote of one child: the fingerprint of what it wanted, and the
-/// resourceVersion the API server gave back.
+/// version (generation or resourceVersion) the API server gave back.
 #[derive(Clone, Debug, PartialEq)]
 struct Written {
     fingerprint: String,
@@ -81,7 +83,7 @@ impl Applier {
         let fingerprint = fingerprint(wanted);
         let version = live
             .get(&ObjectRef::new(&name).within(namespace))
-            .and_then(|o| o.resource_version());
+            .and_then(|o| plumbing::apply::written_version(o.meta()));
         let known = self
             .lock()
             .get(parent)
@@ -106,7 +108,7 @@ impl Applier {
             key,
             Written {
                 fingerprint,
-                version: written.resource_version().unwrap_or_default(),
+                version: plumbing::apply::written_version(written.meta()).unwrap_or_default(),
             },
         );
         Ok(true)
@@ -215,33 +217,43 @@ mod tests {
 
     const BUDGETS: &str = "/apis/policy/v1/namespaces/prod/poddisruptionbudgets";
 
-    fn budget(name: &str, version: Option<&str>, min: i32) -> PodDisruptionBudget {
-        serde_json::from_value(json!({
+    /// A budget as the cache would hold it (`generation` and `version`), or as wanted (none).
+    fn budget(name: &str, live: Option<(i64, &str)>, min: i32) -> PodDisruptionBudget {
+        let mut object = json!({
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": name, "namespace": "prod", "resourceVersion": version,
-                "labels": {"valkey.io/cluster": "cache"}},
+            "metadata": {"name": name, "namespace": "prod", "labels": {"valkey.io/cluster": "cache"}},
             "spec": {"minAvailable": min},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
+        });
+        if let Some((generation, version)) = live {
+            object["metadata"]["uid"] = json!("u");
+            object["metadata"]["generation"] = json!(generation);
+            object["metadata"]["resourceVersion"] = json!(version);
+        }
+        serde_json::from_value(object).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[tokio::test]
-    async fn a_child_is_written_when_wanted_differently_or_moved_and_deleted_when_unwanted() {
+    async fn a_child_is_written_when_wanted_differently_or_changed_and_deleted_when_unwanted() {
         let (client, mut api) = mock_client();
         let (live, mut writer) = kube::runtime::reflector::store();
         writer.apply_watcher_event(&Event::Init);
-        writer.apply_watcher_event(&Event::InitApply(budget("cache-shard-9", Some("3"), 1)));
+        writer.apply_watcher_event(&Event::InitApply(budget(
+            "cache-shard-9",
+            Some((1, "3")),
+            1,
+        )));
         writer.apply_watcher_event(&Event::InitDone);
         let parent = ObjectKey::new("prod", "cache");
         let applier = Applier::default();
         let script = tokio::spawn(async move {
             // The first apply, then one after someone edited the budget, then one for a new spec.
-            for version in ["5", "7", "8"] {
+            for generation in [1, 3, 4] {
                 let sent = api
                     .expect(Method::PATCH, &format!("{BUDGETS}/cache-shard-0?"))
                     .await;
                 let mut answer = sent.body.clone();
-                answer["metadata"]["resourceVersion"] = json!(version);
+                answer["metadata"]["uid"] = json!("u");
+                answer["metadata"]["generation"] = json!(generation);
                 sent.answer(StatusCode::OK, &answer);
             }
             api.expect(Method::DELETE, &format!("{BUDGETS}/cache-shard-9"))
@@ -264,12 +276,17 @@ mod tests {
             }
         };
         assert!(apply(&wanted).await, "not in the cache: written");
-        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some("5"), 1)));
+        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some((1, "5")), 1)));
         assert!(!apply(&wanted).await, "as written: nothing sent");
-        assert!(!apply(&wanted).await);
-        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some("6"), 2)));
+        // Its status moved (a member's pod came back): the same generation, nothing to send.
+        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some((1, "6")), 1)));
+        assert!(
+            !apply(&wanted).await,
+            "a status change is not a change of ours"
+        );
+        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some((2, "7")), 2)));
         assert!(apply(&wanted).await, "edited by someone: written again");
-        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some("7"), 1)));
+        writer.apply_watcher_event(&Event::Apply(budget("cache-shard-0", Some((3, "8")), 1)));
         assert!(!apply(&wanted).await);
         assert!(
             apply(&budget("cache-shard-0", None, 2)).await,
