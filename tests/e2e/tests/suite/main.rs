@@ -3,6 +3,7 @@
 //! of the others. Each module is one area of the product; each test works in its own namespace.
 
 mod api;
+mod at_rest;
 mod bench_tiny;
 mod chart;
 mod cluster;
