@@ -34,7 +34,7 @@ struct Written {
 }
 
 /// A child of one parent: its kind and name.
-type ChildKey = (&'static str, String);
+type ChildKey = (String, String);
 
 /// The children a controller applies, by parent, kind and name: what it last wrote of each.
 #[derive(Default)]
@@ -79,7 +79,7 @@ impl Applier {
     ) -> Result<bool, Error> {
         let namespace = parent.namespace();
         let name = wanted.name_any();
-        let key = (static_kind::<K>(), name.clone());
+        let key = (K::kind(&()).into_owned(), name.clone());
         let fingerprint = fingerprint(wanted);
         let version = live
             .get(&ObjectRef::new(&name).within(namespace))
@@ -181,7 +181,7 @@ impl Applier {
 
     fn forget_child<K: Resource<DynamicType = ()>>(&self, parent: &ObjectKey, name: &str) {
         if let Some(children) = self.lock().get_mut(parent) {
-            children.remove(&(static_kind::<K>(), name.to_owned()));
+            children.remove(&(K::kind(&()).into_owned(), name.to_owned()));
         }
     }
 
@@ -195,15 +195,6 @@ fn fingerprint<K: Serialize>(object: &K) -> String {
     hex::encode(Sha256::digest(
         serde_json::to_vec(object).unwrap_or_default(),
     ))
-}
-
-fn static_kind<K: Resource<DynamicType = ()>>() -> &'static str {
-    match K::kind(&()).as_ref() {
-        "Service" => "Service",
-        "PodDisruptionBudget" => "PodDisruptionBudget",
-        "NetworkPolicy" => "NetworkPolicy",
-        _ => "object",
-    }
 }
 
 #[cfg(test)]
