@@ -7,18 +7,17 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use valkey_api::contract::NODE_LABEL;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
 use crate::parent::conditions::Problem;
-use crate::parent::error::{Error, api_error};
+use crate::parent::error::Error;
 use crate::parent::external::{self, EXTERNAL_LABEL};
-use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER};
+use crate::parent::labels::CLUSTER_LABEL;
 use crate::parent::node::DesiredMember;
-use crate::parent::serving::{Owner, service_as_wanted};
+use crate::parent::serving::Owner;
 
 /// The cluster's external Services in the cache, by name: its label, owned by it.
 pub fn services(services: &Store<Service>, cluster: &ValkeyCluster) -> BTreeMap<String, Service> {
@@ -80,42 +79,33 @@ pub fn wanted(
         .collect()
 }
 
-/// Applies the members' external Services (those that differ from the cache), deletes those no
-/// member needs any more, and gives each desired member the address it announces. Returns what
-/// a person should know while an address is missing.
+/// Applies the members' external Services through the pass's applier (only what changed),
+/// deletes those no member needs any more, and gives each desired member the address it
+/// announces. Returns what a person should know while an address is missing.
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
+    key: &plumbing::ObjectKey,
     desired: &mut [DesiredMember],
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Option<Problem>, Error> {
     let wanted = wanted(cluster, desired, existing);
     let current = services(&ctx.services, cluster);
-    let api: Api<Service> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     for want in &wanted {
-        let name = want.name_any();
-        if current
-            .get(&name)
-            .is_some_and(|c| service_as_wanted(c, want))
-        {
-            continue;
-        }
-        api.patch(&name, &params, &Patch::Apply(want))
-            .await
-            .map_err(api_error(format!("applying Service {name}")))?;
+        ctx.applier
+            .apply(&ctx.client, key, &ctx.services, want)
+            .await?;
     }
+    // By name among this cluster's external Services: a label alone would also match its client
+    // Services or another cluster's external ones.
     for name in current.keys().filter(|name| {
         !wanted
             .iter()
             .any(|w| w.metadata.name.as_ref() == Some(name))
     }) {
-        match api.delete(name, &Default::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(api_error(format!("deleting Service {name}"))(e)),
-        }
+        ctx.applier
+            .delete(&ctx.client, key, &ctx.services, name)
+            .await?;
     }
     Ok(external::announce(
         desired,

@@ -147,7 +147,7 @@ async fn prepare(
     let applied = network::ensure(ctx, cluster, key).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
     let mut desired = desired::members(cluster, &node_auth);
-    let announced = external::ensure(ctx, cluster, &mut desired, existing).await;
+    let announced = external::ensure(ctx, cluster, key, &mut desired, existing).await;
     let pending = announced.map_err(|error| Stop::error(error, failures, key))?;
     let lacking = served.as_ref().map(|s| s.lacking_names.as_slice());
     let notice = pending.or_else(|| external_names_lacking(lacking.unwrap_or_default()));

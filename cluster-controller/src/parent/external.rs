@@ -270,6 +270,16 @@ mod tests {
         service
     }
 
+    /// What a desired member announces to clients.
+    fn announced(m: &DesiredMember) -> Option<String> {
+        m.node
+            .spec
+            .config
+            .as_ref()
+            .and_then(|c| c.get(ANNOUNCE))
+            .cloned()
+    }
+
     fn member_service(name: &str) -> Service {
         let c = cluster(CLUSTER);
         let owner = Owner::of(&c, CLUSTER_LABEL).unwrap_or_else(|| panic!("no owner"));
@@ -332,14 +342,6 @@ mod tests {
             with_ingress(member_service(&first), Some("10.213.255.4"), None),
         )]);
         let problem = announce(&mut desired, Some(&access()), &services, &[]);
-        let announced = |m: &DesiredMember| {
-            m.node
-                .spec
-                .config
-                .as_ref()
-                .and_then(|c| c.get(ANNOUNCE))
-                .cloned()
-        };
         assert_eq!(announced(&desired[0]).as_deref(), Some("10.213.255.4"));
         assert_eq!(
             announced(&desired[1]),
@@ -367,14 +369,6 @@ mod tests {
             .insert(ANNOUNCE.to_owned(), "10.213.255.4".to_owned());
         let existing = vec![Arc::new(was)];
         assert!(announce(&mut desired, None, &BTreeMap::new(), &existing).is_none());
-        let announced = |m: &DesiredMember| {
-            m.node
-                .spec
-                .config
-                .as_ref()
-                .and_then(|c| c.get(ANNOUNCE))
-                .cloned()
-        };
         assert_eq!(announced(&desired[0]).as_deref(), Some(""));
         assert_eq!(announced(&desired[1]), None);
     }

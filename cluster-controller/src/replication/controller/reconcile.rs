@@ -121,7 +121,7 @@ pub async fn pass(
         Some(action) => Some(engine.execute(action).await),
     };
     poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
-    apply_services(ctx, replication, primary.as_deref()).await?;
+    apply_services(ctx, replication, key, primary.as_deref()).await?;
     // The budget serves drains, not the replication itself: a failure to apply it is logged and
     // the pass goes on.
     // No member may go while a wanted replica does not hold the primary's data (or the primary
@@ -318,7 +318,7 @@ async fn protect(
         health = Some(seen);
     }
     // The Services follow the primary whatever else fails: a client must never reach an old one.
-    if let Err(error) = apply_services(ctx, replication, primary.as_deref()).await {
+    if let Err(error) = apply_services(ctx, replication, key, primary.as_deref()).await {
         tracing::warn!(%error, "the Services could not be applied");
     }
     if let Some(problem) = stop.problem {
@@ -411,6 +411,7 @@ fn external_names(ctx: &Context, replication: &ValkeyReplication) -> Vec<String>
 async fn apply_services(
     ctx: &Context,
     replication: &ValkeyReplication,
+    key: &ObjectKey,
     primary: Option<&str>,
 ) -> Result<(), Error> {
     let Some(wanted) = services::services(replication, primary) else {
@@ -441,11 +442,9 @@ async fn apply_services(
         .filter(|s| !wanted.iter().any(|w| w.metadata.name == s.metadata.name))
     {
         let name = stale.name_any();
-        match api.delete(&name, &Default::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(api_error(format!("deleting Service {name}"))(e)),
-        }
+        ctx.applier
+            .delete(&ctx.client, key, &ctx.services, &name)
+            .await?;
     }
     Ok(())
 }
