@@ -143,7 +143,10 @@ async fn a_rolling_image_change_on_the_real_node_pulls_the_new_image_and_loses_n
             let c = &c;
             async move {
                 let members = c.nodes().await?;
-                Ok(if e2e::members_rolled(&members, 4) {
+                // Right after the patch the members still have the old image and look rolled:
+                // wait for the new image in every member's spec too.
+                let on_new = members.iter().all(|m| m.spec.image == "valkey/valkey:9.1");
+                Ok(if on_new && e2e::members_rolled(&members, 4) {
                     e2e::Poll::Ready(())
                 } else {
                     e2e::Poll::NotYet(format!("{} members, not all rolled", members.len()))
