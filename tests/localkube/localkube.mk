@@ -3,6 +3,10 @@
 
 LOCALKUBE_SRC := $(ROOT)/tests/localkube
 LOCALKUBE_DIR := $(ROOT)/.localkube
+# Every localkube command of this checkout uses this checkout's directory, also when .localkube is
+# a symlink to another checkout's: the binary would otherwise find its directory from its own
+# resolved path, and serve that other checkout's images (target/images) to the real node.
+export LOCALKUBE_DIR
 LOCALKUBE_BIN := $(LOCALKUBE_DIR)/bin/localkube
 # CoreDNS, from its Go module in the same go.mod (versions shared with the control plane), a binary
 # of its own: see cmd/coredns/main.go.

@@ -38,13 +38,19 @@ pub fn member_nodes(nodes: &Store<ValkeyNode>, cluster: &ValkeyCluster) -> Vec<A
 /// status keeps (`status.nodeIds`).
 pub fn engine_members(nodes: &[Arc<ValkeyNode>], cluster: &ValkeyCluster) -> Vec<Member> {
     let bound = cluster.status.as_ref().and_then(|s| s.node_ids.as_ref());
+    let external = cluster.spec.external_access.is_some();
     nodes
         .iter()
-        .filter_map(|n| members::member(n))
-        .map(|mut m| {
+        .filter_map(|n| Some((n, members::member(n)?)))
+        .map(|(node, mut m)| {
             m.node_id = bound
                 .and_then(|b| b.get(&m.name))
                 .and_then(|id| NodeId::parse(id));
+            // A member that never joined joins only once it tells clients its external address:
+            // until then clients would be sent to its pod IP (see `parent::external`).
+            if external && m.node_id.is_none() && !crate::parent::external::joinable(node) {
+                m.ready = false;
+            }
             m
         })
         .collect()

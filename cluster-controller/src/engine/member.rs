@@ -31,6 +31,10 @@ pub struct Member {
     /// when known: primaries are kept apart by them.
     pub node_name: Option<String>,
     pub zone: Option<String>,
+    /// The address the member tells clients outside Kubernetes (its ValkeyNode's
+    /// `cluster-announce-client-ipv4`), which Valkey shows in place of its pod IP: the engine
+    /// reads it back as the member's (see `with_internal_addresses`).
+    pub announced: Option<std::net::IpAddr>,
 }
 
 impl Member {
@@ -48,6 +52,7 @@ impl Member {
             node_id: None,
             node_name: None,
             zone: None,
+            announced: None,
         }
     }
 

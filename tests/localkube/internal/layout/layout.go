@@ -115,7 +115,15 @@ func New(dir string) (Layout, error) {
 	if err != nil {
 		return Layout{}, err
 	}
-	return Layout{Root: filepath.Dir(abs), Dir: abs}, nil
+	// Dir is the resolved path: mounts (the real node's) are listed in
+	// /proc/mounts under resolved paths, and a .localkube that is a symlink to
+	// another checkout's must still find and undo them. Root stays the checkout
+	// the directory was named from.
+	dirPath := abs
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		dirPath = real
+	}
+	return Layout{Root: filepath.Dir(abs), Dir: dirPath}, nil
 }
 
 // Default finds .localkube from $LOCALKUBE_DIR, else from the binary's own place
