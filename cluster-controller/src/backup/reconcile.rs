@@ -127,7 +127,15 @@ impl Reconciler for Context {
         }
         let phase = backup.status.as_ref().and_then(|s| s.phase);
         if matches!(phase, Some(BackupPhase::Completed | BackupPhase::Failed)) {
-            self.stop(key);
+            // The task that wrote the phase may still be finishing (its Event, the source's
+            // record): it is let be, not aborted; only finished tasks are forgotten.
+            self.running().retain(|_, r| !r.task.is_finished());
+            if phase == Some(BackupPhase::Completed) {
+                // Here as well as at the end of the capture: a controller that stopped between
+                // the phase and the source's record records it when it looks again. No request
+                // when the source already names it (the source comes from the cache).
+                run::record_success(&self.shared, backup).await;
+            }
             return Ok(Requeue::await_change());
         }
         let api: Api<ValkeyBackup> = Api::namespaced(self.shared.client.clone(), key.namespace());

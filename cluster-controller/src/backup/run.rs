@@ -203,10 +203,9 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
                 .events
                 .normal(&*backup, "BackupCompleted", "Capture", &completed)
                 .await;
-            let at = report.status.lock().await.completion_time.clone();
-            if let Some(at) = at {
-                record_success(&shared, &backup, &at).await;
-            }
+            let mut completed = (*backup).clone();
+            completed.status = Some(report.status.lock().await.clone());
+            record_success(&shared, &completed).await;
         }
         Err(problem) => {
             tracing::warn!(backup = %report.name, reason = %problem.reason, message = %problem.message, "backup failed");
@@ -223,13 +222,26 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
 /// own, so that the source's passes (which never apply the field) never take it away.
 pub const SOURCE_FIELD_MANAGER: &str = "valkey-backup-controller";
 
-/// Records `backup`, completed at `at`, as its source's newest successful backup, unless the
-/// source already names a newer one. A failure is logged: the backup is complete all the same.
-async fn record_success(shared: &Shared, backup: &ValkeyBackup, at: &str) {
-    let Ok(source) = shared.sources.find(backup) else {
+/// Records a Completed `backup` as its source's newest successful backup, unless the source
+/// already names it or a newer one (then nothing is sent). A failure is logged: the backup is
+/// complete all the same, and the next look at it tries again.
+pub async fn record_success(shared: &Shared, backup: &ValkeyBackup) {
+    let Some(at) = backup
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_deref())
+    else {
         return;
     };
-    let newer = match &source {
+    let source = match shared.sources.find(backup) {
+        Ok(source) => source,
+        Err(problem) => {
+            // A backup outlives its source (that is what it is for): nothing to record on.
+            tracing::debug!(backup = %backup.name_any(), reason = %problem.reason, "no source to record the backup on");
+            return;
+        }
+    };
+    let known_or_newer = match &source {
         Source::Cluster(c) => c
             .status
             .as_ref()
@@ -239,8 +251,11 @@ async fn record_success(shared: &Shared, backup: &ValkeyBackup, at: &str) {
             .as_ref()
             .and_then(|s| s.last_successful_backup.clone()),
     }
-    .is_some_and(|last| last.completion_time.as_str() > at);
-    if newer {
+    .is_some_and(|last| {
+        last.completion_time.as_str() > at
+            || (last.completion_time == at && last.name == backup.name_any())
+    });
+    if known_or_newer {
         return;
     }
     let namespace = backup.namespace().unwrap_or_default();
@@ -268,8 +283,13 @@ async fn record_success(shared: &Shared, backup: &ValkeyBackup, at: &str) {
         .await
         .map(|_| ()),
     };
-    if let Err(error) = written {
-        tracing::warn!(backup = %backup.name_any(), %error, "could not record the source's last successful backup");
+    match written {
+        Ok(()) => {
+            tracing::info!(backup = %backup.name_any(), source = %name, "recorded as the source's last successful backup")
+        }
+        Err(error) => {
+            tracing::warn!(backup = %backup.name_any(), %error, "could not record the source's last successful backup")
+        }
     }
 }
 
