@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use e2e::cluster::ClusterFixture;
 use e2e::{E2eError, Poll, Result, check, localkube_dir, wait_until};
+use kube::ResourceExt;
 use redis::AsyncCommands;
 use tokio::sync::Mutex;
 use valkey_api::v1alpha1::{BackupPhase, ValkeyBackup, ValkeyBackupStatus};
@@ -119,6 +120,11 @@ impl TimedWriter {
 
     async fn count(&self) -> usize {
         self.acked.lock().await.len()
+    }
+
+    /// When the newest write so far was acknowledged.
+    async fn last_acknowledged(&self) -> Option<SystemTime> {
+        self.acked.lock().await.last().map(|(_, _, at)| *at)
     }
 
     async fn stop(self) -> Vec<(String, String, SystemTime)> {
@@ -253,6 +259,33 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
             })
         }
     })
+    .await?;
+    // A backup's start time is a whole second, rounded down: the 2,000 are before it only once
+    // the clock has passed into the next second.
+    let last = writer
+        .last_acknowledged()
+        .await
+        .unwrap_or_else(SystemTime::now);
+    let second_after = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs() + 1)
+            .unwrap_or(0)
+    };
+    wait_until(
+        Duration::from_secs(3),
+        "the second after the 2,000th write",
+        || async {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            Ok(if now >= second_after(last) {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{now}"))
+            })
+        },
+    )
     .await?;
 
     c.ns.apply(&backup_manifest("nightly", "bk", STORE_URL, "store"))
@@ -493,4 +526,173 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
     ])
     .await
     .map(|_| ())
+}
+
+/// A ValkeyBackupSchedule of every minute, keeping one: its backup of the minute is created
+/// under the name of its time and completes; the backup it made earlier (here one labelled as
+/// its own beforehand, Completed) is then deleted by retention with its objects; the status
+/// names the newest and the next time. A schedule in a time zone that does not exist says so
+/// and makes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_makes_a_backup_at_its_time_and_expires_the_older_one() -> Result<()> {
+    use valkey_api::v1alpha1::ValkeyBackupSchedule;
+    let c = ClusterFixture::start("backup-sched", "sc", "{shards: 1, replicas: 0}").await?;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    let template = format!(
+        "{{source: {{kind: ValkeyCluster, name: sc}}, allowPrimary: true, store: {{s3: {{endpoint: '{STORE_URL}', \
+         bucket: {STORE_BUCKET}, prefix: {PREFIX}, credentials: {{secretName: store}}}}}}}}"
+    );
+    // An earlier backup of the schedule's, as if made at a time before.
+    c.ns.apply(&format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: minutely-earlier, \
+         labels: {{valkey.io/backup-schedule: minutely}}}}\nspec: {template}\n"
+    ))
+    .await?;
+    let earlier = finished(&c, "minutely-earlier", CAPTURE).await?;
+    check(
+        earlier.phase == Some(BackupPhase::Completed),
+        format!("the earlier backup: {earlier:?}"),
+    )?;
+    let earlier_location = earlier.location.clone().unwrap_or_default();
+
+    c.ns.apply(&format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackupSchedule\nmetadata: {{name: minutely}}\n\
+         spec: {{schedule: '* * * * *', retention: {{count: 1}}, template: {template}}}\n\
+         ---\napiVersion: valkey.io/v1alpha1\nkind: ValkeyBackupSchedule\nmetadata: {{name: nowhere}}\n\
+         spec: {{schedule: '@daily', timeZone: Mars/Olympus, template: {template}}}\n"
+    ))
+    .await?;
+
+    let schedules = c.ns.api::<ValkeyBackupSchedule>();
+    let backups = c.ns.api::<ValkeyBackup>();
+    // Within the minute and the capture: a backup named by its time, Completed, and the
+    // schedule's status naming it while the earlier one is gone.
+    let newest = wait_until(
+        Duration::from_secs(150),
+        "the schedule's own backup Completed, the earlier one expired",
+        || {
+            let (schedules, backups) = (schedules.clone(), backups.clone());
+            async move {
+                let status = schedules.get("minutely").await?.status.unwrap_or_default();
+                let names: Vec<String> = backups
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .iter()
+                    .map(kube::ResourceExt::name_any)
+                    .collect();
+                let newest = status
+                    .last_successful_backup
+                    .as_ref()
+                    .map(|b| b.name.clone());
+                Ok(match newest {
+                    Some(name)
+                        if name != "minutely-earlier"
+                            && !names.iter().any(|n| n == "minutely-earlier") =>
+                    {
+                        Poll::Ready((name, status))
+                    }
+                    _ => Poll::NotYet(format!("backups {names:?}, status {status:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    let (name, status) = newest;
+    // minutely-<yyyymmddhhmm>00: the minute it was due.
+    check(
+        name.len() == "minutely-".len() + 14
+            && name.starts_with("minutely-20")
+            && name.ends_with("00"),
+        format!("the scheduled backup's name {name}"),
+    )?;
+    let made = backups.get(&name).await?;
+    check(
+        made.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Completed)
+            && made
+                .labels()
+                .get("valkey.io/backup-schedule")
+                .map(String::as_str)
+                == Some("minutely"),
+        format!("{name}: {:?}", made.status),
+    )?;
+    check(
+        status.next_schedule_time.is_some()
+            && status.last_schedule_time.is_some()
+            && ready_reason(&status.conditions) == Some(("True".into(), "Scheduled".into())),
+        format!("the schedule's status {status:?}"),
+    )?;
+    // Retention deleted the earlier backup's objects with it.
+    wait_until(
+        Duration::from_secs(30),
+        "the earlier backup's manifest deleted",
+        || {
+            let (store, path) = (&store, format!("{earlier_location}/manifest.json"));
+            async move {
+                Ok(match store.get(&path).await {
+                    Err(_) => Poll::Ready(()),
+                    Ok(_) => Poll::NotYet(path),
+                })
+            }
+        },
+    )
+    .await?;
+
+    // The time zone that does not exist: Ready False naming the field; no backup of it.
+    let nowhere = schedules.get("nowhere").await?.status.unwrap_or_default();
+    check(
+        ready_reason(&nowhere.conditions) == Some(("False".into(), "InvalidTimeZone".into())),
+        format!("nowhere: {nowhere:?}"),
+    )?;
+    check(
+        !backups
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .any(|b| b.name_any().starts_with("nowhere-")),
+        "a schedule that does not parse made a backup",
+    )?;
+    Ok(())
+}
+
+/// The Ready condition's status and reason.
+fn ready_reason(
+    conditions: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
+) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// A ValkeyCluster that asks to start from a backup, which this version cannot restore, is
+/// not formed at all (no member is created) rather than formed empty, and says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Result<()> {
+    let c = ClusterFixture::start(
+        "backup-restore",
+        "rs",
+        "{shards: 1, replicas: 0, restoreFrom: {backup: nightly}}",
+    )
+    .await?;
+    let status = c
+        .wait_status(Duration::from_secs(60), "reason RestoreNotAvailable", |s| {
+            s.reason.as_deref() == Some("RestoreNotAvailable")
+        })
+        .await?;
+    let message = status.status.and_then(|s| s.message).unwrap_or_default();
+    check(message.contains("ValkeyBackup nightly"), message)?;
+    let nodes =
+        c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
+            .list(&Default::default())
+            .await?;
+    check(
+        nodes.items.is_empty(),
+        format!("{} members were created", nodes.items.len()),
+    )?;
+    Ok(())
 }
