@@ -125,6 +125,10 @@ async fn prepare(
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
+    let restore = cluster.spec.restore_from.as_ref();
+    if let Some(problem) = crate::parent::restore::not_available(restore, "ValkeyCluster") {
+        return Err(Stop::problem(problem));
+    }
     let auth = stopped(secrets::ensure(ctx, cluster, memory).await, failures, key)?;
     let served = stopped(tls::ensure(ctx, cluster, memory).await, failures, key)?;
     if let Some(served) = &served {

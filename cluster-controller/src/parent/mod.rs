@@ -20,6 +20,7 @@
 //! | the PodMonitor of the members' exporters | [`monitoring`] | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | Ready / Progressing / Degraded, problems in a person's words; progress | [`conditions`], [`progress`] | no |
+//! | `spec.restoreFrom`, refused before any member exists (no restore yet) | [`restore`] | no |
 //! | what can fail; what stops a pass | [`error`], [`stop`] | |
 
 pub mod access;
@@ -37,6 +38,7 @@ pub mod node;
 pub mod pass;
 pub mod placement;
 pub mod progress;
+pub mod restore;
 pub mod secret_cache;
 pub mod secrets;
 pub mod serving;

@@ -188,6 +188,10 @@ async fn prepare(
     forming: bool,
 ) -> Result<Prepared, Stop> {
     let failures = &ctx.stage_failures;
+    let restore = replication.spec.restore_from.as_ref();
+    if let Some(problem) = crate::parent::restore::not_available(restore, "ValkeyReplication") {
+        return Err(Stop::problem(problem));
+    }
     let tools = Tools {
         client: &ctx.client,
         secrets: &ctx.secrets,
