@@ -76,7 +76,8 @@ async fn main() -> std::process::ExitCode {
         }
         // Every controller's caches are made before any of them runs (readiness waits for all).
         // ValkeyBackups when the API serves them: the cluster kind reads them too.
-        let backup_cache = if backup::served(&handles.client).await {
+        let served = backup::served(&handles.client).await;
+        let backup_cache = if served.backups {
             Some(backup::cache(&handles))
         } else {
             tracing::error!(
@@ -101,6 +102,7 @@ async fn main() -> std::process::ExitCode {
                 cache,
                 kinds.contains(&Kind::ValkeyCluster),
                 kinds.contains(&Kind::ValkeyReplication),
+                served.schedules,
             )
         });
         tracing::info!(kinds = ?kinds, "reconciling these kinds");

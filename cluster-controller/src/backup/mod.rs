@@ -12,6 +12,7 @@
 //! | the member per shard, whether it may start; object names, sizes | [`choose`] | no |
 //! | the store from the spec and its Secrets | [`store`] | Secrets |
 //! | one backup from start to manifest, its status as it goes | [`run`] | yes |
+//! | backups on a cron schedule, and their expiry (a controller of its own) | [`schedule`] | yes |
 //!
 //! The cluster kind reads the same cache of ValkeyBackups: while one of its cluster is Running,
 //! its engine starts no slot move (moves under way go on; the capture checks each shard's slots
@@ -28,13 +29,16 @@ pub mod choose;
 pub mod observe;
 pub mod reconcile;
 pub mod run;
+pub mod schedule;
 pub mod store;
 
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use plumbing::cache::Cache;
-use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode, ValkeyReplication};
+use valkey_api::v1alpha1::{
+    ValkeyBackup, ValkeyBackupSchedule, ValkeyCluster, ValkeyNode, ValkeyReplication,
+};
 
 use reconcile::Context;
 
@@ -43,22 +47,33 @@ pub const CONTROLLER: &str = "valkey-backup-controller";
 /// Put on a ValkeyBackup with `deletionPolicy: Delete`: its objects are deleted before it goes.
 pub const FINALIZER: &str = "valkey.io/backup-objects";
 
-/// Whether the API serves ValkeyBackups (their CRD exists). A release upgraded from one without
-/// it has none until someone applies it (the operator may not create CRDs): the controller then
-/// runs without backups rather than keep every kind from being ready on a cache that never fills.
-pub async fn served(client: &kube::Client) -> bool {
+/// Which of the backup kinds the API serves (their CRDs exist): ValkeyBackups, and
+/// ValkeyBackupSchedules. A release upgraded from one without them has none until someone
+/// applies them (the operator may not create CRDs): the controller then runs without them rather
+/// than keep every kind from being ready on a cache that never fills.
+pub async fn served(client: &kube::Client) -> Served {
     use kube::Resource;
     let group = ValkeyBackup::api_version(&());
     match client.list_api_group_resources(&group).await {
-        Ok(list) => list
-            .resources
-            .iter()
-            .any(|r| r.name == ValkeyBackup::plural(&())),
+        Ok(list) => {
+            let has = |plural: &str| list.resources.iter().any(|r| r.name == plural);
+            Served {
+                backups: has(&ValkeyBackup::plural(&())),
+                schedules: has(&ValkeyBackupSchedule::plural(&())),
+            }
+        }
         Err(error) => {
             tracing::debug!(%error, "the API's resources of {group}");
-            false
+            Served::default()
         }
     }
+}
+
+/// See [`served`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Served {
+    pub backups: bool,
+    pub schedules: bool,
 }
 
 /// The cache of ValkeyBackups: the controller's, and read by the cluster kind (no slot move
@@ -70,11 +85,13 @@ pub fn cache(handles: &plumbing::Handles) -> Cache<DeserializeGuard<ValkeyBackup
 /// Sets up the ValkeyBackup controller over `backups` (its caches exist when this returns) and
 /// returns it, to run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
 /// reconciled here (a backup of a kind that is not is refused: its objects are not watched).
+/// `schedules`: whether the ValkeyBackupSchedule controller runs beside it ([`schedule`]).
 pub fn start(
     handles: &plumbing::Handles,
     backups: Cache<DeserializeGuard<ValkeyBackup>>,
     clusters: bool,
     replications: bool,
+    schedules: bool,
 ) -> impl std::future::Future<Output = ()> + '_ {
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default());
     let cluster_cache =
@@ -94,10 +111,12 @@ pub fn start(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
     );
+    let scheduled =
+        schedules.then(|| schedule::start(handles, backups.store(), shared.sources.clone()));
     let ctx = Context::new(shared, claims);
     // The other caches are read, never reconciled from: a capture task polls what it waits for.
     // Their streams are handed to the controller only so that they fill.
-    handles.run_as(
+    let captures = handles.run_as(
         CONTROLLER,
         backups,
         move |mut c| {
@@ -111,7 +130,14 @@ pub fn start(
             c
         },
         ctx,
-    )
+    );
+    async move {
+        futures::join!(captures, async {
+            if let Some(run) = scheduled {
+                run.await;
+            }
+        });
+    }
 }
 
 fn wake_none<K>(_: K) -> Option<ObjectRef<DeserializeGuard<ValkeyBackup>>> {

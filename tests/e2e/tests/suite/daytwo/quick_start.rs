@@ -160,7 +160,8 @@ fn examples() -> Vec<std::path::PathBuf> {
     found
 }
 
-/// The ValkeyClusters, ValkeyReplications and ValkeyBackups an example file makes: (kind, name).
+/// The ValkeyClusters, ValkeyReplications, ValkeyBackups and ValkeyBackupSchedules an example
+/// file makes: (kind, name).
 fn parents_in(text: &str) -> Vec<(String, String)> {
     use serde::Deserialize;
     serde_yaml::Deserializer::from_str(text)
@@ -170,7 +171,7 @@ fn parents_in(text: &str) -> Vec<(String, String)> {
             let name = doc.get("metadata")?.get("name")?.as_str()?.to_owned();
             matches!(
                 kind.as_str(),
-                "ValkeyCluster" | "ValkeyReplication" | "ValkeyBackup"
+                "ValkeyCluster" | "ValkeyReplication" | "ValkeyBackup" | "ValkeyBackupSchedule"
             )
             .then_some((kind, name))
         })
@@ -261,7 +262,9 @@ async fn the_quick_start_instruction_works_verbatim_after_the_demo() -> Result<(
 /// each ValkeyCluster and ValkeyReplication it makes becomes Ready, each ValkeyBackup Completed.
 /// All at once, so the wait is one formation long.
 async fn every_example_works_verbatim() -> Result<()> {
-    use valkey_api::v1alpha1::{BackupPhase, ReplicationState, ValkeyBackup, ValkeyReplication};
+    use valkey_api::v1alpha1::{
+        BackupPhase, ReplicationState, ValkeyBackup, ValkeyBackupSchedule, ValkeyReplication,
+    };
     let root = repo_root();
     let mut parents = Vec::new();
     for example in examples() {
@@ -279,7 +282,9 @@ async fn every_example_works_verbatim() -> Result<()> {
         let made = parents_in(&text);
         check(
             !made.is_empty(),
-            format!("{relative} makes no ValkeyCluster, ValkeyReplication or ValkeyBackup"),
+            format!(
+                "{relative} makes no ValkeyCluster, ValkeyReplication, ValkeyBackup or schedule"
+            ),
         )?;
         let applied = run(
             &kubectl_program(),
@@ -304,13 +309,14 @@ async fn every_example_works_verbatim() -> Result<()> {
     let client = e2e::client().await?;
     let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), "default");
     let replications: Api<ValkeyReplication> = Api::namespaced(client.clone(), "default");
-    let backups: Api<ValkeyBackup> = Api::namespaced(client, "default");
+    let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), "default");
+    let schedules: Api<ValkeyBackupSchedule> = Api::namespaced(client, "default");
     wait_until(
         Duration::from_secs(300),
         "every example's cluster or replication Ready, every backup Completed",
         || {
-            let (clusters, replications, backups, parents) =
-                (&clusters, &replications, &backups, &parents);
+            let (clusters, replications, backups, schedules, parents) =
+                (&clusters, &replications, &backups, &schedules, &parents);
             async move {
                 let mut waiting = Vec::new();
                 for (file, kind, name) in parents {
@@ -324,6 +330,15 @@ async fn every_example_works_verbatim() -> Result<()> {
                             )));
                         }
                         phase == Some(BackupPhase::Completed)
+                    } else if kind == "ValkeyBackupSchedule" {
+                        // Its backups come at its times; now it must parse and name the next.
+                        let status = schedules.get(name).await?.status.unwrap_or_default();
+                        status.next_schedule_time.is_some()
+                            && status
+                                .conditions
+                                .iter()
+                                .flatten()
+                                .any(|c| c.type_ == "Ready" && c.status == "True")
                     } else if kind == "ValkeyCluster" {
                         clusters
                             .get(name)
