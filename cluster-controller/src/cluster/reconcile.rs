@@ -28,7 +28,7 @@ use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
 use crate::parent::external::lacking_names as external_names_lacking;
 use crate::parent::node::DesiredMember;
-use crate::parent::pass::{after_step, claim_for};
+use crate::parent::pass::{after_step, claim_for, reported_generation, requeue_after};
 use crate::parent::secrets::Auth;
 use crate::parent::stop::{Stop, stopped};
 use crate::parent::{access, labels, monitoring};
@@ -42,6 +42,10 @@ struct Prepared {
     /// What a person should know that stops nothing: an external address not given yet, a
     /// certificate of theirs that lacks an external name.
     notice: Option<Problem>,
+    /// A member's ValkeyNode was created or its spec changed: the members this pass observed
+    /// (`existing`) are as they were before, so its status cannot speak for the current
+    /// generation ([`reported_generation`]).
+    members_changed: bool,
 }
 
 pub async fn pass(
@@ -68,6 +72,7 @@ pub async fn pass(
         desired,
         mut topology,
         notice,
+        members_changed,
     } = prepared;
     topology.held_keys = memory.held_keys();
     topology.slot_moves_held = ctx
@@ -98,9 +103,15 @@ pub async fn pass(
 
     report::decision_events(ctx, cluster, &pass).await;
     let outcome = report::outcome(&pass, &existing, refused.or(failing).or(notice));
+    let generation = reported_generation(
+        cluster.metadata.generation,
+        cluster.status.as_ref().and_then(|s| s.observed_generation),
+        members_changed,
+    );
     report::write_status(
         ctx,
         cluster,
+        generation,
         &outcome,
         auth.password_secret.as_deref(),
         Some(&pass.bindings),
@@ -109,6 +120,7 @@ pub async fn pass(
     .await?;
     let still_steady =
         memory.note_steady(matches!(pass.decision, Decision::Steady(_)) && pass.earlier.is_empty());
+    let requeue = requeue_after(requeue, members_changed);
     trace(&pass, started.elapsed(), engine_took, requeue, still_steady);
     Ok(Requeue::requeue(requeue))
 }
@@ -160,7 +172,7 @@ async fn prepare(
     let lacking = served.as_ref().map(|s| s.lacking_names.as_slice());
     let notice = pending.or_else(|| external_names_lacking(lacking.unwrap_or_default()));
     let applied = apply::member_nodes(ctx, cluster, &desired, existing).await;
-    applied.map_err(|error| Stop::error(error, failures, key))?;
+    let members_changed = applied.map_err(|error| Stop::error(error, failures, key))?;
     if let Some(parent) = monitoring::Parent::of(cluster, "cluster", labels::CLUSTER_LABEL) {
         let desired = monitoring::desired(&parent, &cluster.spec.metrics);
         let monitored =
@@ -176,6 +188,7 @@ async fn prepare(
         desired,
         topology,
         notice,
+        members_changed,
     }))
 }
 
@@ -237,6 +250,7 @@ async fn protect(
         report::write_status(
             ctx,
             cluster,
+            cluster.metadata.generation,
             &outcome,
             password_secret.as_deref(),
             pass.as_ref().map(|p| &p.bindings),
@@ -542,6 +556,8 @@ mod tests {
                 .await;
             assert_eq!(status.body["status"]["state"], "Initializing");
             assert_eq!(status.body["status"]["reason"], "WaitingForNodes");
+            // The members were just created: this pass speaks for no generation yet.
+            assert!(status.body["status"]["observedGeneration"].is_null());
             status.with_status_of(&stored);
             api.done().await;
         });
@@ -552,7 +568,12 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(requeue, Requeue::requeue(Duration::from_secs(2)));
+        // The engine waits (2s), but the members' specs just changed: the next pass, which reads
+        // them back, comes sooner.
+        assert_eq!(
+            requeue,
+            Requeue::requeue(crate::parent::pass::AFTER_MEMBER_CHANGE)
+        );
 
         // The cluster goes: its engine goes with it.
         assert_eq!(ctx.engines(), 1);

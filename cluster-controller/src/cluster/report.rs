@@ -128,6 +128,7 @@ pub async fn problem(
     write_status(
         ctx,
         cluster,
+        cluster.meta().generation,
         &Outcome::Problem {
             problem,
             health: None,
@@ -139,11 +140,14 @@ pub async fn problem(
     .await
 }
 
-/// Writes the status when it changed, and announces a cluster that became Ready. `bindings`: the
-/// node each member is bound to after the pass, kept in `status.nodeIds` for the next one.
+/// Writes the status when it changed, and announces a cluster that became Ready. `generation`:
+/// the cluster's generation the status speaks for (see
+/// [`crate::parent::pass::reported_generation`]). `bindings`: the node each member is bound to
+/// after the pass, kept in `status.nodeIds` for the next one.
 pub async fn write_status(
     ctx: &Context,
     cluster: &ValkeyCluster,
+    generation: Option<i64>,
     outcome: &Outcome<'_>,
     password_secret: Option<&str>,
     bindings: Option<&BTreeMap<String, NodeId>>,
@@ -151,13 +155,7 @@ pub async fn write_status(
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous: Option<&ValkeyClusterStatus> = cluster.status.as_ref();
-    let mut new = status::compute(
-        previous,
-        cluster.meta().generation,
-        outcome,
-        password_secret,
-        &now,
-    );
+    let mut new = status::compute(previous, generation, outcome, password_secret, &now);
     let steady = matches!(
         outcome,
         Outcome::Decided {
@@ -323,18 +321,34 @@ mod tests {
             decision: &decision,
             health: None,
         };
-        write_status(&ctx, &cache, &outcome, Some("cache-password"), None, false)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_status(
+            &ctx,
+            &cache,
+            cache.metadata.generation,
+            &outcome,
+            Some("cache-password"),
+            None,
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
         let written = script.await.unwrap_or_else(|e| panic!("{e}"));
 
         // The next pass finds the same status: no write, no event.
         let (ctx, api, _nodes) = context();
         let mut again = cache.clone();
         again.status = serde_json::from_value(written).ok();
-        write_status(&ctx, &again, &outcome, Some("cache-password"), None, false)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_status(
+            &ctx,
+            &again,
+            again.metadata.generation,
+            &outcome,
+            Some("cache-password"),
+            None,
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
         api.done().await;
     }
 
@@ -455,6 +469,7 @@ mod tests {
         write_status(
             &ctx,
             &cluster(CLUSTER),
+            Some(1),
             &outcome,
             None,
             Some(&bindings),

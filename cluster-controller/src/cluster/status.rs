@@ -298,6 +298,39 @@ mod tests {
         assert_eq!(s, again, "a steady cluster writes nothing");
     }
 
+    /// The pass that sends the members a new spec (generation 2) still sees them in step with the
+    /// old one and finds the cluster steady: its status speaks for generation 1 and is the one
+    /// already written (no write, no Ready that flaps, no second "became Ready"). The pass that
+    /// reads the members' new generations back speaks for generation 2.
+    #[test]
+    fn a_pass_that_changed_the_members_specs_leaves_the_status_of_the_last_generation() {
+        use crate::parent::pass::reported_generation;
+        let d = Decision::Steady(health());
+        let ready = decided(None, &d, None, 1);
+        let outcome = Outcome::Decided {
+            decision: &d,
+            health: None,
+        };
+        let last = ready.observed_generation;
+        let changed = compute(
+            Some(&ready),
+            reported_generation(Some(2), last, true),
+            &outcome,
+            None,
+            &at(2),
+        );
+        assert_eq!(changed, ready);
+        let read_back = compute(
+            Some(&changed),
+            reported_generation(Some(2), last, false),
+            &outcome,
+            None,
+            &at(3),
+        );
+        assert_eq!(read_back.observed_generation, Some(2));
+        assert_eq!(condition(&read_back, READY).observed_generation, Some(2));
+    }
+
     #[test]
     fn work_in_progress_initializes_then_reconciles() {
         let d = Decision::Wait {

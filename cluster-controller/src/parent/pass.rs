@@ -85,6 +85,41 @@ pub fn after_step(
     }
 }
 
+/// How soon to look again after a pass that created or changed a member's spec: only the next
+/// pass, which reads the members' new generations back, can report the parent's current one.
+pub const AFTER_MEMBER_CHANGE: Duration = Duration::from_secs(1);
+
+/// The generation of a parent its status says it observed after a pass. A pass that created or
+/// changed a member's spec judged the members as they were before (their readiness, their
+/// revisions, for their previous spec: none has seen the new one yet), so it cannot vouch for the
+/// parent's current generation: its status still speaks for `last_observed`. Otherwise it would
+/// say Ready for a change that has not started, and whoever waits for `observedGeneration ==
+/// generation` and Ready (kstatus, Argo CD, Flux, a script) would take the change for done. The
+/// status it writes is true of that earlier generation (the members are in step with it), so a
+/// change that needs no restart keeps Ready as it was, and announces nothing.
+pub fn reported_generation(
+    generation: Option<i64>,
+    last_observed: Option<i64>,
+    members_changed: bool,
+) -> Option<i64> {
+    if members_changed {
+        last_observed
+    } else {
+        generation
+    }
+}
+
+/// When to look again after a pass that wants `requeue`: soon after one that changed a member's
+/// spec (see [`reported_generation`]), whatever the engine decided. The member watch usually
+/// brings that pass sooner.
+pub fn requeue_after(requeue: Duration, members_changed: bool) -> Duration {
+    if members_changed {
+        requeue.min(AFTER_MEMBER_CHANGE)
+    } else {
+        requeue
+    }
+}
+
 /// What the status says about an action that failed `times` in a row: nothing for the first
 /// failures (the normal noise of pods restarting), then Valkey's words. No count in the words: a
 /// status that changed on every failure would be written, and its own watch event would start the
@@ -101,4 +136,27 @@ pub(crate) fn failing_problem(
             MAX_ACTION_RETRY.as_secs()
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pass that changed a member's spec speaks for the generation the last status spoke for
+    /// (none before the first), and looks again soon; any other pass speaks for the current one.
+    #[test]
+    fn a_pass_that_changed_a_members_spec_does_not_speak_for_the_new_generation() {
+        assert_eq!(reported_generation(Some(3), Some(2), true), Some(2));
+        assert_eq!(reported_generation(Some(1), None, true), None);
+        assert_eq!(reported_generation(Some(3), Some(2), false), Some(3));
+        let steady = Duration::from_secs(15);
+        assert_eq!(requeue_after(steady, true), AFTER_MEMBER_CHANGE);
+        assert_eq!(requeue_after(steady, false), steady);
+        let act = Duration::from_millis(500);
+        assert_eq!(
+            requeue_after(act, true),
+            act,
+            "never later than the engine asked"
+        );
+    }
 }

@@ -254,3 +254,117 @@ pub fn describe<K: Resource + std::fmt::Debug>(index: usize, version: &Version<K
         if version.deleted { " (deleted)" } else { "" }
     )
 }
+
+/// Checks that no version of a parent (`parents`: a ValkeyCluster or ValkeyReplication) said it
+/// was Ready for `generation` (`status.observedGeneration` equal to it and the Ready condition
+/// True) before its members were done with that generation: at that version's resourceVersion,
+/// the members as `members` held them then must be `wanted` many, each ready and on its desired
+/// revision for its latest spec ([`crate::members_rolled`]). A tool that waits for
+/// `observedGeneration == generation` and Ready (kstatus, Argo CD, Flux, a user's script) takes
+/// that status as "the change is done". `current` (the members read just now) makes sure the
+/// member record has caught up with them first, as `parent` (the parent read just now) does the
+/// parents' record.
+///
+/// Both records come from one API server, whose resourceVersions are one sequence across kinds
+/// (etcd's revision): a member's last version at or before a parent's version is what the API
+/// held at that moment.
+pub async fn ready_only_when_rolled<P>(
+    parents: &Record<P>,
+    parent: &P,
+    members: &Record<valkey_api::v1alpha1::ValkeyNode>,
+    current: &[valkey_api::v1alpha1::ValkeyNode],
+    generation: Option<i64>,
+    wanted: usize,
+) -> Result<()>
+where
+    P: Resource
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    parents.caught_up(parent, Duration::from_secs(30)).await?;
+    for member in current {
+        members.caught_up(member, Duration::from_secs(30)).await?;
+    }
+    parents.complete()?;
+    members.complete()?;
+    let rv = |meta: &kube::api::ObjectMeta| {
+        meta.resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let member_versions = members.versions();
+    let mut claims = 0;
+    for (index, version) in parents.versions().iter().enumerate() {
+        if version.deleted || !claims_ready(&version.object, generation) {
+            continue;
+        }
+        claims += 1;
+        let Some(at) = rv(version.object.meta()) else {
+            return Err(E2eError::Check(format!(
+                "{} has no numeric resourceVersion",
+                describe(index, version)
+            )));
+        };
+        let mut then: std::collections::BTreeMap<String, valkey_api::v1alpha1::ValkeyNode> =
+            Default::default();
+        for member in member_versions
+            .iter()
+            .filter(|m| rv(m.object.meta()).is_some_and(|r| r <= at))
+        {
+            if member.deleted {
+                then.remove(&member.name());
+            } else {
+                then.insert(member.name(), member.object.clone());
+            }
+        }
+        let then: Vec<_> = then.into_values().collect();
+        if !crate::members_rolled(&then, wanted) {
+            let states: Vec<String> = then
+                .iter()
+                .map(|m| {
+                    let s = m.status.clone().unwrap_or_default();
+                    format!(
+                        "{} generation {:?} observed {:?} ready {} revision {:?} of {:?}",
+                        m.name_any(),
+                        m.metadata.generation,
+                        s.observed_generation,
+                        s.ready,
+                        s.current_revision,
+                        s.desired_revision
+                    )
+                })
+                .collect();
+            return Err(E2eError::Check(format!(
+                "{} said Ready for generation {generation:?} while its members were not done \
+                 with their specs: {states:?}",
+                describe(index, version)
+            )));
+        }
+    }
+    // The roll ended Ready for the generation: at least that status is there to check.
+    if claims == 0 {
+        return Err(E2eError::Check(format!(
+            "no status said Ready for generation {generation:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `parent`'s status says it observed `generation` and is Ready.
+fn claims_ready<P: serde::Serialize>(parent: &P, generation: Option<i64>) -> bool {
+    let Ok(object) = serde_json::to_value(parent) else {
+        return false;
+    };
+    let status = &object["status"];
+    let ready = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    generation.is_some() && status["observedGeneration"].as_i64() == generation && ready
+}

@@ -25,7 +25,7 @@ use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
 use crate::parent::error::{Error, api_error};
 use crate::parent::labels::FIELD_MANAGER;
-use crate::parent::pass::{after_step, claim_for};
+use crate::parent::pass::{after_step, claim_for, reported_generation, requeue_after};
 use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
 use crate::parent::{access, external, members, monitoring, tls};
@@ -44,6 +44,10 @@ struct Prepared {
     auth: secrets::Auth,
     served: Option<tls::Served>,
     desired: Vec<crate::parent::node::DesiredMember>,
+    /// A member's ValkeyNode was created or its spec changed: the members this pass observed
+    /// (`existing`) are as they were before, so its status cannot speak for the current
+    /// generation ([`reported_generation`]).
+    members_changed: bool,
 }
 
 pub async fn pass(
@@ -75,6 +79,7 @@ pub async fn pass(
         auth,
         served,
         desired,
+        members_changed,
     } = match prepared.await {
         Ok(prepared) => prepared,
         Err(stop) => {
@@ -98,6 +103,14 @@ pub async fn pass(
         _ => health.primary.clone(),
     };
     let password = auth.password_secret.as_deref();
+    let generation = reported_generation(
+        replication.metadata.generation,
+        replication
+            .status
+            .as_ref()
+            .and_then(|s| s.observed_generation),
+        members_changed,
+    );
     let mut current = replication.clone();
     if let Some(Action::Promote { .. }) = decision.action()
         && primary != recorded
@@ -108,7 +121,8 @@ pub async fn pass(
             decision: &decision,
             health: &health,
         };
-        let intent = report::status_of(&current, &outcome, primary.as_deref(), password);
+        let intent =
+            report::status_of(&current, generation, &outcome, primary.as_deref(), password);
         current = report::write_status(ctx, &memory, &current, intent).await?;
     }
 
@@ -170,9 +184,9 @@ pub async fn pass(
             health: &health,
         },
     };
-    let new = report::status_of(&current, &outcome, primary.as_deref(), password);
+    let new = report::status_of(&current, generation, &outcome, primary.as_deref(), password);
     report::write_status(ctx, &memory, &current, new).await?;
-    Ok(Requeue::requeue(requeue))
+    Ok(Requeue::requeue(requeue_after(requeue, members_changed)))
 }
 
 /// The stages that bring Kubernetes in step with the spec before the engine runs: Secrets, TLS
@@ -234,13 +248,14 @@ async fn prepare(
     let mut node_auth = auth.node.clone();
     node_auth.tls = served.as_ref().map(|s| s.node.clone());
     let desired = desired::members(replication, &node_auth);
-    apply_members(api, &ctx.events, replication, &desired, existing, forming)
+    let members_changed = apply_members(api, &ctx.events, replication, &desired, existing, forming)
         .await
         .map_err(|error| Stop::error(error, failures, key))?;
     Ok(Prepared {
         auth,
         served,
         desired,
+        members_changed,
     })
 }
 
@@ -302,8 +317,13 @@ async fn protect(
                 decision: &decision,
                 health: &seen,
             };
-            let intent =
-                report::status_of(&current, &outcome, primary.as_deref(), password.as_deref());
+            let intent = report::status_of(
+                &current,
+                replication.metadata.generation,
+                &outcome,
+                primary.as_deref(),
+                password.as_deref(),
+            );
             current = report::write_status(ctx, memory, &current, intent).await?;
         }
         let result = match decision.action() {
@@ -330,7 +350,13 @@ async fn protect(
             problem,
             health: health.as_ref(),
         };
-        let new = report::status_of(&current, &outcome, primary.as_deref(), password.as_deref());
+        let new = report::status_of(
+            &current,
+            replication.metadata.generation,
+            &outcome,
+            primary.as_deref(),
+            password.as_deref(),
+        );
         report::write_status(ctx, memory, &current, new).await?;
     }
     Ok(Requeue::requeue(requeue))

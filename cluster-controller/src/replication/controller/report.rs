@@ -3,8 +3,8 @@
 //! Valkey's stead), what blocks the replication (once), a replication that became Ready.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicationStatus};
 
 use super::context::Context;
@@ -62,16 +62,18 @@ pub async fn decision_events(
     }
 }
 
-/// The status this pass concludes, from the replication's current one.
+/// The status this pass concludes, from the replication's current one, speaking for its
+/// `generation` (see [`crate::parent::pass::reported_generation`]).
 pub fn status_of(
     replication: &ValkeyReplication,
+    generation: Option<i64>,
     outcome: &Outcome<'_>,
     primary: Option<&str>,
     password_secret: Option<&str>,
 ) -> ValkeyReplicationStatus {
     status::compute(
         replication.status.as_ref(),
-        replication.meta().generation,
+        generation,
         outcome,
         primary,
         password_secret,

@@ -530,9 +530,23 @@ async fn a_rolling_upgrade_from_valkey_8_to_9_loses_no_acknowledged_write() -> R
     let paused = pause_a_replica(&c, 25).await?;
     // Valkey 9 adds a setting value 8.0 refuses (shutdown-on-sigterm failover): the servers
     // still on 8.0 must not be sent it, or their refusal holds the roll that replaces them.
-    c.patch_spec(serde_json::json!({"image": "valkey/valkey:9.1"}))
+    // Every status the cluster reports through the roll.
+    let statuses = Record::start(c.api(), None).await?;
+    let patched = c
+        .patch_spec(serde_json::json!({"image": "valkey/valkey:9.1"}))
         .await?;
     wait_rolled(&c, Duration::from_secs(480)).await?;
+    // Ready for the new generation only once every member runs its new spec: a tool that waits
+    // for observedGeneration and Ready must not be told the roll is over before it began.
+    e2e::record::ready_only_when_rolled(
+        &statuses,
+        &c.api().get(&c.name).await?,
+        &record,
+        &c.nodes().await?,
+        patched.metadata.generation,
+        4,
+    )
+    .await?;
     wait_writes(&writer, 50, Duration::from_secs(30)).await?;
     let (acked, refused) = writer.stop().await;
     let worst = max_down_per_shard(&record)?;

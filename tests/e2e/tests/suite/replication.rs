@@ -715,9 +715,22 @@ async fn rolling_image_change(prefix: &str, from: &str, to: &str) -> Result<()> 
     .await?;
     let writer = r.start_writer("w-roll").await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
+    // Every status the replication reports through the roll.
+    let statuses = Record::start(r.api(), None).await?;
     let started = Instant::now();
-    r.patch_spec(serde_json::json!({"image": to})).await?;
+    let patched = r.patch_spec(serde_json::json!({"image": to})).await?;
     r.wait_done(Duration::from_secs(480)).await?;
+    // Ready for the new generation only once every member runs its new spec: a tool that waits
+    // for observedGeneration and Ready must not be told the roll is over before it began.
+    e2e::record::ready_only_when_rolled(
+        &statuses,
+        &r.api().get(&r.name).await?,
+        &record,
+        &r.nodes().await?,
+        patched.metadata.generation,
+        3,
+    )
+    .await?;
     writer.wait_confirmed(50, Duration::from_secs(60)).await?;
     let acks = writer.stop().await;
 

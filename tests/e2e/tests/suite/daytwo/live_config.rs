@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::cluster::ClusterFixture;
+use e2e::record::Record;
 use e2e::{Poll, Result, check, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::ListParams;
 use serde_json::json;
+use valkey_api::v1alpha1::ValkeyNode;
 
 const FORM: Duration = Duration::from_secs(240);
 
@@ -71,10 +73,28 @@ async fn a_live_setting_reaches_every_server_without_a_restart() -> Result<()> {
     check(before.len() == 6, format!("pods: {before:?}"))?;
 
     // A live key: every server has it within seconds, no pod is replaced.
-    c.patch_spec(json!({"config": {"maxmemory-policy": "allkeys-lru"}}))
+    let statuses = Record::start(c.api(), None).await?;
+    let members = Record::start(
+        c.ns.api::<ValkeyNode>(),
+        Some(&format!("valkey.io/cluster={}", c.name)),
+    )
+    .await?;
+    let patched = c
+        .patch_spec(json!({"config": {"maxmemory-policy": "allkeys-lru"}}))
         .await?;
     wait_config_everywhere(&c, "maxmemory-policy", "allkeys-lru").await?;
-    c.wait_ready(Duration::from_secs(60)).await?;
+    let ready = c.wait_ready(Duration::from_secs(60)).await?;
+    // Ready for this generation only once every member's node-controller has seen its new spec:
+    // the pass that sends the members the setting still sees them as they were.
+    e2e::record::ready_only_when_rolled(
+        &statuses,
+        &ready,
+        &members,
+        &c.nodes().await?,
+        patched.metadata.generation,
+        6,
+    )
+    .await?;
     check(
         pod_uids(&c).await? == before,
         "a live setting replaced a pod",
