@@ -19,6 +19,7 @@ E2E_HEAVY ?= $(shell echo $$(( $$(nproc) + 1 )))
 include tests/localkube/localkube.mk
 include hack/demo.mk
 include tests/objectstore/objectstore.mk
+include tests/clients/clients.mk
 
 .PHONY: help
 help:

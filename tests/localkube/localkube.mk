@@ -36,8 +36,9 @@ LOCALKUBE_GO_ENV := CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 .PHONY: localkube-check localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status localkube-test localkube-scale
 
 ## Tools: the localkube binary with its kubectl link, CoreDNS, helm, the valkey images, the object
-## store (tests/objectstore). Each step is skipped when it is up to date.
-localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(LOCALKUBE_COREDNS) $(HELM) localkube-valkey-images objectstore
+## store (tests/objectstore), the clients' libraries (tests/clients). Each step is skipped when it
+## is up to date.
+localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(LOCALKUBE_COREDNS) $(HELM) localkube-valkey-images objectstore clients
 
 ## Machine tools (iproute2, patchelf, pip from Debian's packages when missing; Go 1.26 checked).
 localkube-prereqs:

@@ -10,7 +10,7 @@ use std::time::Duration;
 use e2e::chaos::writer::{Acks, Connect, ReplicatedWriter};
 use e2e::cluster::{ClusterFixture, connect, connect_tls_verified};
 use e2e::replication::ReplicationFixture;
-use e2e::{E2eError, Result, check, outside};
+use e2e::{E2eError, Poll, Result, check, outside, wait_until};
 use k8s_openapi::api::core::v1::Service;
 use redis::AsyncCommands;
 use valkey_api::v1alpha1::{ClusterState, Role};
@@ -229,6 +229,27 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
     })
     .await?;
     wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
+
+    // A rolling restart (a new pod label restarts every member, one per shard at a time): the
+    // outside client follows each switchover through the external addresses.
+    let patched = c
+        .patch_spec(serde_json::json!({"podLabels": {"restarted": "once"}}))
+        .await?;
+    let generation = patched.metadata.generation;
+    wait_until(FORM, "every member restarted for the new label", || async {
+        let cluster = c.api().get(&c.name).await?;
+        let nodes = c.nodes().await?;
+        let ready = cluster.status.as_ref().is_some_and(|s| {
+            s.state == Some(ClusterState::Ready) && s.observed_generation == generation
+        });
+        Ok(if ready && e2e::members_rolled(&nodes, 8) {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet(format!("{:?}", cluster.status.map(|s| s.message)))
+        })
+    })
+    .await?;
+    wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
     let _ = stop.send(());
     let run = outside_client
         .await
@@ -249,8 +270,29 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
             run.acks.replicated.len()
         ),
     )?;
-    external_addresses(&c).await?;
+    let addresses = external_addresses(&c).await?;
     replicas_follow_pod_ips(&c).await?;
+
+    // valkey-py's cluster client, as an application outside would use it: every key written
+    // (WAIT 1) and read back, and the nodes it learnt are the external addresses only.
+    let learnt = valkey_py_cluster(&first, password.as_deref(), 200).await?;
+    let external: std::collections::BTreeSet<String> =
+        addresses.values().map(|a| format!("{a}:6379")).collect();
+    let nodes: Vec<String> = learnt["nodes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    check(
+        learnt["written"] == 200
+            && learnt["read"] == 200
+            && !nodes.is_empty()
+            && nodes.iter().all(|n| external.contains(n)),
+        format!("valkey-py from outside: {learnt}; the external addresses {external:?}"),
+    )?;
 
     // A client inside still works (through the same announced addresses: the test host, like a
     // pod, reaches them).
@@ -266,6 +308,31 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
         format!("inside read {got:?}"),
     )?;
     Ok(())
+}
+
+/// Runs tests/clients/valkey_py_cluster.py from outside through `seed`; its JSON line.
+async fn valkey_py_cluster(
+    seed: &str,
+    password: Option<&str>,
+    keys: usize,
+) -> Result<serde_json::Value> {
+    let script = e2e::repo_root().join("tests/clients/valkey_py_cluster.py");
+    let mut cmd = outside::command("python3");
+    cmd.env("PYTHONPATH", e2e::localkube_dir().join("python"))
+        .env("VALKEY_PASSWORD", password.unwrap_or_default())
+        .arg(&script)
+        .args([seed, "6379", &keys.to_string()]);
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| E2eError::Check(format!("python3 {}: {e}", script.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    serde_json::from_str(text.trim()).map_err(|e| {
+        E2eError::Check(format!(
+            "valkey-py from outside ({e}): {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    })
 }
 
 /// Writes and reads back one key per shard's worth of slots through `conn`.
