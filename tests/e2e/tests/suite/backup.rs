@@ -149,6 +149,49 @@ impl Drop for TempDir {
     }
 }
 
+/// Every key a Completed backup holds, with its value: its manifest read from the store, each
+/// shard's object fetched and checked against the SHA-256 and length the manifest and the status
+/// give, and loaded into a valkey-server of this test.
+async fn backed_up(
+    store: &backup::Store,
+    status: &ValkeyBackupStatus,
+    shard_count: usize,
+    tag: &str,
+) -> Result<BTreeMap<String, String>> {
+    let location = status.location.clone().unwrap_or_default();
+    let shards = status.shards.clone().unwrap_or_default();
+    let manifest = store
+        .get(&format!("{location}/manifest.json"))
+        .await
+        .map_err(|e| E2eError::Check(format!("manifest: {e}")))?;
+    let manifest = backup::Manifest::from_json(&manifest)
+        .map_err(|e| E2eError::Check(format!("manifest: {e}")))?;
+    check(
+        manifest.shards.len() == shard_count && shards.len() == shard_count,
+        format!("{manifest:?}"),
+    )?;
+    let mut contents = BTreeMap::new();
+    for (entry, shard) in manifest.shards.iter().zip(&shards) {
+        let mut rdb = Vec::new();
+        let fetched = store
+            .fetch_into(&format!("{location}/{}", entry.object.name), &mut rdb)
+            .await
+            .map_err(|e| E2eError::Check(format!("{}: {e}", entry.object.name)))?;
+        check(
+            fetched.sha256 == entry.object.sha256
+                && Some(&fetched.sha256) == shard.sha256.as_ref()
+                && fetched.bytes == entry.object.bytes,
+            format!(
+                "{}: fetched {fetched:?}, manifest {:?}, status {:?}",
+                entry.object.name, entry.object, shard.sha256
+            ),
+        )?;
+        let loaded = load(&rdb, &format!("{tag}-{}", entry.index)).await?;
+        contents.extend(loaded.contents().await?);
+    }
+    Ok(contents)
+}
+
 /// The store's credentials in `ns`, as a user would create them.
 async fn credentials(ns: &e2e::TestNamespace) -> Result<()> {
     ns.apply(&format!(
@@ -353,33 +396,7 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
         format!("the shards' slots add up to {slots}"),
     )?;
 
-    // The manifest, and each object as the manifest and the status describe it.
-    let manifest = store
-        .get(&format!("{location}/manifest.json"))
-        .await
-        .map_err(|e| E2eError::Check(format!("manifest: {e}")))?;
-    let manifest = backup::Manifest::from_json(&manifest)
-        .map_err(|e| E2eError::Check(format!("manifest: {e}")))?;
-    check(manifest.shards.len() == 3, format!("{manifest:?}"))?;
-    let mut contents = BTreeMap::new();
-    for (entry, shard) in manifest.shards.iter().zip(&shards) {
-        let mut rdb = Vec::new();
-        let fetched = store
-            .fetch_into(&format!("{location}/{}", entry.object.name), &mut rdb)
-            .await
-            .map_err(|e| E2eError::Check(format!("{}: {e}", entry.object.name)))?;
-        check(
-            fetched.sha256 == entry.object.sha256
-                && Some(&fetched.sha256) == shard.sha256.as_ref()
-                && fetched.bytes == entry.object.bytes,
-            format!(
-                "{}: fetched {fetched:?}, manifest {:?}, status {:?}",
-                entry.object.name, entry.object, shard.sha256
-            ),
-        )?;
-        let loaded = load(&rdb, &format!("{}-{}", c.ns.name, entry.index)).await?;
-        contents.extend(loaded.contents().await?);
-    }
+    let contents = backed_up(&store, &status, 3, &c.ns.name).await?;
 
     // Every write acknowledged before the backup began is in it, with its value.
     let before: Vec<&(String, String, SystemTime)> =
@@ -695,4 +712,190 @@ async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Resul
         format!("{} members were created", nodes.items.len()),
     )?;
     Ok(())
+}
+
+/// localkube's object store, stopped (SIGSTOP) until resumed or dropped: every request to it
+/// waits, so a backup that has started stays mid-capture for as long as a test needs to bring
+/// its fault. Found by its command line (the address it serves, [`STORE_URL`]).
+struct PausedStore(nix::unistd::Pid);
+
+impl PausedStore {
+    fn pause() -> Result<Self> {
+        let address = STORE_URL.trim_start_matches("http://");
+        let pid = std::fs::read_dir("/proc")
+            .map_err(|e| E2eError::Check(format!("/proc: {e}")))?
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                    let text = String::from_utf8_lossy(&cmdline);
+                    text.contains("versitygw") && text.contains(address)
+                })
+            })
+            .ok_or_else(|| E2eError::Check(format!("no object store process serves {address}")))?;
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)
+            .map_err(|e| E2eError::Check(format!("stopping the object store: {e}")))?;
+        Ok(Self(pid))
+    }
+}
+
+impl Drop for PausedStore {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// Writes `count` keys of varied sizes (up to 4 KiB) through a cluster connection; the map of
+/// what was acknowledged.
+async fn fill(c: &ClusterFixture, tag: &str, count: usize) -> Result<BTreeMap<String, String>> {
+    let conn = c.client().await?;
+    let mut written = BTreeMap::new();
+    let keys: Vec<(String, String)> = (0..count)
+        .map(|i| {
+            (
+                format!("{tag}:{i}"),
+                format!("{i}-{}", "y".repeat(i % 64 * 64)),
+            )
+        })
+        .collect();
+    for batch in keys.chunks(200) {
+        let sets = batch.iter().map(|(k, v)| {
+            let mut conn = conn.clone();
+            async move {
+                let done: redis::RedisResult<()> = conn.set(k, v).await;
+                done.map(|()| (k.clone(), v.clone()))
+            }
+        });
+        for done in futures::future::join_all(sets).await {
+            let (k, v) = done.map_err(|source| E2eError::Valkey {
+                addr: "the cluster".into(),
+                source,
+            })?;
+            written.insert(k, v);
+        }
+    }
+    Ok(written)
+}
+
+/// Applies backup `name` and holds it mid-capture: once it is Running (its members chosen), the
+/// object store is paused. `None` when the capture finished first (too quick to hold).
+async fn held_mid_capture(
+    c: &ClusterFixture,
+    name: &str,
+) -> Result<Option<(PausedStore, ValkeyBackupStatus)>> {
+    c.ns.apply(&backup_of(
+        "ValkeyCluster",
+        name,
+        &c.name,
+        STORE_URL,
+        "store",
+    ))
+    .await?;
+    let api = c.ns.api::<ValkeyBackup>();
+    wait_until(Duration::from_secs(60), &format!("{name} Running"), || {
+        let api = api.clone();
+        async move {
+            let status = api.get(name).await?.status.unwrap_or_default();
+            Ok(match status.phase {
+                Some(BackupPhase::Running | BackupPhase::Completed | BackupPhase::Failed) => {
+                    Poll::Ready(())
+                }
+                phase => Poll::NotYet(format!("{phase:?}")),
+            })
+        }
+    })
+    .await?;
+    let paused = PausedStore::pause()?;
+    let status = api.get(name).await?.status.unwrap_or_default();
+    let all_done = status
+        .shards
+        .iter()
+        .flatten()
+        .all(|s| s.phase == Some(BackupPhase::Completed));
+    Ok((status.phase == Some(BackupPhase::Running) && !all_done).then_some((paused, status)))
+}
+
+/// The operator killed mid-backup, then the chosen replica killed mid-backup (each held there by
+/// pausing the object store once the backup is Running): each backup still ends Completed, its
+/// objects match the manifest, and it holds every key written before it began.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_capture() -> Result<()> {
+    let mut c = ClusterFixture::start("backup-faults", "bf", "{shards: 2, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    let written = fill(&c, "f", 20_000).await?;
+
+    // The operator killed while the backup is mid-capture; a new one finishes it.
+    let mut held = None;
+    for attempt in 0..3 {
+        let name = format!("op-killed-{attempt}");
+        if let Some((paused, _)) = held_mid_capture(&c, &name).await? {
+            held = Some((name, paused));
+            break;
+        }
+    }
+    let (name, paused) = held.ok_or_else(|| {
+        E2eError::Check("three backups finished before the store could be paused".into())
+    })?;
+    c.cluster_controller.kill().await?;
+    drop(paused);
+    c.cluster_controller =
+        e2e::operator::ControllerProcess::start("cluster-controller", &c.ns, &[]).await?;
+    let status = finished(&c, &name, CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!("{name} after the operator was killed: {status:?}"),
+    )?;
+    let contents = backed_up(&store, &status, 2, &format!("{}-op", c.ns.name)).await?;
+    let missing = written
+        .iter()
+        .filter(|(k, v)| contents.get(*k) != Some(v))
+        .count();
+    check(
+        missing == 0,
+        format!("{missing} of {} keys missing from {name}", written.len()),
+    )?;
+
+    // The replica chosen for a shard killed while the backup is mid-capture.
+    let mut held = None;
+    for attempt in 0..3 {
+        let name = format!("replica-killed-{attempt}");
+        if let Some((paused, status)) = held_mid_capture(&c, &name).await? {
+            held = Some((name, paused, status));
+            break;
+        }
+    }
+    let (name, paused, status) = held.ok_or_else(|| {
+        E2eError::Check("three backups finished before the store could be paused".into())
+    })?;
+    let chosen = status
+        .shards
+        .iter()
+        .flatten()
+        .find_map(|s| s.member.clone())
+        .ok_or_else(|| E2eError::Check(format!("no member chosen: {status:?}")))?;
+    let node =
+        c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
+            .get(&chosen)
+            .await?;
+    let pod = node.status.and_then(|s| s.pod_name).unwrap_or_default();
+    e2e::faults::kill(&c.ns.name, &pod, Some("valkey")).await?;
+    drop(paused);
+    let status = finished(&c, &name, CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!("{name} after {chosen} was killed: {status:?}"),
+    )?;
+    let contents = backed_up(&store, &status, 2, &format!("{}-rk", c.ns.name)).await?;
+    let missing = written
+        .iter()
+        .filter(|(k, v)| contents.get(*k) != Some(v))
+        .count();
+    check(
+        missing == 0,
+        format!("{missing} of {} keys missing from {name}", written.len()),
+    )?;
+    c.wait_ready(FORM).await?;
+    c.verify(&written).await
 }
