@@ -777,12 +777,20 @@ async fn fill(c: &ClusterFixture, tag: &str, count: usize) -> Result<BTreeMap<St
     Ok(written)
 }
 
-/// Applies backup `name` and holds it mid-capture: once it is Running (its members chosen), the
-/// object store is paused. `None` when the capture finished first (too quick to hold).
+/// Applies backup `name` and holds it mid-capture: the moment a watch shows it Running (its
+/// members chosen, its captures starting), the object store is paused, so every upload waits.
+/// `None` when the capture finished first (too quick to hold).
 async fn held_mid_capture(
     c: &ClusterFixture,
     name: &str,
 ) -> Result<Option<(PausedStore, ValkeyBackupStatus)>> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api = c.ns.api::<ValkeyBackup>();
+    // Watching before the backup exists: no state of it is missed, and the pause follows the
+    // Running status within the watch's delay rather than a poll's.
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut states = watcher(api.clone(), config).applied_objects().boxed();
     c.ns.apply(&backup_of(
         "ValkeyCluster",
         name,
@@ -791,20 +799,23 @@ async fn held_mid_capture(
         "store",
     ))
     .await?;
-    let api = c.ns.api::<ValkeyBackup>();
-    wait_until(Duration::from_secs(60), &format!("{name} Running"), || {
-        let api = api.clone();
-        async move {
-            let status = api.get(name).await?.status.unwrap_or_default();
-            Ok(match status.phase {
-                Some(BackupPhase::Running | BackupPhase::Completed | BackupPhase::Failed) => {
-                    Poll::Ready(())
-                }
-                phase => Poll::NotYet(format!("{phase:?}")),
-            })
+    let started = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(state) = states.next().await {
+            let phase = state.ok().and_then(|b| b.status).and_then(|s| s.phase);
+            if matches!(
+                phase,
+                Some(BackupPhase::Running | BackupPhase::Completed | BackupPhase::Failed)
+            ) {
+                return true;
+            }
         }
+        false
     })
-    .await?;
+    .await;
+    check(
+        started == Ok(true),
+        format!("{name} never became Running within 60 s"),
+    )?;
     let paused = PausedStore::pause()?;
     let status = api.get(name).await?.status.unwrap_or_default();
     let all_done = status
@@ -824,7 +835,7 @@ async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_captur
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
-    let written = fill(&c, "f", 20_000).await?;
+    let written = fill(&c, "f", 40_000).await?;
 
     // The operator killed while the backup is mid-capture; a new one finishes it.
     let mut held = None;
