@@ -18,6 +18,7 @@
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | Ready / Progressing / Degraded, problems in a person's words; progress | [`conditions`], [`progress`] | no |
 //! | what can fail; what stops a pass | [`error`], [`stop`] | |
+//! | `spec.restoreFrom`: the backup, its manifest, each shard's snapshot and slots | [`restore`] | no (the store) |
 
 pub mod access;
 pub mod apply;
@@ -32,6 +33,7 @@ pub mod node;
 pub mod pass;
 pub mod placement;
 pub mod progress;
+pub mod restore;
 pub mod secrets;
 pub mod serving;
 pub mod stop;

@@ -1,0 +1,464 @@
+//! `spec.restoreFrom` of a new ValkeyCluster or ValkeyReplication: which backup, what its
+//! manifest says each shard is, and what that makes of each shard's first member. No Kubernetes
+//! here: the kind's pass reads the ValkeyBackup (or takes the store location from the spec), the
+//! store's Secret and the manifest, and hands them over.
+//!
+//! What a restore gives each shard (docs/design/backup.md, "Restore"):
+//! - its first member gets `spec.initialData` (the shard's snapshot: the backup's store, the
+//!   object's key under the backup's location, its SHA-256 and length) and `appendonly no` for
+//!   its first start: with `appendonly yes` and no append-only file a server ignores the snapshot;
+//! - that member becomes the shard's primary with the manifest's slots (`CLUSTER ADDSLOTSRANGE`
+//!   on the new cluster); its replicas start empty and sync from it; node IDs and `nodes.conf`
+//!   are never taken from the backup (a snapshot holds neither).
+//!
+//! Fail closed: a backup not Completed, a manifest that cannot be read or does not fit the kind
+//! is a problem with a reason and a message, and the caller forms nothing in its place (an empty
+//! cluster where data was asked for would look like a successful restore).
+
+use backup::manifest::{MANIFEST_NAME, Manifest};
+use backup::{Store, StoreConfig};
+use valkey_api::v1alpha1::{
+    BackupPhase, BackupStore, InitialData, RestoreFrom, ValkeyBackup, ValkeyNodeSpec,
+};
+
+use crate::valkey::slots::{SLOT_COUNT, SlotRange, SlotSet};
+
+/// The condition reasons of a restore that cannot go on.
+pub const BACKUP_NOT_FOUND: &str = "RestoreBackupNotFound";
+pub const BACKUP_NOT_COMPLETED: &str = "RestoreBackupNotCompleted";
+pub const MANIFEST_UNREADABLE: &str = "RestoreManifestUnreadable";
+pub const MANIFEST_MISMATCH: &str = "RestoreManifestMismatch";
+
+/// Why a restore cannot go on (yet): a reason for the parent's condition and a message in a
+/// person's words. Never a credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Problem {
+    fn new(reason: &'static str, message: String) -> Self {
+        Self { reason, message }
+    }
+}
+
+/// Where a backup is: its store and its folder (the one that holds `manifest.json`) under the
+/// store's prefix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    pub store: BackupStore,
+    pub location: String,
+}
+
+/// Where `restoreFrom` points. `backup`: the named ValkeyBackup of the namespace, read by the
+/// caller (`None`: not found); it must be Completed, or nothing is restored.
+pub fn source(from: &RestoreFrom, backup: Option<&ValkeyBackup>) -> Result<Source, Problem> {
+    if let (Some(store), Some(path)) = (&from.store, &from.path) {
+        return Ok(Source {
+            store: store.clone(),
+            location: path.trim_matches('/').to_owned(),
+        });
+    }
+    let name = from.backup.as_deref().unwrap_or_default();
+    let Some(backup) = backup else {
+        return Err(Problem::new(
+            BACKUP_NOT_FOUND,
+            format!(
+                "spec.restoreFrom.backup names ValkeyBackup {name}, which does not exist in this \
+                 namespace; nothing is created until it does"
+            ),
+        ));
+    };
+    let status = backup.status.as_ref();
+    let phase = status.and_then(|s| s.phase);
+    match (phase, status.and_then(|s| s.location.as_deref())) {
+        (Some(BackupPhase::Completed), Some(location)) if !location.is_empty() => Ok(Source {
+            store: backup.spec.store.clone(),
+            location: location.trim_matches('/').to_owned(),
+        }),
+        (Some(BackupPhase::Completed), _) => Err(Problem::new(
+            MANIFEST_UNREADABLE,
+            format!("ValkeyBackup {name} is Completed but has no status.location"),
+        )),
+        (phase, _) => Err(Problem::new(
+            BACKUP_NOT_COMPLETED,
+            format!(
+                "ValkeyBackup {name} is {}, not Completed: only a complete backup is restored{}",
+                phase.map_or("Pending", |p| p.as_str()),
+                match phase {
+                    Some(BackupPhase::Failed) => "; restore another backup into a new object",
+                    _ => "; the restore starts once it completes",
+                }
+            ),
+        )),
+    }
+}
+
+/// The store as the backup crate's client takes it, with the Secret's values the caller read.
+pub fn store_config(
+    store: &BackupStore,
+    access_key_id: String,
+    secret_access_key: String,
+    ca_bundle: Option<Vec<u8>>,
+) -> StoreConfig {
+    let s3 = &store.s3;
+    let mut config = StoreConfig::s3_compatible(
+        s3.endpoint.clone().unwrap_or_default(),
+        s3.bucket.clone(),
+        access_key_id,
+        secret_access_key,
+    );
+    config.endpoint = s3.endpoint.clone();
+    config.prefix = s3.prefix.clone().unwrap_or_default();
+    config.region = s3.region.clone();
+    config.path_style = s3.path_style;
+    config.ca_bundle = ca_bundle;
+    config
+}
+
+/// Reads and checks the manifest of the backup at `location`.
+pub async fn read_manifest(store: &Store, location: &str) -> Result<Manifest, Problem> {
+    let name = format!("{location}/{MANIFEST_NAME}");
+    let unreadable = |e: String| {
+        Problem::new(
+            MANIFEST_UNREADABLE,
+            format!(
+                "the manifest s3://{}/{} cannot be read: {e}; a backup without its manifest is \
+                 incomplete, and nothing is restored from it",
+                store.bucket(),
+                store.path(&name)
+            ),
+        )
+    };
+    let bytes = store
+        .get(&name)
+        .await
+        .map_err(|e| unreadable(e.to_string()))?;
+    Manifest::from_json(&bytes).map_err(|e| unreadable(e.to_string()))
+}
+
+/// What one shard is restored from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardRestore {
+    pub index: u32,
+    pub initial_data: InitialData,
+    /// The slots its primary serves; empty for a ValkeyReplication.
+    pub slots: SlotSet,
+}
+
+/// Every shard of a backup, in index order, checked against the kind restored into: a
+/// ValkeyCluster's shards must cover every slot once, a ValkeyReplication's backup is one shard.
+pub fn shards(
+    source: &Source,
+    manifest: &Manifest,
+    kind: &str,
+) -> Result<Vec<ShardRestore>, Problem> {
+    let mismatch = |message: String| Problem::new(MANIFEST_MISMATCH, message);
+    if manifest.source.kind != kind {
+        return Err(mismatch(format!(
+            "the backup at {} is of a {} and cannot be restored into a {kind}",
+            source.location, manifest.source.kind
+        )));
+    }
+    let mut shards: Vec<&backup::manifest::ShardBackup> = manifest.shards.iter().collect();
+    shards.sort_by_key(|s| s.index);
+    let mut covered = SlotSet::new();
+    let mut out = Vec::with_capacity(shards.len());
+    for (position, shard) in shards.iter().enumerate() {
+        if shard.index as usize != position {
+            return Err(mismatch(format!(
+                "the manifest's shards are not numbered 0 to {}: shard {} is listed at {position}",
+                shards.len() - 1,
+                shard.index
+            )));
+        }
+        let mut slots = SlotSet::new();
+        for [start, end] in &shard.slot_ranges {
+            let range = SlotRange::new(*start, *end).ok_or_else(|| {
+                mismatch(format!(
+                    "shard {} lists slots {start}-{end}, which are no slot range",
+                    shard.index
+                ))
+            })?;
+            let one = SlotSet::from_range(range);
+            if !covered.is_disjoint(&one) {
+                return Err(mismatch(format!(
+                    "shard {} lists slots {start}-{end}, which another shard holds",
+                    shard.index
+                )));
+            }
+            covered.union_with(&one);
+            slots.union_with(&one);
+        }
+        let sha256 = shard.object.sha256.to_ascii_lowercase();
+        let bytes = i64::try_from(shard.object.bytes).unwrap_or(i64::MAX);
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) || bytes < 1 {
+            return Err(mismatch(format!(
+                "shard {}'s object {} has no valid SHA-256 or length",
+                shard.index, shard.object.name
+            )));
+        }
+        out.push(ShardRestore {
+            index: shard.index,
+            initial_data: InitialData {
+                store: source.store.clone(),
+                object: format!(
+                    "{}/{}",
+                    source.location,
+                    shard.object.name.trim_start_matches('/')
+                ),
+                sha256,
+                bytes,
+            },
+            slots,
+        });
+    }
+    match kind {
+        "ValkeyReplication" if out.len() != 1 => Err(mismatch(format!(
+            "the backup at {} has {} shards; a ValkeyReplication is restored from one",
+            source.location,
+            out.len()
+        ))),
+        "ValkeyCluster" if covered.count() != usize::from(SLOT_COUNT) => Err(mismatch(format!(
+            "the backup at {} covers {} of the {SLOT_COUNT} slots; slots {} are in no shard",
+            source.location,
+            covered.count(),
+            covered.complement()
+        ))),
+        _ => Ok(out),
+    }
+}
+
+/// What a shard's first member is given: the snapshot, and `appendonly no` for its first start
+/// (the parent turns the append-only file on live once the data is loaded, when the spec wants
+/// one). Nothing else of the member changes.
+pub fn restore_member(spec: &mut ValkeyNodeSpec, shard: &ShardRestore) {
+    spec.initial_data = Some(shard.initial_data.clone());
+    spec.config
+        .get_or_insert_with(Default::default)
+        .insert("appendonly".to_owned(), "no".to_owned());
+}
+
+#[cfg(test)]
+mod tests {
+    use backup::PayloadForm;
+    use backup::manifest::{BackupRef, ObjectRef, ShardBackup, SourceRef, UserRef};
+    use valkey_api::v1alpha1::ValkeyBackupStatus;
+
+    use super::*;
+
+    fn store() -> BackupStore {
+        serde_json::from_value(serde_json::json!({"s3": {
+            "endpoint": "http://10.213.0.1:7070", "bucket": "backups", "prefix": "valkey",
+            "credentials": {"secretName": "store-keys"}
+        }}))
+        .expect("store")
+    }
+
+    fn backup(phase: Option<BackupPhase>, location: Option<&str>) -> ValkeyBackup {
+        let mut b: ValkeyBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyBackup",
+            "metadata": {"name": "nightly", "namespace": "shop"},
+            "spec": {"source": {"kind": "ValkeyCluster", "name": "orders"}, "store": store()}
+        }))
+        .expect("backup");
+        b.status = Some(ValkeyBackupStatus {
+            phase,
+            location: location.map(str::to_owned),
+            ..Default::default()
+        });
+        b
+    }
+
+    fn shard(index: u32, ranges: Vec<[u16; 2]>) -> ShardBackup {
+        ShardBackup {
+            index,
+            slot_ranges: ranges,
+            member: format!("orders-{index}-1"),
+            node_id: None,
+            from_replica: true,
+            primary_node_id: None,
+            keys: 10,
+            object: ObjectRef {
+                name: format!("shard-{index}.rdb"),
+                bytes: 1000 + u64::from(index),
+                sha256: format!("{index}").repeat(64),
+            },
+            replication_id: "r".repeat(40),
+            replication_offset: 7,
+            rdb_version: 11,
+            form: PayloadForm::Diskless,
+        }
+    }
+
+    fn manifest(kind: &str, shards: Vec<ShardBackup>) -> Manifest {
+        Manifest {
+            format_version: backup::manifest::FORMAT_VERSION,
+            backup: BackupRef {
+                namespace: "shop".into(),
+                name: "nightly".into(),
+                uid: "u".into(),
+            },
+            source: SourceRef {
+                kind: kind.into(),
+                name: "orders".into(),
+                uid: "v".into(),
+            },
+            started_at: String::new(),
+            completed_at: String::new(),
+            valkey_version: "9.1.2".into(),
+            shards,
+            users: Vec::<UserRef>::new(),
+        }
+    }
+
+    fn from_backup() -> RestoreFrom {
+        RestoreFrom {
+            backup: Some("nightly".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_completed_backup_with_a_location_is_a_source() {
+        let b = backup(
+            Some(BackupPhase::Completed),
+            Some("shop/orders/nightly-1a2b3c4d/"),
+        );
+        let s = source(&from_backup(), Some(&b)).expect("source");
+        assert_eq!(s.location, "shop/orders/nightly-1a2b3c4d");
+        assert_eq!(s.store, store());
+
+        let e = source(&from_backup(), None).expect_err("missing");
+        assert_eq!(e.reason, BACKUP_NOT_FOUND);
+        assert!(e.message.contains("nightly"), "{e:?}");
+        for phase in [None, Some(BackupPhase::Running), Some(BackupPhase::Failed)] {
+            let e = source(&from_backup(), Some(&backup(phase, Some("x")))).expect_err("not done");
+            assert_eq!(e.reason, BACKUP_NOT_COMPLETED, "{phase:?}");
+        }
+        let e = source(
+            &from_backup(),
+            Some(&backup(Some(BackupPhase::Completed), None)),
+        )
+        .expect_err("no location");
+        assert_eq!(e.reason, MANIFEST_UNREADABLE);
+
+        // A backup made elsewhere: the store and path in the spec, no ValkeyBackup read.
+        let from = RestoreFrom {
+            store: Some(store()),
+            path: Some("/elsewhere/b-1/".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            source(&from, None).expect("source").location,
+            "elsewhere/b-1"
+        );
+    }
+
+    #[test]
+    fn a_clusters_shards_get_their_snapshot_and_their_slots() {
+        let src = Source {
+            store: store(),
+            location: "shop/orders/nightly-1a2b3c4d".into(),
+        };
+        let m = manifest(
+            "ValkeyCluster",
+            vec![
+                shard(1, vec![[8192, 16383]]),
+                shard(0, vec![[0, 99], [100, 8191]]),
+            ],
+        );
+        let shards = shards(&src, &m, "ValkeyCluster").expect("shards");
+        assert_eq!(shards.len(), 2);
+        assert_eq!(shards[0].index, 0);
+        assert_eq!(
+            shards[0].initial_data.object,
+            "shop/orders/nightly-1a2b3c4d/shard-0.rdb"
+        );
+        assert_eq!(shards[0].initial_data.bytes, 1000);
+        assert_eq!(shards[0].slots.to_string(), "0-8191");
+        assert_eq!(shards[1].slots.to_string(), "8192-16383");
+
+        let mut spec: ValkeyNodeSpec = serde_json::from_value(serde_json::json!({
+            "image": "valkey/valkey:9.1", "config": {"appendonly": "yes", "save": ""}
+        }))
+        .expect("spec");
+        restore_member(&mut spec, &shards[1]);
+        assert_eq!(spec.initial_data.as_ref(), Some(&shards[1].initial_data));
+        let config = spec.config.expect("config");
+        assert_eq!(config.get("appendonly").map(String::as_str), Some("no"));
+        assert_eq!(config.get("save").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn a_manifest_that_does_not_fit_is_refused() {
+        let src = Source {
+            store: store(),
+            location: "l".into(),
+        };
+        let refused = |m: Manifest, kind: &str, says: &str| {
+            let e = shards(&src, &m, kind).expect_err(says);
+            assert_eq!(e.reason, MANIFEST_MISMATCH);
+            assert!(e.message.contains(says), "{e:?}");
+        };
+        refused(
+            manifest("ValkeyCluster", vec![shard(0, vec![[0, 100]])]),
+            "ValkeyCluster",
+            "slots 101-16383 are in no shard",
+        );
+        refused(
+            manifest(
+                "ValkeyCluster",
+                vec![shard(0, vec![[0, 9000]]), shard(1, vec![[8000, 16383]])],
+            ),
+            "ValkeyCluster",
+            "another shard holds",
+        );
+        refused(
+            manifest("ValkeyCluster", vec![shard(0, vec![[0, 16383]])]),
+            "ValkeyReplication",
+            "cannot be restored into a ValkeyReplication",
+        );
+        refused(
+            manifest(
+                "ValkeyReplication",
+                vec![shard(0, vec![]), shard(1, vec![])],
+            ),
+            "ValkeyReplication",
+            "has 2 shards",
+        );
+        refused(
+            manifest(
+                "ValkeyCluster",
+                vec![shard(0, vec![[0, 8191]]), shard(2, vec![[8192, 16383]])],
+            ),
+            "ValkeyCluster",
+            "not numbered",
+        );
+        let mut bad = shard(0, vec![[0, 16383]]);
+        bad.object.sha256 = "nothex".into();
+        refused(
+            manifest("ValkeyCluster", vec![bad]),
+            "ValkeyCluster",
+            "no valid SHA-256",
+        );
+        // A replication's single shard: no slots.
+        let ok = shards(
+            &src,
+            &manifest("ValkeyReplication", vec![shard(0, vec![])]),
+            "ValkeyReplication",
+        )
+        .expect("replication");
+        assert!(ok[0].slots.is_empty());
+    }
+
+    #[test]
+    fn the_store_config_follows_the_spec_and_keeps_the_keys_out_of_debug() {
+        let config = store_config(&store(), "AKID".into(), "very-secret".into(), None);
+        assert_eq!(config.endpoint.as_deref(), Some("http://10.213.0.1:7070"));
+        assert_eq!(config.prefix, "valkey");
+        assert!(config.path_style);
+        assert!(!format!("{config:?}").contains("very-secret"));
+    }
+}
