@@ -86,6 +86,11 @@ pub struct Desired {
     pub held_keys: bool,
     /// What the user allows when every copy of some slots is gone.
     pub lost_slots: LostSlotsPolicy,
+    /// A cluster restored from a backup (`spec.restoreFrom`), while it has not formed: each
+    /// shard's slots as the backup's manifest has them, by shard index. Each shard's first
+    /// member (index 0) loaded the shard's snapshot, so it holds keys and still forms, and it
+    /// takes exactly these slots, never an even split nor another member.
+    pub restore: Option<Vec<SlotSet>>,
 }
 
 /// What the user allows when data is lost (`spec.onSlotsLost`, `spec.acceptLostSlots`). The
@@ -153,6 +158,7 @@ impl Desired {
                 refill: false,
                 accepted: None,
             },
+            restore: None,
         }
     }
 
