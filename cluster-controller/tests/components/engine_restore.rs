@@ -89,17 +89,14 @@ async fn a_restored_cluster_forms_with_every_key_on_the_backups_slots() {
     let health = restored.converge(Duration::from_secs(90)).await;
     assert_eq!(health.ready_shards, 2, "{health:?}");
     assert_eq!(health.replicas_in_sync, 2, "{health:?}");
-    for shard in 0..2usize {
+    for (shard, slots) in owner_slots.iter().enumerate() {
         let nodes = restored.cluster_nodes(&format!("c-{shard}-0")).await;
         let me = nodes.myself().expect("myself");
         assert!(
             me.is_primary(),
             "c-{shard}-0 holds the data and is the primary"
         );
-        assert_eq!(
-            me.slots, owner_slots[shard],
-            "shard {shard} has the backup's slots"
-        );
+        assert_eq!(&me.slots, slots, "shard {shard} has the backup's slots");
     }
     for i in 0..KEYS {
         let key = format!("key:{i}");
