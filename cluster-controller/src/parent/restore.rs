@@ -132,11 +132,20 @@ pub async fn read_manifest(store: &Store, location: &str) -> Result<Manifest, Pr
             ),
         )
     };
-    let bytes = store
-        .get(&name)
-        .await
-        .map_err(|e| unreadable(e.to_string()))?;
-    Manifest::from_json(&bytes).map_err(|e| unreadable(e.to_string()))
+    // One line: the store's error can carry its XML answer, and this goes into a condition.
+    let flat = |e: &dyn std::fmt::Display| {
+        let text = e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        match text.char_indices().nth(400) {
+            Some((cut, _)) => format!("{}...", &text[..cut]),
+            None => text,
+        }
+    };
+    let bytes = store.get(&name).await.map_err(|e| unreadable(flat(&e)))?;
+    Manifest::from_json(&bytes).map_err(|e| unreadable(flat(&e)))
 }
 
 /// What one shard is restored from.

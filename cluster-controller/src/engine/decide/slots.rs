@@ -259,8 +259,11 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
     // Slots can only lose data once data was written; a cluster without a single key is
     // still being formed (perhaps by an engine that was stopped half-way), unless it had formed
     // before and every slot lost its owner (every node came back empty).
-    // A restore forms with keys: its first members loaded the backup's snapshots.
-    if let Some(shards) = t.desired.restore.as_ref().filter(|_| !t.desired.formed) {
+    // A restore forms with keys: its first members loaded the backup's snapshots. Not gated on
+    // `formed`: a restored server claims the slots of its keys by itself when it loads them
+    // (Valkey's verifyClusterConfigWithData), so the cluster looks formed before the rest of its
+    // slots are assigned; the parent drops `restore` once every slot has been served.
+    if let Some(shards) = t.desired.restore.as_ref() {
         return restored_slots(t, shards, &unassigned);
     }
     let forming =
