@@ -64,9 +64,12 @@ lint:
 .PHONY: test unit e2e
 # Everything the issues ask to be tested. With KUBECONFIG set, the end-to-end tests run on that
 # cluster; without it they start the local control plane with its real node (kubelet, containerd,
-# registry: tests/localkube/realnode) and stop it (checking nothing is left).
+# registry: tests/localkube/realnode) and stop it (checking nothing is left). The controllers'
+# images (make images) are built first: the supervisor pushes them to the real node's registry
+# when it starts, and the chart's test there installs them.
 test: check-generated lint lint-dockerfiles localkube-check localkube-tools previous-release build unit
 ifeq ($(strip $(KUBECONFIG)),)
+	$(MAKE) images
 	$(MAKE) LOCALKUBE_REAL_NODE=1 localkube localkube-images
 	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) LOCALKUBE_REAL_NODE=1 $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status
 else

@@ -104,6 +104,11 @@ cat <<EOF
   REDISCLI_AUTH=\$PASSWORD $VALKEY_CLI -c -h \$IP
 
 Pod IPs (10.213.x.y) are reachable from this machine; -c follows the cluster's MOVED redirections.
+
+Back the cluster up into localkube's object store (its Secret localkube-objectstore is in $NS):
+
+  $KUBECTL apply -n $NS -f $ROOT/examples/backup.yaml
+  $KUBECTL get valkeybackup -n $NS -w      # PHASE Pending, Running, then Completed with its SIZE
 The controllers log to files under $LK/kubelet/logs/ (localkube has no kubectl logs).
 
 Stop everything:  make localkube-down      (the cluster's state is kept; make localkube-reset wipes it)

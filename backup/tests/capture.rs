@@ -347,3 +347,83 @@ fn the_source_lost_mid_stream_aborts_the_upload() {
     assert!(!rt.block_on(store.exists("cut/shard-0.rdb")).expect("head"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A replica hands its snapshot too (what the backup controller captures from): at its own
+/// offset, which holds every write its primary made before that offset, and none of the
+/// replica's role changes.
+#[test]
+fn a_replica_hands_its_snapshot_with_every_write_it_has() {
+    let store_bin = require_objectstore!();
+    let binary = valkey_9();
+    let subnet = 240;
+    let dir = scratch("replica");
+    let store_proc = ObjectStore::start(store_bin, ip(subnet, 1), &dir.join("store"));
+    let primary = Valkey::start(&binary, ip(subnet, 2), &dir.join("primary"), Sync::Diskless);
+    let replica = Valkey::start(&binary, ip(subnet, 3), &dir.join("replica"), Sync::Diskless);
+    data::write(&mut primary.connection(), KEYS);
+    let mut conn = replica.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("masterauth")
+        .arg(common::valkey::DEFAULT_PASSWORD)
+        .query(&mut conn)
+        .expect("masterauth");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg(primary.address.ip().to_string())
+        .arg(primary.address.port())
+        .query(&mut conn)
+        .expect("REPLICAOF");
+    let offset_of = |server: &Valkey, field: &str| -> Option<u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut server.connection())
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    // The primary's offset starts with its first replica's sync: read once the link is up.
+    let target = common::wait_for(
+        "the replica has its primary's writes",
+        std::time::Duration::from_secs(60),
+        || {
+            let target = offset_of(&primary, "master_repl_offset")?;
+            offset_of(&replica, "slave_repl_offset")
+                .filter(|o| *o >= target && target > 0)
+                .map(|_| target)
+        },
+    );
+
+    let rt = runtime();
+    let store = Store::new(&store_proc.config()).expect("store");
+    let captured = rt
+        .block_on(backup::capture(
+            &replica.source(BACKUP_USER, BACKUP_PASSWORD),
+            &store,
+            "replica/shard-0.rdb",
+            &options(),
+            &|_| {},
+        ))
+        .unwrap_or_else(|e| panic!("capture: {e}\n{}", replica.log_tail()));
+    assert!(
+        captured.offset >= target,
+        "{captured:?}, primary at {target}"
+    );
+    let role: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut replica.connection())
+        .expect("INFO");
+    assert!(role.contains("role:slave"), "{role}");
+
+    let file = dir.join("restore").join("dump.rdb");
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("restore folder");
+    rt.block_on(async {
+        let mut out = tokio::fs::File::create(&file).await.expect("file");
+        store.fetch_into("replica/shard-0.rdb", &mut out).await
+    })
+    .expect("download");
+    let restored = Valkey::start(&binary, ip(subnet, 4), &dir.join("restore"), Sync::Diskless);
+    data::check(&mut restored.connection(), KEYS);
+    drop(restored);
+    let _ = std::fs::remove_dir_all(&dir);
+}

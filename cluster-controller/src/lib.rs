@@ -14,9 +14,13 @@
 //! - [`cluster`]: the ValkeyCluster kind: ValkeyClusters in, ValkeyNodes, Secrets, status out
 //!   (imports [`engine`] and [`parent`]);
 //! - [`replication`]: the ValkeyReplication kind: its own engine and a controller on [`parent`]
-//!   (imports [`parent`], never [`cluster`]).
+//!   (imports [`parent`], never [`cluster`]);
+//! - [`backup`]: the ValkeyBackup kind: captures of either kind's shards into an object store
+//!   (imports [`parent`], and reads the members of [`cluster`] and [`replication`] the way
+//!   they do).
 
 pub mod access;
+pub mod backup;
 pub mod client;
 pub mod cluster;
 pub mod crds;

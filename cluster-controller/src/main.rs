@@ -1,10 +1,11 @@
 //! cluster-controller: the parents of ValkeyNodes. It turns each ValkeyCluster into ValkeyNodes
 //! and drives Valkey itself (CLUSTER MEET, slots, REPLICATE, FAILOVER, slot migration), and each
 //! ValkeyReplication into ValkeyNodes and Services (REPLICAOF, FAILOVER), against their
-//! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`.
+//! `status.podIP`. Each kind is a controller of its own, enabled by `--kinds`; ValkeyBackups of
+//! the kinds enabled are captured beside them.
 
 use clap::{Parser, ValueEnum};
-use cluster_controller::{cluster, crds, parent, replication};
+use cluster_controller::{backup, cluster, crds, parent, replication};
 use plumbing::{CommonArgs, Names};
 
 /// A kind this binary can reconcile.
@@ -74,12 +75,36 @@ async fn main() -> std::process::ExitCode {
             }
         }
         // Every controller's caches are made before any of them runs (readiness waits for all).
-        let clusters = kinds
-            .contains(&Kind::ValkeyCluster)
-            .then(|| cluster::start(&handles, settings.clone()));
+        // ValkeyBackups when the API serves them: the cluster kind reads them too.
+        let served = backup::served(&handles.client).await;
+        let backup_cache = if served.backups {
+            Some(backup::cache(&handles))
+        } else {
+            tracing::error!(
+                "the API does not serve ValkeyBackups (their CRD is missing: apply the chart's crds/); backups are not captured until this controller restarts with it"
+            );
+            None
+        };
+        let clusters = kinds.contains(&Kind::ValkeyCluster).then(|| {
+            cluster::start(
+                &handles,
+                settings.clone(),
+                backup_cache.as_ref().map(|c| c.store()),
+            )
+        });
         let replications = kinds
             .contains(&Kind::ValkeyReplication)
             .then(|| replication::controller::start(&handles, settings.clone()));
+        // Backups of whichever kinds are reconciled here (the chart grants their rules always).
+        let backups = backup_cache.map(|cache| {
+            backup::start(
+                &handles,
+                cache,
+                kinds.contains(&Kind::ValkeyCluster),
+                kinds.contains(&Kind::ValkeyReplication),
+                served.schedules,
+            )
+        });
         tracing::info!(kinds = ?kinds, "reconciling these kinds");
         futures::join!(
             async {
@@ -89,6 +114,11 @@ async fn main() -> std::process::ExitCode {
             },
             async {
                 if let Some(run) = replications {
+                    run.await;
+                }
+            },
+            async {
+                if let Some(run) = backups {
                     run.await;
                 }
             }

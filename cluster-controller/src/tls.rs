@@ -114,6 +114,49 @@ pub fn expires_at(pem: &[u8]) -> Option<i64> {
     Some(cert.validity().not_after.timestamp())
 }
 
+/// The DNS names and IP addresses the first certificate of `pem` names (its subject alternative
+/// names); `None` when it does not parse.
+pub fn names_in(pem: &[u8]) -> Option<Vec<String>> {
+    use x509_parser::extensions::GeneralName;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let cert = block.parse_x509().ok()?;
+    let Ok(Some(sans)) = cert.subject_alternative_name() else {
+        return Some(Vec::new());
+    };
+    Some(
+        sans.value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                GeneralName::IPAddress(bytes) => match bytes.len() {
+                    4 => <[u8; 4]>::try_from(*bytes)
+                        .ok()
+                        .map(|b| std::net::Ipv4Addr::from(b).to_string()),
+                    16 => <[u8; 16]>::try_from(*bytes)
+                        .ok()
+                        .map(|b| std::net::Ipv6Addr::from(b).to_string()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// Whether a certificate naming `names` serves a client that asks for `wanted`: an exact name,
+/// or a wildcard `*.example.com` for one label in its place.
+pub fn names_cover(names: &[String], wanted: &str) -> bool {
+    names.iter().any(|name| {
+        name == wanted
+            || name.strip_prefix("*.").is_some_and(|rest| {
+                wanted
+                    .split_once('.')
+                    .is_some_and(|(label, tail)| !label.is_empty() && tail == rest)
+            })
+    })
+}
+
 /// How many certificates `pem` holds, each of which parses; `None` when any does not (or there
 /// is none): what a `ca.crt` or a `tls.crt` must pass before servers are pointed at it.
 pub fn certificates_in(pem: &[u8]) -> Option<usize> {
@@ -207,6 +250,14 @@ mod tests {
             .map(|ext| format!("{:?}", ext.value.general_names))
             .unwrap_or_default();
         assert!(sans.contains("cache.prod.svc"), "{sans}");
+        let read = names_in(leaf.cert.as_bytes()).unwrap_or_default();
+        assert_eq!(read, names, "the names read back are the names given");
+        assert!(names_cover(&read, "127.0.0.1"));
+        assert!(!names_cover(&read, "10.0.0.1"));
+        let wildcard = vec!["*.valkey.example.com".to_owned()];
+        assert!(names_cover(&wildcard, "a.valkey.example.com"));
+        assert!(!names_cover(&wildcard, "a.b.valkey.example.com"));
+        assert!(!names_cover(&wildcard, "valkey.example.com"));
 
         // A CA whose key is gone cannot sign: the caller generates a new one.
         let broken = Pem {

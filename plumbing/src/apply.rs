@@ -155,3 +155,57 @@ mod tests {
         );
     }
 }
+
+/// What tells whether someone else changed what a controller wants of an object it applied:
+/// its uid and generation when it has a generation (the API server moves it with the spec, not
+/// with the status the object's own controller keeps writing: a StatefulSet whose pods come and
+/// go keeps its generation), else its resourceVersion. The uid tells an object deleted and made
+/// again by someone else from the one that was written.
+pub fn written_version(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    match meta.generation {
+        Some(generation) => Some(format!(
+            "{}/{generation}",
+            meta.uid.as_deref().unwrap_or_default()
+        )),
+        None => meta.resource_version.clone(),
+    }
+}
+
+#[cfg(test)]
+mod written_version_tests {
+    use super::written_version;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn a_status_write_does_not_move_it_and_a_spec_change_or_a_new_object_does() {
+        let meta = |uid: &str, generation: Option<i64>, version: &str| ObjectMeta {
+            uid: Some(uid.into()),
+            generation,
+            resource_version: Some(version.into()),
+            ..Default::default()
+        };
+        let written = written_version(&meta("a", Some(3), "100"));
+        assert_eq!(
+            written,
+            written_version(&meta("a", Some(3), "107")),
+            "status only"
+        );
+        assert_ne!(
+            written,
+            written_version(&meta("a", Some(4), "108")),
+            "spec changed"
+        );
+        assert_ne!(
+            written,
+            written_version(&meta("b", Some(3), "109")),
+            "made again"
+        );
+        // Without a generation (a ConfigMap), any change moves it.
+        assert_ne!(
+            written_version(&meta("c", None, "5")),
+            written_version(&meta("c", None, "6"))
+        );
+    }
+}

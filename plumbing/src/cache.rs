@@ -15,6 +15,7 @@ use std::hash::Hash;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::Resource;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
@@ -60,12 +61,20 @@ where
     /// A cache of the objects `api` and `config` select; `readiness` waits until it has listed.
     /// Each watch request lasts [`WATCH_TIMEOUT_SECONDS`] unless `config` says otherwise.
     pub fn new(api: kube::Api<K>, config: watcher::Config, readiness: &Readiness) -> Self {
-        let config = bounded(config);
+        Self::of(watch(api, bounded(config)), slim, readiness)
+    }
+
+    /// A cache of what `events` says, each object trimmed by `trim` before it is stored.
+    fn of(
+        events: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+        trim: fn(&mut K),
+        readiness: &Readiness,
+    ) -> Self {
         let (store, writer) = reflector::store();
         let mut handle: Option<SyncHandle> = Some(readiness.register());
-        let events = watch(api, config)
+        let events = events
             .default_backoff()
-            .modify(slim)
+            .modify(trim)
             .reflect(writer)
             .inspect_ok(move |event| {
                 if matches!(event, Event::InitDone)
@@ -106,6 +115,22 @@ where
             }
         });
         (self.store, events.applied_objects())
+    }
+}
+
+impl<K> Cache<PartialObjectMeta<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// A cache of the metadata only of the objects `api` and `config` select (a metadata watch:
+    /// the API server sends no object's content), for a kind whose objects a binary reads one
+    /// by one and only when they change, such as Secrets. `readiness` waits until it has listed.
+    pub fn metadata(
+        api: kube::Api<PartialObjectMeta<K>>,
+        config: watcher::Config,
+        readiness: &Readiness,
+    ) -> Self {
+        Self::of(watch(api, bounded(config)), slim_metadata, readiness)
     }
 }
 
@@ -156,6 +181,15 @@ impl Departures {
 /// that is most of a controller's memory.
 fn slim<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
+}
+
+/// What a cached object's metadata keeps: its name, labels, owners and version; not its
+/// annotations, which may be large and, for an object applied with `kubectl apply`, hold a copy
+/// of the whole object (a Secret's values too), nor its `managedFields`.
+fn slim_metadata<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
 }
 
 #[cfg(test)]

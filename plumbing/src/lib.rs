@@ -15,6 +15,7 @@ pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
+pub mod secret_cache;
 pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]

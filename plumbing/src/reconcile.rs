@@ -89,6 +89,18 @@ pub trait Reconciler: Send + Sync + 'static {
         key: &ObjectKey,
     ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
+    /// `object` is being deleted (it has a deletionTimestamp). Most kinds leave that to owner
+    /// references and do nothing; a kind with a finalizer of its own (a ValkeyBackup deletes
+    /// its objects in a store) does its work and removes the finalizer here.
+    fn cleanup(
+        &self,
+        object: &Self::Object,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send {
+        let _ = (object, key);
+        std::future::ready(Ok(Action::await_change()))
+    }
+
     /// `key`'s object is gone: drop whatever is kept about it.
     fn forget(&self, key: &ObjectKey) {
         let _ = key;
@@ -132,7 +144,10 @@ impl<R: Reconciler> Shell<R> {
             }
         };
         if object.meta().deletion_timestamp.is_some() {
-            return Ok(Action::await_change()); // owner references take the children with it
+            // Owner references take the children with it; a finalizer of the kind's is its own.
+            let action = self.reconciler.cleanup(object, &key).await?;
+            self.backoff.succeeded(&key);
+            return Ok(action);
         }
         if tokio::time::timeout(CACHE_SYNC, self.readiness.synced())
             .await

@@ -220,6 +220,28 @@ impl Handles {
         Cache::new(self.api::<K>(), config, &self.readiness)
     }
 
+    /// A watch cache of the metadata only of the `K`s `config` selects in the watched
+    /// namespace(s) (see [`Cache::metadata`]); `/ready` and every pass wait until it has listed.
+    pub fn metadata_cache<K>(
+        &self,
+        config: watcher::Config,
+    ) -> Cache<kube::core::PartialObjectMeta<K>>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        Cache::metadata(
+            self.api::<kube::core::PartialObjectMeta<K>>(),
+            config,
+            &self.readiness,
+        )
+    }
+
     /// Runs `reconciler` over the objects of `primary`, woken also by what `children` adds to the
     /// controller (`owns_stream`, `watches_stream` of other caches), until shutdown or lost
     /// leadership. See [`Reconciler`] for what the shell does around each pass.

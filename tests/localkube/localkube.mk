@@ -3,6 +3,10 @@
 
 LOCALKUBE_SRC := $(ROOT)/tests/localkube
 LOCALKUBE_DIR := $(ROOT)/.localkube
+# Every localkube command of this checkout uses this checkout's directory, also when .localkube is
+# a symlink to another checkout's: the binary would otherwise find its directory from its own
+# resolved path, and serve that other checkout's images (target/images) to the real node.
+export LOCALKUBE_DIR
 LOCALKUBE_BIN := $(LOCALKUBE_DIR)/bin/localkube
 # CoreDNS, from its Go module in the same go.mod (versions shared with the control plane), a binary
 # of its own: see cmd/coredns/main.go.
@@ -31,9 +35,9 @@ LOCALKUBE_GO_ENV := CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
 .PHONY: localkube-check localkube-prereqs localkube-tools localkube-valkey-images localkube-images localkube localkube-down localkube-reset localkube-status localkube-test localkube-scale
 
-## Tools: the localkube binary with its kubectl link, CoreDNS, helm, the valkey images. Each step
-## is skipped when it is up to date.
-localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(LOCALKUBE_COREDNS) $(HELM) localkube-valkey-images
+## Tools: the localkube binary with its kubectl link, CoreDNS, helm, the valkey images, the object
+## store (tests/objectstore). Each step is skipped when it is up to date.
+localkube-tools: localkube-prereqs $(LOCALKUBE_BIN) $(KUBECTL) $(LOCALKUBE_COREDNS) $(HELM) localkube-valkey-images objectstore
 
 ## Machine tools (iproute2, patchelf, pip from Debian's packages when missing; Go 1.26 checked).
 localkube-prereqs:
@@ -88,7 +92,7 @@ localkube-status:
 localkube-reset: localkube-down
 	rm -rf $(LOCALKUBE_DIR)/etcd $(LOCALKUBE_DIR)/pki $(LOCALKUBE_DIR)/kubelet $(LOCALKUBE_DIR)/logs $(LOCALKUBE_DIR)/realnode/state \
 		$(LOCALKUBE_DIR)/kubeconfig $(LOCALKUBE_DIR)/localkube.pid $(LOCALKUBE_DIR)/localkube.lock \
-		$(LOCALKUBE_DIR)/faults $(LOCALKUBE_DIR)/coredns
+		$(LOCALKUBE_DIR)/faults $(LOCALKUBE_DIR)/coredns $(LOCALKUBE_DIR)/objectstore/data
 
 ## localkube's own tests, on the running cluster (KUBECONFIG, else this checkout's): what the e2e
 ## suite relies on, the kubelet conformance list, the pod network, each fault. The API server

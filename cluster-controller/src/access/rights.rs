@@ -14,6 +14,9 @@ pub const HEALTHCHECK_USER: &str = "healthcheck";
 /// Replicas syncing from their primary, and Valkey 9's slot imports between primaries. Fenced:
 /// off whenever a server starts, turned on by the engine once the server is settled.
 pub const REPLICATION_USER: &str = "replication";
+/// Backups: a replication link that asks for the snapshot only (`REPLCONF rdb-only`), and
+/// nothing else ([`BACKUP_RULES`]).
+pub const BACKUP_USER: &str = "backup";
 
 /// Users a parent's spec may not name: the clients' default user and the operator's own.
 pub const RESERVED_USERS: &[&str] = &[
@@ -21,6 +24,7 @@ pub const RESERVED_USERS: &[&str] = &[
     OPERATOR_USER,
     HEALTHCHECK_USER,
     REPLICATION_USER,
+    BACKUP_USER,
 ];
 
 /// Taken from every client user after its own rules: Valkey's `@admin` category (ACL, CONFIG,
@@ -64,6 +68,11 @@ pub const HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info +config|get
 /// import, which the importing primary runs as this user: the data commands that rebuild the
 /// moved keys, never administration.
 pub const REPLICATION_RULES: &str = "~* &* +@all -@admin +psync +sync +replconf";
+
+/// Backups: the handshake of an rdb-only replication link and nothing else (no key, no other
+/// command); the backup crate's, where the capture that needs exactly these lives. Not fenced: an
+/// rdb-only link never makes a server a replica of anything.
+pub const BACKUP_RULES: &str = backup::capture::BACKUP_RULES;
 
 /// Valkey 9's slot import handshake (CLUSTER SYNCSLOTS), given live to servers of that version.
 pub const REPLICATION_RULES_9: &str = "+cluster|syncslots";

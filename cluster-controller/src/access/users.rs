@@ -5,13 +5,19 @@
 use sha2::{Digest, Sha256};
 
 use super::rights::{
-    self, CLIENT_DENY, DEFAULT_CLIENT_RULES, DEFAULT_USER, HEALTHCHECK_RULES, HEALTHCHECK_USER,
-    OPERATOR_RULES, OPERATOR_USER, REPLICATION_RULES, REPLICATION_USER,
+    self, BACKUP_RULES, BACKUP_USER, CLIENT_DENY, DEFAULT_CLIENT_RULES, DEFAULT_USER,
+    HEALTHCHECK_RULES, HEALTHCHECK_USER, OPERATOR_RULES, OPERATOR_USER, REPLICATION_RULES,
+    REPLICATION_USER,
 };
 use crate::valkey::Version;
 
 /// The operator's own users: never fenced with the clients.
-const OPERATORS: [&str; 3] = [OPERATOR_USER, HEALTHCHECK_USER, REPLICATION_USER];
+const OPERATORS: [&str; 4] = [
+    OPERATOR_USER,
+    HEALTHCHECK_USER,
+    REPLICATION_USER,
+    BACKUP_USER,
+];
 
 /// The SHA-256 of a password, as Valkey's ACL takes it (`#<hex>`).
 pub fn password_hash(password: &str) -> String {
@@ -111,6 +117,7 @@ pub struct OperatorPasswords {
     pub operator: String,
     pub healthcheck: String,
     pub replication: String,
+    pub backup: String,
 }
 
 /// Fixed passwords for tests.
@@ -120,6 +127,7 @@ pub fn example_passwords() -> OperatorPasswords {
         operator: "op-pw".into(),
         healthcheck: "hc-pw".into(),
         replication: "rep-pw".into(),
+        backup: "bk-pw".into(),
     }
 }
 
@@ -129,7 +137,7 @@ impl std::fmt::Debug for OperatorPasswords {
     }
 }
 
-/// Every user of a parent's servers: the clients' default user, the operator's three, then the
+/// Every user of a parent's servers: the clients' default user, the operator's four, then the
 /// named client users by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserSet {
@@ -160,6 +168,7 @@ impl UserSet {
                 REPLICATION_RULES,
                 true,
             ),
+            AclUser::operator(BACKUP_USER, &operator.backup, BACKUP_RULES, false),
         ];
         let mut named: Vec<AclUser> = named
             .into_iter()
@@ -264,8 +273,8 @@ mod tests {
             [app],
         );
         let file = set.acl_file();
-        assert_eq!(file.lines().count(), 5);
-        for secret in ["client-pw", "op-pw", "hc-pw", "rep-pw", "app-pw"] {
+        assert_eq!(file.lines().count(), 6);
+        for secret in ["client-pw", "op-pw", "hc-pw", "rep-pw", "bk-pw", "app-pw"] {
             assert!(!file.contains(secret), "{secret} in {file}");
             assert!(file.contains(&password_hash(secret)), "{secret}");
         }
@@ -315,6 +324,7 @@ mod tests {
                 "operator",
                 "healthcheck",
                 "replication",
+                "backup",
                 "alpha",
                 "zeta"
             ]

@@ -4,18 +4,14 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use sha2::Digest;
+use kube::api::Api;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
 use crate::engine::{Action, Member};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
-use crate::parent::error::{Error, api_error};
-use crate::parent::labels::FIELD_MANAGER;
+use crate::parent::error::Error;
 use crate::parent::node::DesiredMember;
 
 /// Every member the spec wants exists with the spec it should have; true when a node was
@@ -44,8 +40,8 @@ pub async fn member_nodes(
 
 /// The cluster's client Services and its PodDisruptionBudgets (one per shard that is wanted or
 /// still has members; those in `held` let no member go), as [`super::serving`] builds them;
-/// budgets of shards that are gone are deleted. Sent only when they changed since this process
-/// last sent them, and every few minutes in case someone edited or deleted one.
+/// budgets of shards that are gone are deleted. Each sent only when it changed or the live one
+/// moved (see [`crate::parent::applier`]).
 pub async fn serving_objects(
     ctx: &Context,
     cluster: &ValkeyCluster,
@@ -64,52 +60,28 @@ pub async fn serving_objects(
     let Some((services, budgets)) = super::serving::cluster_objects(cluster, shards, held) else {
         return Ok(());
     };
-    let fingerprint = hex::encode(sha2::Sha256::digest(
-        serde_json::to_vec(&(&services, &budgets)).unwrap_or_default(),
-    ));
-    if !ctx.serving.outdated(key, &fingerprint) {
-        return Ok(());
-    }
-    let namespace = cluster.namespace().unwrap_or_default();
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let applier = &ctx.applier;
     for service in &services {
-        let name = service.name_any();
-        service_api
-            .patch(&name, &params, &Patch::Apply(service))
-            .await
-            .map_err(api_error(format!("applying Service {name}")))?;
+        applier
+            .apply(&ctx.client, key, &ctx.services, service)
+            .await?;
     }
-    let budget_api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &namespace);
     for budget in &budgets {
-        let name = budget.name_any();
-        budget_api
-            .patch(&name, &params, &Patch::Apply(budget))
-            .await
-            .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
+        applier
+            .apply(&ctx.client, key, &ctx.budgets, budget)
+            .await?;
     }
-    let selector = format!(
-        "{}={}",
-        crate::parent::labels::CLUSTER_LABEL,
-        cluster.name_any()
-    );
-    let live = budget_api
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await
-        .map_err(api_error("listing PodDisruptionBudgets"))?;
-    for stale in live
-        .items
-        .iter()
-        .filter(|b| !budgets.iter().any(|w| w.metadata.name == b.metadata.name))
-    {
-        let name = stale.name_any();
-        match budget_api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(api_error(format!("deleting PodDisruptionBudget {name}"))(e)),
-        }
-    }
-    ctx.serving.remember(key, fingerprint);
+    let wanted: Vec<String> = budgets.iter().map(ResourceExt::name_any).collect();
+    let name = cluster.name_any();
+    applier
+        .delete_unwanted(
+            &ctx.client,
+            key,
+            &ctx.budgets,
+            (crate::parent::labels::CLUSTER_LABEL, &name),
+            &wanted,
+        )
+        .await?;
     Ok(())
 }
 

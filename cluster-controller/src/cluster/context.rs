@@ -3,20 +3,36 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
 use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
 use plumbing::events::EventPublisher;
 use plumbing::leader::Claims;
 use plumbing::valkey_tls::Trust;
-use valkey_api::v1alpha1::ValkeyNode;
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyNode};
 
 use crate::access::rights::REPLICATION_USER;
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
 use crate::engine::{Engine, EngineConfig};
-use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
+use crate::parent::applier::Applier;
+use crate::parent::context::{Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::monitoring::KindPresence;
+use crate::parent::secret_cache::SecretCache;
+
+/// What the controller reads from watches: the clusters' children (each kind by the cluster
+/// label), and their Secrets.
+pub struct Watched {
+    pub nodes: Store<ValkeyNode>,
+    pub services: Store<Service>,
+    pub budgets: Store<PodDisruptionBudget>,
+    pub policies: Store<NetworkPolicy>,
+    pub secrets: SecretCache,
+}
 
 pub struct Context {
     pub client: Client,
@@ -33,12 +49,23 @@ pub struct Context {
     /// Kubernetes stages that failed in a row, per cluster (see [`crate::parent::stop`]).
     pub stage_failures: Backoff,
     pub settings: Settings,
+    /// The Secrets its parents read (see [`crate::parent::secret_cache`]).
+    pub secrets: SecretCache,
     /// One Lease per cluster: a cluster another controller holds is left alone.
     pub claims: Claims,
-    /// Per cluster: the Services and budgets last applied.
-    pub serving: Applied,
+    /// The clusters' Services (client and external, see [`super::external`]), disruption budgets
+    /// and NetworkPolicies (those with the cluster label), from watch caches: what the applier
+    /// compares with.
+    pub services: Store<Service>,
+    pub budgets: Store<PodDisruptionBudget>,
+    pub policies: Store<NetworkPolicy>,
+    /// What this controller last wrote of each of those children.
+    pub applier: Applier,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
+    /// The ValkeyBackups, from the backup controller's cache (none when the API serves none):
+    /// no slot move starts while one of the cluster is captured.
+    pub backups: Option<Store<DeserializeGuard<ValkeyBackup>>>,
 }
 
 impl Context {
@@ -46,10 +73,17 @@ impl Context {
         client: Client,
         events: EventPublisher,
         metrics: plumbing::Metrics,
-        nodes: Store<ValkeyNode>,
+        watched: Watched,
         settings: Settings,
         claims: Claims,
     ) -> Self {
+        let Watched {
+            nodes,
+            services,
+            budgets,
+            policies,
+            secrets,
+        } = watched;
         Self {
             claims,
             client,
@@ -60,8 +94,13 @@ impl Context {
             action_failures: Backoff::default(),
             stage_failures: Backoff::default(),
             settings,
-            serving: Applied::default(),
+            secrets,
+            services,
+            budgets,
+            policies,
+            applier: Applier::default(),
             pod_monitors: KindPresence::default(),
+            backups: None,
         }
     }
 

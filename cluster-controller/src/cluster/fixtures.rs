@@ -31,10 +31,16 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (store, writer) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
     let ctx = Context::new(
-        client,
+        client.clone(),
         events,
         plumbing::Metrics::default(),
-        store,
+        super::context::Watched {
+            nodes: store,
+            services: reflector::store().0,
+            budgets: reflector::store().0,
+            policies: reflector::store().0,
+            secrets: crate::parent::secret_cache::SecretCache::unwatched(client.clone()),
+        },
         Default::default(),
         claims,
     );

@@ -28,6 +28,7 @@ pub mod apply;
 pub mod bus;
 pub mod context;
 pub mod desired;
+pub mod external;
 #[cfg(test)]
 pub mod fixtures;
 pub mod network;
@@ -39,24 +40,42 @@ pub mod serving;
 pub mod status;
 pub mod tls;
 
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
 use kube::core::DeserializeGuard;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode};
 
 use crate::parent::Settings;
 use crate::parent::labels::CLUSTER_LABEL;
+use crate::parent::secret_cache::{SecretCache, read_by, readers};
 use context::Context;
 
 pub const CONTROLLER: &str = "valkey-cluster-controller";
 
 /// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
 /// readiness waits for them) and returns it, to run until shutdown or lost leadership.
+/// `backups`: the ValkeyBackups (when the API serves them), so that no slot move starts while
+/// one of the cluster is captured.
 pub fn start(
     handles: &plumbing::Handles,
     settings: Settings,
+    backups: Option<Store<DeserializeGuard<ValkeyBackup>>>,
 ) -> impl std::future::Future<Output = ()> + '_ {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
+    // Every Secret's metadata: a cluster's own Secrets and those its spec names (see
+    // `parent::secret_cache` for why not a label-selected watch).
+    let secrets = handles.metadata_cache::<Secret>(watcher::Config::default());
+    let of_clusters = || watcher::Config::default().labels(CLUSTER_LABEL);
+    // Every Service of a cluster: the client Services the applier keeps, and the external ones
+    // (what a load balancer gives one wakes its cluster).
+    let services = handles.cache::<Service>(of_clusters());
+    let budgets = handles.cache::<PodDisruptionBudget>(of_clusters());
+    let policies = handles.cache::<NetworkPolicy>(of_clusters());
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
@@ -65,14 +84,32 @@ pub fn start(
         handles.client.clone(),
         handles.events.clone(),
         handles.metrics.clone(),
-        nodes.store(),
+        context::Watched {
+            nodes: nodes.store(),
+            services: services.store(),
+            budgets: budgets.store(),
+            policies: policies.store(),
+            secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
+        },
         settings,
         claims,
     );
+    let ctx = Context { backups, ..ctx };
     handles.run_as(
         CONTROLLER,
         clusters,
-        |c| c.owns_stream(nodes.touched()),
+        |c| {
+            let clusters = c.store();
+            c.owns_stream(nodes.touched())
+                .owns_stream(services.touched())
+                .owns_stream(budgets.touched())
+                .owns_stream(policies.touched())
+                .watches_stream(secrets.touched(), move |secret| {
+                    readers(&clusters, &secret, |cluster: &ValkeyCluster| {
+                        read_by(&cluster.name_any(), &cluster.spec.auth, &cluster.spec.tls)
+                    })
+                })
+        },
         ctx,
     )
 }

@@ -12,15 +12,13 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use valkey_api::contract::{METRICS_PORT, VALKEY_PORT};
 use valkey_api::v1alpha1::{NetworkPeer, ValkeyCluster};
 
 use super::bus;
 use super::context::Context;
-use crate::parent::context::ParentMemory;
-use crate::parent::error::{Error, api_error};
+use crate::parent::error::Error;
 use crate::parent::labels::{CLUSTER_LABEL, FIELD_MANAGER};
 
 /// The label every pod of the operator's chart carries.
@@ -150,37 +148,25 @@ fn tcp(port: u16) -> NetworkPolicyPort {
 }
 
 /// Applies the cluster's NetworkPolicy, or deletes the one the operator made when the spec turns
-/// it off. What was last applied is remembered, so a steady cluster writes nothing.
+/// it off; a steady cluster writes nothing (see [`crate::parent::applier`]).
 pub async fn ensure(
     ctx: &Context,
     cluster: &ValkeyCluster,
-    memory: &ParentMemory,
+    key: &plumbing::ObjectKey,
 ) -> Result<(), Error> {
-    let desired = desired_policy(cluster, ctx.settings.operator_namespace.as_deref());
-    let fingerprint = serde_json::to_string(&desired).unwrap_or_default();
-    if memory.network_applied().as_deref() == Some(fingerprint.as_str()) {
-        return Ok(());
-    }
-    let namespace = cluster.namespace().unwrap_or_default();
-    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
-    let name = policy_name(&cluster.name_any());
-    match desired {
+    match desired_policy(cluster, ctx.settings.operator_namespace.as_deref()) {
         Some(policy) => {
-            api.patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&policy),
-            )
-            .await
-            .map_err(api_error(format!("applying NetworkPolicy {name}")))?;
+            ctx.applier
+                .apply(&ctx.client, key, &ctx.policies, &policy)
+                .await?;
         }
-        None => match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(api_error(format!("deleting NetworkPolicy {name}"))(e)),
-        },
+        None => {
+            let name = policy_name(&cluster.name_any());
+            ctx.applier
+                .delete(&ctx.client, key, &ctx.policies, &name)
+                .await?;
+        }
     }
-    memory.remember_network(fingerprint);
     Ok(())
 }
 

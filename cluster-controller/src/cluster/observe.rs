@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode};
 
 use crate::engine::Member;
 use crate::parent::labels::CLUSTER_LABEL;
@@ -37,16 +38,46 @@ pub fn member_nodes(nodes: &Store<ValkeyNode>, cluster: &ValkeyCluster) -> Vec<A
 /// status keeps (`status.nodeIds`).
 pub fn engine_members(nodes: &[Arc<ValkeyNode>], cluster: &ValkeyCluster) -> Vec<Member> {
     let bound = cluster.status.as_ref().and_then(|s| s.node_ids.as_ref());
+    let external = cluster.spec.external_access.is_some();
     nodes
         .iter()
-        .filter_map(|n| members::member(n))
-        .map(|mut m| {
+        .filter_map(|n| Some((n, members::member(n)?)))
+        .map(|(node, mut m)| {
             m.node_id = bound
                 .and_then(|b| b.get(&m.name))
                 .and_then(|id| NodeId::parse(id));
+            // A member that never joined joins only once it tells clients its external address:
+            // until then clients would be sent to its pod IP (see `parent::external`).
+            if external && m.node_id.is_none() && !crate::parent::external::joinable(node) {
+                m.ready = false;
+            }
             m
         })
         .collect()
+}
+
+/// The name of a backup of the ValkeyCluster `cluster` (namespace, name) being captured, if any.
+pub fn running_backup(
+    backups: &kube::runtime::reflector::Store<DeserializeGuard<ValkeyBackup>>,
+    namespace: &str,
+    cluster: &str,
+) -> Option<String> {
+    use valkey_api::v1alpha1::{BackupPhase, BackupSourceKind};
+    let mut running: Vec<String> = backups
+        .state()
+        .iter()
+        .filter_map(|guarded| guarded.0.as_ref().ok())
+        .filter(|b| {
+            b.namespace().as_deref() == Some(namespace)
+                && b.spec.source.kind == BackupSourceKind::ValkeyCluster
+                && b.spec.source.name == cluster
+                && b.meta().deletion_timestamp.is_none()
+                && b.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Running)
+        })
+        .map(|b| b.name_any())
+        .collect();
+    running.sort();
+    running.into_iter().next()
 }
 
 #[cfg(test)]

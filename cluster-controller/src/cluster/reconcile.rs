@@ -21,11 +21,12 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
 use super::status::Outcome;
-use super::{apply, bus, desired, network, observe, report, secrets, tls};
+use super::{apply, bus, desired, external, network, observe, report, secrets, tls};
 use crate::engine::{Decision, Desired, Pass, Reason, Scope};
 use crate::parent::conditions::Problem;
 use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
+use crate::parent::external::lacking_names as external_names_lacking;
 use crate::parent::node::DesiredMember;
 use crate::parent::pass::{after_step, claim_for};
 use crate::parent::secrets::Auth;
@@ -38,6 +39,9 @@ struct Prepared {
     served: Option<crate::parent::tls::Served>,
     desired: Vec<DesiredMember>,
     topology: Desired,
+    /// What a person should know that stops nothing: an external address not given yet, a
+    /// certificate of theirs that lacks an external name.
+    notice: Option<Problem>,
 }
 
 pub async fn pass(
@@ -63,8 +67,13 @@ pub async fn pass(
         served,
         desired,
         mut topology,
+        notice,
     } = prepared;
     topology.held_keys = memory.held_keys();
+    topology.slot_moves_held = ctx
+        .backups
+        .as_ref()
+        .and_then(|b| observe::running_backup(b, key.namespace(), key.name()));
 
     let members = observe::engine_members(&existing, cluster);
     let trust = served.as_ref().map(|s| &s.trust);
@@ -88,7 +97,7 @@ pub async fn pass(
     serve(ctx, cluster, key, &existing, &members, &pass).await;
 
     report::decision_events(ctx, cluster, &pass).await;
-    let outcome = report::outcome(&pass, &existing, refused.or(failing));
+    let outcome = report::outcome(&pass, &existing, refused.or(failing).or(notice));
     report::write_status(
         ctx,
         cluster,
@@ -116,6 +125,10 @@ async fn prepare(
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
+    let restore = cluster.spec.restore_from.as_ref();
+    if let Some(problem) = crate::parent::restore::not_available(restore, "ValkeyCluster") {
+        return Err(Stop::problem(problem));
+    }
     let auth = stopped(secrets::ensure(ctx, cluster, memory).await, failures, key)?;
     let served = stopped(tls::ensure(ctx, cluster, memory).await, failures, key)?;
     if let Some(served) = &served {
@@ -139,9 +152,13 @@ async fn prepare(
         }
         bus::Check::Changed(problem) => return Err(Stop::problem(problem)),
     }
-    let applied = network::ensure(ctx, cluster, memory).await;
+    let applied = network::ensure(ctx, cluster, key).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
-    let desired = desired::members(cluster, &node_auth);
+    let mut desired = desired::members(cluster, &node_auth);
+    let announced = external::ensure(ctx, cluster, key, &mut desired, existing).await;
+    let pending = announced.map_err(|error| Stop::error(error, failures, key))?;
+    let lacking = served.as_ref().map(|s| s.lacking_names.as_slice());
+    let notice = pending.or_else(|| external_names_lacking(lacking.unwrap_or_default()));
     let applied = apply::member_nodes(ctx, cluster, &desired, existing).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
     if let Some(parent) = monitoring::Parent::of(cluster, "cluster", labels::CLUSTER_LABEL) {
@@ -158,6 +175,7 @@ async fn prepare(
         served,
         desired,
         topology,
+        notice,
     }))
 }
 
@@ -362,7 +380,11 @@ impl Reconciler for Context {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
         self.stage_failures.succeeded(key);
-        self.serving.forget(key);
+        self.applier.forget(key);
+        self.secrets.forget(
+            key.namespace(),
+            &crate::parent::secret_cache::named_after(key.name()),
+        );
     }
 }
 
@@ -510,16 +532,7 @@ mod tests {
             ] {
                 api.expect(Method::PATCH, path).await.echo();
             }
-            api.expect(
-                Method::GET,
-                "/apis/policy/v1/namespaces/prod/poddisruptionbudgets?",
-            )
-            .await
-            .answer(
-                http::StatusCode::OK,
-                &serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList",
-                    "metadata": {}, "items": []}),
-            );
+            // Budgets of shards gone are found in the watch cache: no list.
             // No member is in the cache yet, so the engine waits; the status says so.
             let status = api
                 .expect(

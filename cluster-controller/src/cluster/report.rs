@@ -179,7 +179,12 @@ pub async fn write_status(
                 .collect(),
         );
     }
-    if previous == Some(&new) {
+    // lastSuccessfulBackup is the backup controller's (never in `new`): not a change of ours.
+    let ours = previous.map(|p| ValkeyClusterStatus {
+        last_successful_backup: None,
+        ..p.clone()
+    });
+    if ours.as_ref() == Some(&new) {
         return Ok(());
     }
     plumbing::conditions::log_status_change(

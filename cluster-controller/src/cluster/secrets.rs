@@ -27,6 +27,7 @@ pub fn cluster_parent<'a>(
 ) -> (Tools<'a>, Parent<'a, ValkeyCluster>) {
     let tools = Tools {
         client: &ctx.client,
+        secrets: &ctx.secrets,
         events: &ctx.events,
         rotation_grace: ctx.settings.password_rotation_grace,
     };

@@ -156,8 +156,9 @@ pub fn compute(
             }),
         // The caller records an acknowledgement acted on (see [`accepted_loss`]).
         accepted_loss: previous.and_then(|s| s.accepted_loss.clone()),
-        // Backups record their newest success here; a pass over the members never changes it.
-        last_successful_backup: previous.and_then(|s| s.last_successful_backup.clone()),
+        // The backup controller's own (its field manager's): a pass over the members never
+        // applies it, so never takes it away.
+        last_successful_backup: None,
         password_secret_name: password_secret.map(str::to_owned),
         // The members' nodes: the caller sets them from the pass; otherwise they stand.
         node_ids: previous.and_then(|s| s.node_ids.clone()),

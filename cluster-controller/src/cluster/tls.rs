@@ -19,5 +19,14 @@ pub async fn ensure(
     if let Some(problem) = unsupported(tls) {
         return Ok(Err(problem));
     }
-    ensure_for(&tools, &parent, tls, DEFAULT_CERTIFICATE_LIFETIME, memory).await
+    let external = super::external::certificate_names(ctx, cluster);
+    ensure_for(
+        &tools,
+        &parent,
+        tls,
+        DEFAULT_CERTIFICATE_LIFETIME,
+        memory,
+        &external,
+    )
+    .await
 }

@@ -31,6 +31,10 @@ pub struct Member {
     /// when known: primaries are kept apart by them.
     pub node_name: Option<String>,
     pub zone: Option<String>,
+    /// The address the member tells clients outside Kubernetes (its ValkeyNode's
+    /// `cluster-announce-client-ipv4`), which Valkey shows in place of its pod IP: the engine
+    /// reads it back as the member's (see `with_internal_addresses`).
+    pub announced: Option<std::net::IpAddr>,
 }
 
 impl Member {
@@ -48,6 +52,7 @@ impl Member {
             node_id: None,
             node_name: None,
             zone: None,
+            announced: None,
         }
     }
 
@@ -93,6 +98,9 @@ pub struct Desired {
     /// has been served once, and never after: a slot lost later must stay a loss the user
     /// decides on, not be handed again to a first member.
     pub restore: Option<Vec<SlotSet>>,
+    /// Why no slot move may start now, when one may not: a backup of the cluster is being
+    /// captured (its name). Moves already under way go on.
+    pub slot_moves_held: Option<String>,
 }
 
 /// What the user allows when data is lost (`spec.onSlotsLost`, `spec.acceptLostSlots`). The
@@ -161,6 +169,7 @@ impl Desired {
                 accepted: None,
             },
             restore: None,
+            slot_moves_held: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -15,7 +15,9 @@ use crate::client::ValkeyClient;
 use crate::valkey::ParseError;
 pub use crate::valkey::acl::user_enabled;
 use crate::valkey::cluster_info::{self, ClusterInfo};
-use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, LineCache, NodeId};
+use crate::valkey::cluster_nodes::{
+    ClusterNode, ClusterNodes, LineCache, NodeId, with_internal_addresses,
+};
 use crate::valkey::info::{self, Info};
 use crate::valkey::slot_migrations::{self, SlotMigrationJob};
 use crate::valkey::value;
@@ -274,9 +276,13 @@ pub async fn observe_fenced(
     fence_user: Option<&str>,
 ) -> Observation {
     let lines = LineCache::new();
+    let internal: BTreeMap<IpAddr, IpAddr> = members
+        .iter()
+        .filter_map(|m| Some((m.announced?, m.address?.ip())))
+        .collect();
     Observation {
         members: read_every(members, |address| {
-            read_node(client, address, timeout, fence_user, &lines)
+            read_node(client, address, timeout, fence_user, &lines, &internal)
         })
         .await,
         fence_user: fence_user.map(str::to_owned),
@@ -289,6 +295,7 @@ async fn read_node(
     timeout: Duration,
     fence_user: Option<&str>,
     lines: &LineCache,
+    internal: &BTreeMap<IpAddr, IpAddr>,
 ) -> Result<NodeState, String> {
     let run = |args: &'static [&'static str]| async move {
         let mut cmd = redis::Cmd::new();
@@ -307,7 +314,10 @@ async fn read_node(
         client.command(address, &config_get, timeout),
     );
     let nodes = lines
-        .parse(&text("CLUSTER NODES", nodes.map_err(say)?)?)
+        .parse(&with_internal_addresses(
+            &text("CLUSTER NODES", nodes.map_err(say)?)?,
+            internal,
+        ))
         .map_err(say)?;
     let info = info::parse(&text("INFO", info.map_err(say)?)?).map_err(say)?;
     let cluster_info =

@@ -36,6 +36,8 @@ pub const REPLICATION_CONF_KEY: &str = "replication.conf";
 pub const OPERATOR_PASSWORD_KEY: &str = "operator-password";
 pub const HEALTHCHECK_PASSWORD_KEY: &str = "healthcheck-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
+/// The backup user's password: read by the backup controller, mounted nowhere.
+pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
 /// The password hashes each client user's servers accept (JSON: user → hashes, current last).
 pub const ACCEPTED_PASSWORDS_KEY: &str = "accepted-passwords";
 /// Key of the generated clients' password Secret.
@@ -70,15 +72,19 @@ pub fn generate_passwords() -> OperatorPasswords {
         operator: random_password(),
         healthcheck: random_password(),
         replication: random_password(),
+        backup: random_password(),
     }
 }
 
-/// The operator's passwords a Secret of ours holds, if it holds all three.
+/// The operator's passwords a Secret of ours holds, if it holds the first three. The backup
+/// user came later: a Secret written before it gets a new password for it, which this pass then
+/// writes into both Secrets and every server.
 pub fn passwords_in(secret: &Secret) -> Option<OperatorPasswords> {
     Some(OperatorPasswords {
         operator: secret_string(secret, OPERATOR_PASSWORD_KEY)?,
         healthcheck: secret_string(secret, HEALTHCHECK_PASSWORD_KEY)?,
         replication: secret_string(secret, REPLICATION_PASSWORD_KEY)?,
+        backup: secret_string(secret, BACKUP_PASSWORD_KEY).unwrap_or_else(random_password),
     })
 }
 
@@ -195,6 +201,7 @@ pub fn acl_secret(
         (OPERATOR_PASSWORD_KEY, p.operator.clone()),
         (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
         (REPLICATION_PASSWORD_KEY, p.replication.clone()),
+        (BACKUP_PASSWORD_KEY, p.backup.clone()),
         (
             ACCEPTED_PASSWORDS_KEY,
             serde_json::to_string(accepted).unwrap_or_default(),
@@ -213,6 +220,7 @@ pub fn operator_secret(
         (OPERATOR_PASSWORD_KEY, p.operator.clone()),
         (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
         (REPLICATION_PASSWORD_KEY, p.replication.clone()),
+        (BACKUP_PASSWORD_KEY, p.backup.clone()),
     ]);
     if let Some(password) = generated_client_password {
         data.insert(CLIENT_PASSWORD_COPY_KEY, password.to_owned());

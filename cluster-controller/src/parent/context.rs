@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use plumbing::ObjectKey;
 use plumbing::valkey_tls::Trust;
@@ -57,8 +57,6 @@ pub struct ParentMemory {
     /// which the cache may not show yet: a decision never acts on a record older than its own
     /// last write. Forgotten when another controller holds the parent.
     primary_written: Mutex<Option<String>>,
-    /// The NetworkPolicy last applied (as JSON), so a steady cluster writes nothing.
-    network: Mutex<Option<String>>,
     /// The PodMonitor last applied or deleted (as JSON, `null` for deleted), likewise.
     pod_monitor: Mutex<Option<String>>,
     /// Whether the cluster held keys when a pass looked (sticky): what tells a primary that lost
@@ -129,17 +127,6 @@ impl ParentMemory {
             .primary_written
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = primary.map(str::to_owned);
-    }
-
-    pub fn network_applied(&self) -> Option<String> {
-        self.network
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    pub fn remember_network(&self, applied: String) {
-        *self.network.lock().unwrap_or_else(|e| e.into_inner()) = Some(applied);
     }
 
     pub fn pod_monitor_applied(&self) -> Option<String> {
@@ -274,34 +261,4 @@ pub fn engine_fingerprint(credentials: &Credentials, trust: Option<&Trust>) -> S
         fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
     }
     fingerprint
-}
-
-/// How long applied Services and budgets are trusted to be as applied before they are sent again
-/// (nothing watches them: someone may have edited or deleted one).
-const SERVING_REFRESH: Duration = Duration::from_secs(300);
-
-/// Per parent, the fingerprint of the objects last applied beside its members (Services,
-/// budgets), and when: they are sent again only when they changed or were sent long ago.
-#[derive(Default)]
-pub struct Applied(Mutex<HashMap<ObjectKey, (String, Instant)>>);
-
-impl Applied {
-    /// Whether the objects must be applied: they changed, or were last applied long ago.
-    pub fn outdated(&self, key: &ObjectKey, fingerprint: &str) -> bool {
-        let applied = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        applied
-            .get(key)
-            .is_none_or(|(known, at)| known != fingerprint || at.elapsed() > SERVING_REFRESH)
-    }
-
-    pub fn remember(&self, key: &ObjectKey, fingerprint: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), (fingerprint, Instant::now()));
-    }
-
-    pub fn forget(&self, key: &ObjectKey) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
-    }
 }

@@ -100,6 +100,12 @@ pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
     member.allowed_revision = node.spec.allowed_revision.clone().filter(|r| !r.is_empty());
     member.node_name = status.and_then(|s| s.node_name.clone());
     member.zone = status.and_then(|s| s.zone.clone());
+    member.announced = node
+        .spec
+        .config
+        .as_ref()
+        .and_then(|c| c.get(super::external::ANNOUNCE))
+        .and_then(|ip| ip.parse().ok());
     member
 }
 

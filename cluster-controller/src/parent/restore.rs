@@ -497,3 +497,53 @@ mod tests {
         assert!(!format!("{config:?}").contains("very-secret"));
     }
 }
+
+// Until the kinds restore (docs/design/backup.md): a parent that asks for a restore is not
+// formed at all, rather than formed empty.
+/// The problem of a parent that asks for a restore, naming what it asked for.
+pub fn not_available(
+    restore_from: Option<&RestoreFrom>,
+    kind: &str,
+) -> Option<super::conditions::Problem> {
+    let from = restore_from?;
+    let what = match (&from.backup, &from.path) {
+        (Some(backup), _) => format!("ValkeyBackup {backup}"),
+        (None, Some(path)) => format!("the backup at {path}"),
+        (None, None) => "a backup".to_owned(),
+    };
+    Some(super::conditions::Problem {
+        reason: "RestoreNotAvailable".into(),
+        message: format!(
+            "spec.restoreFrom asks to start from {what}, and this version of the operator cannot restore yet; no member is created, so the {kind} does not start empty. Delete this {kind} and create it without restoreFrom, or restore with an operator version that supports it."
+        ),
+    })
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::*;
+
+    #[test]
+    fn no_restore_asked_nothing_to_say() {
+        assert!(not_available(None, "ValkeyCluster").is_none());
+    }
+
+    #[test]
+    fn a_restore_asked_is_refused_naming_the_backup() {
+        let from: RestoreFrom = serde_json::from_value(serde_json::json!({"backup": "nightly"}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let problem =
+            not_available(Some(&from), "ValkeyCluster").unwrap_or_else(|| panic!("taken"));
+        assert_eq!(problem.reason, "RestoreNotAvailable");
+        assert!(
+            problem.message.contains("ValkeyBackup nightly"),
+            "{}",
+            problem.message
+        );
+        assert!(
+            problem.message.contains("does not start empty"),
+            "{}",
+            problem.message
+        );
+    }
+}

@@ -8,6 +8,7 @@
 //! client can act as the operator, in an open cluster too.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use std::time::Duration;
@@ -24,6 +25,7 @@ use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
 use super::node::NodeAuth;
+use super::secret_cache::SecretCache;
 use crate::access::rights::DEFAULT_USER;
 use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
 use crate::client::{self, Credentials};
@@ -66,6 +68,8 @@ pub struct Parent<'a, K> {
 /// What the stage uses of a controller: the API, Events, and how long a rotated password stays.
 pub struct Tools<'a> {
     pub client: &'a kube::Client,
+    /// Where the Secrets are read from (a watch, not a GET each pass).
+    pub secrets: &'a SecretCache,
     pub events: &'a EventPublisher,
     pub rotation_grace: Duration,
 }
@@ -93,7 +97,6 @@ where
     let current = match read_own(
         ctx,
         parent,
-        &secrets,
         &[&acl_name, &operator_name],
         "it will not overwrite or use a Secret it did not create; delete or rename it, and the operator creates its own",
     )
@@ -102,11 +105,15 @@ where
         Ok(current) => current,
         Err(problem) => return Ok(Err(problem)),
     };
-    let acl = current.get(&acl_name);
+    let acl = current.get(&acl_name).map(AsRef::as_ref);
     // Any copy will do, newest knowledge first; a cluster with none gets new ones.
     let passwords = acl
         .and_then(auth::passwords_in)
-        .or_else(|| current.get(&operator_name).and_then(auth::passwords_in))
+        .or_else(|| {
+            current
+                .get(&operator_name)
+                .and_then(|s| auth::passwords_in(s))
+        })
         .or_else(|| memory.passwords())
         .unwrap_or_else(auth::generate_passwords);
     memory.remember_passwords(&passwords);
@@ -120,12 +127,12 @@ where
     let (default_password, password_secret) = if auth_spec.enabled {
         let found = match &auth_spec.password_secret {
             Some(reference) => {
-                read_password(&secrets, reference, "spec.auth.passwordSecret").await?
+                read_password(ctx, &namespace, reference, "spec.auth.passwordSecret").await?
             }
             None => {
                 let kept = current
                     .get(&operator_name)
-                    .and_then(auth::client_password_copy)
+                    .and_then(|s| auth::client_password_copy(s))
                     .or_else(|| memory.client_password());
                 let served = stored.get(DEFAULT_USER).is_some_and(|h| !h.is_empty());
                 let found = generated_client_password(ctx, &secrets, parent, kept, served).await?;
@@ -146,7 +153,7 @@ where
     let mut named = Vec::new();
     for (i, user) in auth_spec.users.iter().flatten().enumerate() {
         let field = format!("spec.auth.users[{i}].passwordSecret ({})", user.name);
-        match read_password(&secrets, &user.password_secret, &field).await? {
+        match read_password(ctx, &namespace, &user.password_secret, &field).await? {
             Ok(password) => named.push((user, password)),
             Err(problem) => return Ok(Err(problem)),
         }
@@ -201,8 +208,8 @@ where
         auth::operator_secret(&place, &passwords, generated.as_deref()),
     ] {
         let secret_name = want.name_any();
-        if !holds(current.get(&secret_name), &want) {
-            secrets
+        if !holds(current.get(&secret_name).map(AsRef::as_ref), &want) {
+            let written = secrets
                 .patch(
                     &secret_name,
                     &PatchParams::apply(FIELD_MANAGER).force(),
@@ -210,6 +217,7 @@ where
                 )
                 .await
                 .map_err(api_error(format!("writing Secret {secret_name}")))?;
+            ctx.secrets.written(written).await;
         }
     }
 
@@ -254,12 +262,14 @@ fn secret_of(auth: &valkey_api::v1alpha1::Auth, cluster: &str) -> String {
 
 /// A password from a Secret the user names; `Ok(Err(problem))` when it is missing or empty.
 async fn read_password(
-    secrets: &Api<Secret>,
+    tools: &Tools<'_>,
+    namespace: &str,
     reference: &SecretKeyRef,
     field: &str,
 ) -> Result<Result<String, Problem>, Error> {
-    let secret = secrets
-        .get_opt(&reference.name)
+    let secret = tools
+        .secrets
+        .get(namespace, &reference.name)
         .await
         .map_err(api_error(format!("reading Secret {}", reference.name)))?;
     let Some(secret) = secret else {
@@ -290,15 +300,16 @@ async fn read_password(
 pub async fn read_own<K: Resource<DynamicType = ()>>(
     tools: &Tools<'_>,
     parent: &Parent<'_, K>,
-    secrets: &Api<Secret>,
     names: &[&String],
     consequence: &str,
-) -> Result<Result<BTreeMap<String, Secret>, Problem>, Error> {
+) -> Result<Result<BTreeMap<String, Arc<Secret>>, Problem>, Error> {
     let uid = parent.object.meta().uid.clone().unwrap_or_default();
+    let namespace = parent.object.namespace().unwrap_or_default();
     let mut current = BTreeMap::new();
     for &secret_name in names {
-        let found = secrets
-            .get_opt(secret_name)
+        let found = tools
+            .secrets
+            .get(&namespace, secret_name)
             .await
             .map_err(api_error(format!("reading Secret {secret_name}")))?;
         if let Some(secret) = found {
@@ -355,8 +366,10 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
 ) -> Result<Result<String, Problem>, Error> {
     let name = parent.object.name_any();
     let secret_name = auth::generated_password_secret_name(&name);
-    let existing = secrets
-        .get_opt(&secret_name)
+    let namespace = parent.object.namespace().unwrap_or_default();
+    let existing = ctx
+        .secrets
+        .get(&namespace, &secret_name)
         .await
         .map_err(api_error(format!("reading Secret {secret_name}")))?;
     let foreign = || {
@@ -397,7 +410,11 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
         None => auth::random_password(),
     };
     let secret = auth::generated_password_secret(parent.label, &name, &password);
-    match secrets.create(&PostParams::default(), &secret).await {
+    let created = secrets.create(&PostParams::default(), &secret).await;
+    if let Ok(created) = &created {
+        ctx.secrets.written(created.clone()).await;
+    }
+    match created {
         Ok(_) if restored => {
             ctx.events
                 .warning(
@@ -726,6 +743,7 @@ mod tests {
                     ("operator-password", "kept-op"),
                     ("healthcheck-password", "kept-hc"),
                     ("replication-password", "kept-rep"),
+                    ("backup-password", "kept-bk"),
                 ],
             );
             expect_get(&mut api, "cache-operator")
@@ -769,6 +787,7 @@ mod tests {
                 ("operator-password", "op"),
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
+                ("backup-password", "bk"),
                 ("accepted-passwords", &accepted),
             ],
         );
@@ -780,6 +799,7 @@ mod tests {
                 ("operator-password", "op"),
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
+                ("backup-password", "bk"),
                 ("client-password", "the-clients-pw"),
             ],
         );
@@ -842,6 +862,7 @@ mod tests {
                 ("operator-password", "op"),
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
+                ("backup-password", "bk"),
                 ("accepted-passwords", &accepted),
             ],
         );

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use valkey_api::contract::VALKEY_PORT;
 
 use super::labels::FIELD_MANAGER;
@@ -88,6 +88,56 @@ pub fn client_services(
         service(name.to_owned(), false),
         service(format!("{name}-headless"), true),
     ]
+}
+
+/// Whether the Service as it is already says what `want` says (what this controller sets).
+pub fn service_as_wanted(current: &Service, want: &Service) -> bool {
+    let spec = |s: &Service| {
+        s.spec.as_ref().map(|spec| {
+            (
+                spec.selector.clone(),
+                spec.ports.clone(),
+                spec.type_.clone(),
+            )
+        })
+    };
+    let ports_match = match (spec(current), spec(want)) {
+        (Some((selector, ports, kind)), Some((want_selector, want_ports, want_kind))) => {
+            selector == want_selector
+                && kind == want_kind
+                && ports
+                    .unwrap_or_default()
+                    .iter()
+                    .zip(want_ports.unwrap_or_default().iter())
+                    .all(|(p, w)| {
+                        p.port == w.port && p.target_port == w.target_port && p.name == w.name
+                    })
+        }
+        _ => false,
+    };
+    let balancer = |s: &Service| {
+        s.spec.as_ref().map(|spec| {
+            (
+                spec.load_balancer_class.clone(),
+                spec.load_balancer_source_ranges.clone().unwrap_or_default(),
+            )
+        })
+    };
+    ports_match
+        && balancer(current) == balancer(want)
+        && want
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .all(|(k, v)| current.annotations().get(k) == Some(v))
+        && current.metadata.owner_references == want.metadata.owner_references
+        && want
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .all(|(k, v)| current.labels().get(k) == Some(v))
 }
 
 /// A PodDisruptionBudget over the pods `selector` picks: at most one evicted at once, or none

@@ -50,6 +50,9 @@ pub struct Served {
     pub node: NodeTls,
     /// What the operator verifies the servers against.
     pub trust: Trust,
+    /// The external names (see [`crate::parent::external`]) that a certificate of the user's
+    /// does not name: clients outside that verify the server's name would refuse it.
+    pub lacking_names: Vec<String>,
 }
 
 /// The Secret of the operator's server certificate for the parent `parent`.
@@ -105,6 +108,7 @@ pub async fn ensure_for<K>(
     tls: &Tls,
     lifetime: Duration,
     memory: &ParentMemory,
+    external_names: &[String],
 ) -> Result<Result<Option<Served>, Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -114,15 +118,19 @@ where
     }
     let namespace = parent.object.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(tools.client.clone(), &namespace);
-    let (secret, trust) = match &tls.certificate_secret {
-        Some(name) => match users_secret(&secrets, name).await? {
-            Ok(trust) => (name.clone(), trust),
+    let (secret, trust, lacking_names) = match &tls.certificate_secret {
+        Some(name) => match users_secret(tools, &namespace, name, external_names).await? {
+            Ok((trust, lacking)) => (name.clone(), trust, lacking),
             Err(problem) => return Ok(Err(problem)),
         },
-        None => match operators_secret(tools, parent, &secrets, lifetime, memory).await? {
-            Ok(found) => found,
-            Err(problem) => return Ok(Err(problem)),
-        },
+        None => {
+            let issued =
+                operators_secret(tools, parent, &secrets, lifetime, memory, external_names);
+            match issued.await? {
+                Ok((secret, trust)) => (secret, trust, Vec::new()),
+                Err(problem) => return Ok(Err(problem)),
+            }
+        }
     };
     Ok(Ok(Some(Served {
         node: NodeTls {
@@ -130,13 +138,20 @@ where
             plaintext_port: tls.plaintext,
         },
         trust,
+        lacking_names,
     })))
 }
 
 /// The user's Secret, checked: the three keys, each certificate readable.
-async fn users_secret(secrets: &Api<Secret>, name: &str) -> Result<Result<Trust, Problem>, Error> {
-    let found = secrets
-        .get_opt(name)
+async fn users_secret(
+    tools: &Tools<'_>,
+    namespace: &str,
+    name: &str,
+    external_names: &[String],
+) -> Result<Result<(Trust, Vec<String>), Problem>, Error> {
+    let found = tools
+        .secrets
+        .get(namespace, name)
         .await
         .map_err(api_error(format!("reading Secret {name}")))?;
     let Some(secret) = found else {
@@ -174,7 +189,18 @@ async fn users_secret(secrets: &Api<Secret>, name: &str) -> Result<Result<Trust,
             ));
         }
     }
-    Ok(Ok(Trust::from_pem(value(TLS_CA_KEY).unwrap_or_default())))
+    let named = value(TLS_CERT_KEY)
+        .and_then(|pem| issue::names_in(&pem))
+        .unwrap_or_default();
+    let lacking = external_names
+        .iter()
+        .filter(|wanted| !issue::names_cover(&named, wanted))
+        .cloned()
+        .collect();
+    Ok(Ok((
+        Trust::from_pem(value(TLS_CA_KEY).unwrap_or_default()),
+        lacking,
+    )))
 }
 
 /// The operator's CA and server certificate, created, renewed or kept. A CA Secret that is
@@ -187,6 +213,7 @@ async fn operators_secret<K>(
     secrets: &Api<Secret>,
     lifetime: Duration,
     memory: &ParentMemory,
+    external_names: &[String],
 ) -> Result<Result<(String, Trust), Problem>, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -200,7 +227,6 @@ where
     let current = match read_own(
         tools,
         parent,
-        secrets,
         &[&ca_name, &cert_name, &copy_name],
         consequence,
     )
@@ -247,7 +273,12 @@ where
             };
             let data =
                 BTreeMap::from([(TLS_CA_KEY, ca.cert.clone()), (CA_KEY_KEY, ca.key.clone())]);
-            write(secrets, auth::owned_secret(&place, ca_name.clone(), data)).await?;
+            write(
+                tools,
+                secrets,
+                auth::owned_secret(&place, ca_name.clone(), data),
+            )
+            .await?;
             if restored {
                 let message = format!(
                     "Secret {ca_name} was gone; it is created again with the same CA from the \
@@ -273,7 +304,7 @@ where
             (CA_COPY_KEY_KEY, ca.key.clone()),
         ]);
         let copy = auth::owned_secret(&place, copy_name.clone(), data);
-        secrets
+        let written = secrets
             .patch(
                 &copy_name,
                 &PatchParams::apply(CA_COPY_MANAGER).force(),
@@ -283,23 +314,39 @@ where
             .map_err(api_error(format!(
                 "keeping the CA's copy in Secret {copy_name}"
             )))?;
+        tools.secrets.written(written).await;
     }
 
-    let stored_cert = current.get(&cert_name);
+    let stored_cert = current.get(&cert_name).map(AsRef::as_ref);
     let signed_by_ca = stored_cert.and_then(|s| string(s, TLS_CA_KEY)).as_deref() == Some(&ca.cert);
     let leaf = stored_cert.and_then(|s| string(s, TLS_CERT_KEY));
     let due = leaf
         .as_deref()
         .is_none_or(|cert| issue::renewal_due(cert.as_bytes(), now, lifetime));
-    if !signed_by_ca || due || stored_cert.and_then(|s| string(s, TLS_KEY_KEY)).is_none() {
-        let names = certificate_names(&name, &namespace);
+    // A new external address or name is a reason to issue it again.
+    let names_all = leaf
+        .as_deref()
+        .and_then(|cert| issue::names_in(cert.as_bytes()))
+        .is_some_and(|named| external_names.iter().all(|w| issue::names_cover(&named, w)));
+    if !signed_by_ca
+        || due
+        || !names_all
+        || stored_cert.and_then(|s| string(s, TLS_KEY_KEY)).is_none()
+    {
+        let mut names = certificate_names(&name, &namespace);
+        names.extend(external_names.iter().cloned());
         let issued = issue::issue_server(&ca, &names, now, lifetime).map_err(failed)?;
         let data = BTreeMap::from([
             (TLS_CERT_KEY, issued.cert),
             (TLS_KEY_KEY, issued.key),
             (TLS_CA_KEY, ca.cert.clone()),
         ]);
-        write(secrets, auth::owned_secret(&place, cert_name.clone(), data)).await?;
+        write(
+            tools,
+            secrets,
+            auth::owned_secret(&place, cert_name.clone(), data),
+        )
+        .await?;
         let (reason, verb) = if stored_cert.is_some() {
             ("CertificateRenewed", "Renewed")
         } else {
@@ -318,9 +365,9 @@ where
     Ok(Ok((cert_name, Trust::from_pem(ca.cert.into_bytes()))))
 }
 
-async fn write(secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
+async fn write(tools: &Tools<'_>, secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
     let name = secret.name_any();
-    secrets
+    let written = secrets
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -328,6 +375,7 @@ async fn write(secrets: &Api<Secret>, secret: Secret) -> Result<(), Error> {
         )
         .await
         .map_err(api_error(format!("writing Secret {name}")))?;
+    tools.secrets.written(written).await;
     Ok(())
 }
 
@@ -425,6 +473,7 @@ mod tests {
             &c.spec.tls,
             DEFAULT_CERTIFICATE_LIFETIME,
             &memory,
+            &[],
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"))

@@ -308,6 +308,45 @@ impl LineCache {
     }
 }
 
+/// `CLUSTER NODES` as the members reach each other. A node that announces an address to clients
+/// (`cluster-announce-client-ipv4`, for clients outside Kubernetes) is shown at that address to
+/// every client over IPv4, the operator included, while the cluster bus and replication use its
+/// pod IP. `internal` maps each announced address back to the pod IP of the member that
+/// announces it (what the operator set, not what it read), so the rules that compare addresses
+/// judge the addresses the cluster itself uses. Lines with no announced address are left as
+/// they are.
+pub fn with_internal_addresses<'a>(
+    text: &'a str,
+    internal: &std::collections::BTreeMap<IpAddr, IpAddr>,
+) -> std::borrow::Cow<'a, str> {
+    if internal.is_empty() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let mut fields = line.splitn(3, ' ');
+        let (Some(id), Some(address), rest) = (fields.next(), fields.next(), fields.next()) else {
+            out.push_str(line);
+            continue;
+        };
+        let mapped = address.split_once(':').and_then(|(ip, tail)| {
+            let to = internal.get(&ip.parse::<IpAddr>().ok()?)?;
+            Some(format!("{to}:{tail}"))
+        });
+        match (mapped, rest) {
+            (Some(address), Some(rest)) => {
+                out.push_str(id);
+                out.push(' ');
+                out.push_str(&address);
+                out.push(' ');
+                out.push_str(rest);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The fields of a line that are the viewer's own: ping-sent, pong-recv, link-state.
 const VIEWER_FIELDS: [usize; 3] = [4, 5, 7];
 /// The fields every line has before its slots.
@@ -510,6 +549,41 @@ fn parse_address(text: &str) -> Option<Address> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn announced_client_addresses_read_back_as_the_members_pod_ips() {
+        let text = "\
+aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 10.213.255.7:6379@20001 myself,master - 0 0 1 connected 0-8191
+bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb 10.213.255.9:6379@20001,host master - 0 1 2 connected 8192-16383
+cccccccccccccccccccccccccccccccccccccccc 10.213.1.5:6379@20001 slave aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 0 1 1 connected
+";
+        let internal = std::collections::BTreeMap::from([
+            (ip("10.213.255.7"), ip("10.213.1.3")),
+            (ip("10.213.255.9"), ip("10.213.2.4")),
+        ]);
+        let nodes = parse(&with_internal_addresses(text, &internal)).unwrap_or_default();
+        let ips: Vec<_> = nodes.nodes().iter().map(|n| n.ip_addr()).collect();
+        assert_eq!(
+            ips,
+            [
+                Some(ip("10.213.1.3")),
+                Some(ip("10.213.2.4")),
+                Some(ip("10.213.1.5"))
+            ],
+            "announced addresses map back; others stay"
+        );
+        assert_eq!(nodes.nodes()[1].bus_port, 20001);
+        assert_eq!(nodes.nodes()[1].hostname.as_deref(), Some("host"));
+        assert_eq!(nodes.nodes()[0].slots.count(), 8192);
+        assert!(matches!(
+            with_internal_addresses(text, &Default::default()),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
 
     const ID_A: &str = "cafe8f0ee03094df09eaac79907865f1b906ad6e";
 

@@ -26,6 +26,7 @@ fn operator_passwords() -> OperatorPasswords {
         operator: "op-secret".into(),
         healthcheck: "hc-secret".into(),
         replication: "rep-secret".into(),
+        backup: "bk-secret".into(),
     }
 }
 
@@ -548,6 +549,7 @@ async fn a_server_without_the_operators_users_is_brought_in_through_the_default_
             operator: "another".into(),
             healthcheck: "hc".into(),
             replication: "rep".into(),
+            backup: "bk".into(),
         },
         [],
     );

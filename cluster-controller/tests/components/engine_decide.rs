@@ -71,6 +71,32 @@ fn members_not_created_yet_are_waited_for() {
     );
 }
 
+/// While a backup of the cluster is captured, no slot move starts (the backup would hold a slot
+/// in two shards or in none); the wait names the backup.
+#[test]
+fn no_slot_move_starts_while_a_backup_runs() {
+    let mut members = v9_members();
+    members.push(member(3, 0, "127.0.0.67"));
+    let world = World::new("v9", &v9_primary(), members, &[]);
+    let held = Desired {
+        slot_moves_held: Some("nightly".into()),
+        ..Desired::new(4, 0)
+    };
+    let decision = world.decide(held);
+    assert_eq!(decision.reason(), Reason::BackupRunning, "{decision}");
+    assert!(decision.message().contains("nightly"), "{decision}");
+    assert!(
+        matches!(
+            world.decide(Desired::new(4, 0)),
+            Decision::Act {
+                action: Action::StartAtomicMigration { .. },
+                ..
+            }
+        ),
+        "without the backup the move starts"
+    );
+}
+
 #[test]
 fn a_new_shard_gets_slots_by_atomic_migration_on_valkey_9() {
     let mut members = v9_members();

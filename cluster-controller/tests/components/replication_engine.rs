@@ -40,7 +40,19 @@ async fn forms_and_serves(binary: Binary, subnet: u8) {
     assert_eq!(lab.role(1).await, "slave");
     let confirmed = lab.write_confirmed(0, "k", 50).await;
     assert_eq!(confirmed.len(), 50, "every write is confirmed by a replica");
-    assert!(lab.missing(2, &confirmed).await.is_empty());
+    // WAIT 1 vouches for one replica; the other gets every write too, a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let missing = lab.missing(2, &confirmed).await;
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "r-2 still lacks {missing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Replicas refuse writes.
     assert!(lab.command(1, &["SET", "x", "y"]).await.is_err());
 }

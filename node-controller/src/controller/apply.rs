@@ -1,5 +1,6 @@
 //! The apply stage: each child server-side applied, and only when it differs from what this
-//! process last applied or the live object moved since; an Event when this controller created a
+//! process last applied or someone changed the live object since (its generation, or its
+//! resourceVersion for a kind without one: see `plumbing::apply::written_version`); an Event when this controller created a
 //! child or changed what it wants of one.
 
 use kube::Resource;
@@ -38,9 +39,11 @@ where
         serde_json::to_vec(object).unwrap_or_default(),
     ));
     let live = store.get(&ObjectRef::new(&name).within(namespace));
+    // The generation where the kind has one: a StatefulSet's status moves with every pod
+    // that comes or goes, and re-sending an unchanged workload for each was a write for nothing.
     let live_version = live
         .as_ref()
-        .and_then(|l| l.meta().resource_version.clone());
+        .and_then(|l| plumbing::apply::written_version(l.meta()));
     let last = ctx.last_applied(key, &child);
     if let (Some(last), Some(live_version)) = (&last, &live_version)
         && last.hash == hash
@@ -62,7 +65,7 @@ where
             name: name.clone(),
             source,
         })?;
-    let new_version = result.meta().resource_version.clone().unwrap_or_default();
+    let new_version = plumbing::apply::written_version(result.meta()).unwrap_or_default();
     ctx.remember_applied(
         key,
         child,

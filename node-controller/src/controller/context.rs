@@ -24,6 +24,8 @@ pub struct Stores {
     pub deployments: Store<Deployment>,
     pub config_maps: Store<ConfigMap>,
     pub pvcs: Store<PersistentVolumeClaim>,
+    /// The Secrets the nodes name (credentials, TLS), from a watch of their metadata.
+    pub secrets: plumbing::secret_cache::SecretCache,
 }
 
 /// What was last applied of one child: the hash of the object sent and the resourceVersion

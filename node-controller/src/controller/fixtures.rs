@@ -32,6 +32,7 @@ pub fn context() -> (Context, ApiServer) {
         deployments: reflector::store().0,
         config_maps: reflector::store().0,
         pvcs: reflector::store().0,
+        secrets: plumbing::secret_cache::SecretCache::unwatched(client.clone()),
     };
     (Context::new(client, events, stores), api)
 }

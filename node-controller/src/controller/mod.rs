@@ -27,11 +27,12 @@ pub mod secrets;
 pub mod volume;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
-use kube::Resource;
-use kube::core::DeserializeGuard;
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use kube::core::{DeserializeGuard, PartialObjectMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use plumbing::secret_cache::SecretCache;
 use valkey_api::v1alpha1::ValkeyNode;
 
 use crate::names::{FIELD_MANAGER, NODE_LABEL};
@@ -50,12 +51,16 @@ pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
     let deployments = handles.cache::<Deployment>(ours.clone());
     let config_maps = handles.cache::<ConfigMap>(ours.clone());
     let pvcs = handles.cache::<PersistentVolumeClaim>(ours);
+    // Every Secret's metadata: the credentials and TLS Secrets the nodes name, read by name once
+    // per change (see `plumbing::secret_cache`), and a change to one looks at its nodes at once.
+    let secrets = handles.metadata_cache::<Secret>(watcher::Config::default());
     let stores = Stores {
         pods: pods.store(),
         stateful_sets: stateful_sets.store(),
         deployments: deployments.store(),
         config_maps: config_maps.store(),
         pvcs: pvcs.store(),
+        secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
     };
     let mut ctx = Context::new(handles.client.clone(), handles.events.clone(), stores);
     ctx.render = render;
@@ -63,7 +68,9 @@ pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
         .run(
             nodes,
             |controller| {
+                let nodes = controller.store();
                 controller
+                    .watches_stream(secrets.touched(), move |secret| naming(&nodes, &secret))
                     .owns_stream(stateful_sets.touched())
                     .owns_stream(deployments.touched())
                     .owns_stream(config_maps.touched())
@@ -73,6 +80,27 @@ pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
             ctx,
         )
         .await;
+}
+
+/// The nodes that name `secret` (for their credentials or their TLS).
+fn naming(
+    nodes: &Store<DeserializeGuard<ValkeyNode>>,
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<DeserializeGuard<ValkeyNode>>> {
+    let (namespace, name) = (secret.namespace(), secret.name_any());
+    nodes
+        .state()
+        .iter()
+        .filter(|guard| guard.namespace() == namespace)
+        .filter(|guard| {
+            guard.0.as_ref().is_ok_and(|node| {
+                let credentials = node.spec.credentials.as_ref().map(|c| &c.secret_name);
+                let tls = node.spec.tls.as_ref().map(|t| &t.secret_name);
+                credentials == Some(&name) || tls == Some(&name)
+            })
+        })
+        .map(|guard| ObjectRef::from_obj(guard.as_ref()))
+        .collect()
 }
 
 /// Pods and PVCs point at their ValkeyNode through the `valkey.io/node` label.

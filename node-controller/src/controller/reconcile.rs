@@ -41,8 +41,8 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         }
     };
 
-    let mut known = ctx.credentials.read(node, &ctx.client).await?;
-    let trust = secrets::read_trust(node, &ctx.client).await?;
+    let mut known = ctx.credentials.read(node, &ctx.stores.secrets).await?;
+    let trust = secrets::read_trust(node, &ctx.stores.secrets).await?;
 
     let stores = &ctx.stores;
     let pods = stores.pods.state();
@@ -64,7 +64,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         // the Secret again and ask once more before saying the node is not ready. Only then: a
         // server that does not answer would make the pass wait for its timeout twice.
         ctx.credentials.forget(node);
-        known = ctx.credentials.read(node, &ctx.client).await?;
+        known = ctx.credentials.read(node, &ctx.stores.secrets).await?;
         answer = ask(node, pod, &known, &trust).await;
     }
     let secrets::Read {

@@ -60,6 +60,18 @@ async fn announce(
             .unwrap_or_default();
         events.push((true, "NotReady", message));
     }
+    // The kernel killed the server for its memory limit: a Warning of its own, whether or not
+    // the node was ready when it happened (the NotReady above quotes the same message).
+    let ready_reason = |s: Option<&ValkeyNodeStatus>| {
+        s.and_then(|s| s.conditions.as_deref())
+            .and_then(|c| plumbing::conditions::find_condition(c, status::READY))
+            .map(|c| c.reason.clone())
+    };
+    if let Some(now) = ready_condition.filter(|c| c.reason == status::OOM_KILLED)
+        && ready_reason(previous).as_deref() != Some(status::OOM_KILLED)
+    {
+        events.push((true, status::OOM_KILLED, now.message.clone()));
+    }
     let was_role = previous.and_then(|s| s.role);
     if let (Some(before), Some(now)) = (was_role, status.role)
         && before != now

@@ -7,9 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use plumbing::secret_cache::SecretCache;
 use plumbing::valkey_tls::Trust;
 use valkey_api::contract::TLS_CA_KEY;
 use valkey_api::v1alpha1::ValkeyNode;
@@ -18,12 +17,11 @@ use super::error::Error;
 use crate::probe::Credentials;
 use crate::status::CredentialsState;
 
-/// How long credentials read from a Secret are used without reading it again. A ready node is
-/// looked at every 10 s, and its Secret was read each time: over a fleet at rest, six reads a
-/// minute for each node, for a value that almost never changes. Now each Secret is read about
-/// once a minute, whatever the number of nodes naming it, and at once when the server refuses
-/// what was remembered (see [`Known::forget`]). A Secret deleted or emptied is said in the
-/// `Credentials` condition within this long.
+/// How long credentials found in a Secret are used without looking at it again; at once when
+/// the server refuses what was remembered (see [`Known::forget`]). A look costs no request while
+/// the Secret is unchanged (the Secrets come from a watch of their metadata, see
+/// [`SecretCache`]). A Secret deleted or emptied is said in the `Credentials` condition within
+/// this long.
 pub const CREDENTIALS_FRESH: Duration = Duration::from_secs(60);
 
 /// Where a node's credentials come from, in the Secret it names.
@@ -55,7 +53,7 @@ pub struct Known(Mutex<HashMap<Source, (Credentials, Instant)>>);
 impl Known {
     /// The credentials `node` names, from memory when read from its Secret less than
     /// [`CREDENTIALS_FRESH`] ago, else from the Secret (`remembered` says which).
-    pub async fn read(&self, node: &ValkeyNode, client: &Client) -> Result<Read, Error> {
+    pub async fn read(&self, node: &ValkeyNode, secrets: &SecretCache) -> Result<Read, Error> {
         let Some(source) = Source::of(node) else {
             return Ok(Read::default());
         };
@@ -66,7 +64,7 @@ impl Known {
                 remembered: true,
             });
         }
-        let (state, credentials) = read(node, client).await?;
+        let (state, credentials) = read(node, secrets).await?;
         let mut known = self.lock();
         known.retain(|_, (_, read_at)| read_at.elapsed() < CREDENTIALS_FRESH);
         match &credentials {
@@ -115,14 +113,13 @@ pub struct Read {
 /// function except as the `Credentials` whose Debug hides the password.
 pub async fn read(
     node: &ValkeyNode,
-    client: &Client,
+    secrets: &SecretCache,
 ) -> Result<(Option<CredentialsState>, Option<Credentials>), Error> {
     let Some(spec) = &node.spec.credentials else {
         return Ok((None, None));
     };
-    let api: Api<Secret> = Api::namespaced(client.clone(), &node.namespace().unwrap_or_default());
-    let secret = api
-        .get_opt(&spec.secret_name)
+    let secret = secrets
+        .get(&node.namespace().unwrap_or_default(), &spec.secret_name)
         .await
         .map_err(|source| Error::Secret {
             name: spec.secret_name.clone(),
@@ -163,14 +160,13 @@ pub async fn read(
 /// Secret or its `ca.crt` is missing (the pod cannot start without it either).
 pub async fn read_trust(
     node: &ValkeyNode,
-    client: &Client,
+    secrets: &SecretCache,
 ) -> Result<Option<Result<Trust, String>>, Error> {
     let Some(tls) = &node.spec.tls else {
         return Ok(None);
     };
-    let api: Api<Secret> = Api::namespaced(client.clone(), &node.namespace().unwrap_or_default());
-    let secret = api
-        .get_opt(&tls.secret_name)
+    let secret = secrets
+        .get(&node.namespace().unwrap_or_default(), &tls.secret_name)
         .await
         .map_err(|source| Error::Secret {
             name: tls.secret_name.clone(),
@@ -207,6 +203,7 @@ mod tests {
         );
         let with_credentials = node(&yaml);
         let (client, mut api) = plumbing::testing::mock_client();
+        let cache = SecretCache::unwatched(client);
         let script = tokio::spawn(async move {
             api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-acl")
                 .await
@@ -226,21 +223,21 @@ mod tests {
                 );
             api.done().await;
         });
-        let missing = read(&with_credentials, &client)
+        let missing = read(&with_credentials, &cache)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
             missing,
             (Some(CredentialsState::SecretMissing { .. }), None)
         ));
-        let no_key = read(&with_credentials, &client)
+        let no_key = read(&with_credentials, &cache)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
             no_key,
             (Some(CredentialsState::KeyMissing { .. }), None)
         ));
-        let found = read(&with_credentials, &client)
+        let found = read(&with_credentials, &cache)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         script.await.unwrap_or_else(|e| panic!("{e}"));
@@ -253,7 +250,8 @@ mod tests {
 
         // A node without credentials reads nothing.
         let (client, api) = plumbing::testing::mock_client();
-        assert!(matches!(read(&node(NODE), &client).await, Ok((None, None))));
+        let cache = SecretCache::unwatched(client);
+        assert!(matches!(read(&node(NODE), &cache).await, Ok((None, None))));
         api.done().await;
     }
 
@@ -269,6 +267,7 @@ mod tests {
         };
         let (first, second) = (node(&yaml("cache-0-0")), node(&yaml("cache-0-1")));
         let (client, mut api) = plumbing::testing::mock_client();
+        let cache = SecretCache::unwatched(client);
         let script = tokio::spawn(async move {
             for password in ["czNjcmV0", "bmV3"] {
                 api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/cache-acl")
@@ -290,7 +289,7 @@ mod tests {
         let password = |read: &Read| read.credentials.as_ref().map(|c| c.password.clone());
         let read = async |node: &ValkeyNode| {
             known
-                .read(node, &client)
+                .read(node, &cache)
                 .await
                 .unwrap_or_else(|e| panic!("{e}"))
         };
@@ -318,8 +317,9 @@ mod tests {
     #[tokio::test]
     async fn a_node_without_credentials_reads_nothing_and_remembers_nothing() {
         let (client, api) = plumbing::testing::mock_client();
+        let cache = SecretCache::unwatched(client);
         let known = Known::default();
-        let read = known.read(&node(NODE), &client).await;
+        let read = known.read(&node(NODE), &cache).await;
         assert!(matches!(
             read,
             Ok(Read {

@@ -462,8 +462,11 @@ fn ready_reason(
             .clone()
             .unwrap_or_else(|| "ContainerWaiting".into());
         let detail = waiting.message.clone().unwrap_or_default();
-        let exit = last_exit_code(pod, container)
-            .map(|c| format!(" (last exit code {c})"))
+        let exit = last_exit(pod, container)
+            .map(|(code, reason)| match reason {
+                Some(reason) => format!(" (last exit code {code}, {reason})"),
+                None => format!(" (last exit code {code})"),
+            })
             .unwrap_or_default();
         return (
             reason.clone(),
@@ -471,6 +474,9 @@ fn ready_reason(
                 .trim()
                 .to_owned(),
         );
+    }
+    if !pod_ready && let Some(message) = oom_killed(pod) {
+        return (OOM_KILLED.into(), message);
     }
     match (&o.valkey, pod_ready) {
         (Some(Answer::Pong { .. }), true) => (
@@ -627,14 +633,85 @@ fn restore_state(pod: &Pod) -> RestoreState {
     }
 }
 
-fn last_exit_code(pod: &Pod, container: &str) -> Option<i32> {
+/// The exit code of the container's last run, and the runtime's reason for its end (OOMKilled,
+/// Error, Completed) when it gave one.
+fn last_exit(pod: &Pod, container: &str) -> Option<(i32, Option<String>)> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     let last = statuses
         .iter()
         .find(|s| s.name == container)?
         .last_state
         .as_ref()?;
-    Some(last.terminated.as_ref()?.exit_code)
+    let terminated = last.terminated.as_ref()?;
+    Some((terminated.exit_code, terminated.reason.clone()))
+}
+
+/// The Ready reason of a pod whose server the kernel killed for exceeding its memory limit.
+pub const OOM_KILLED: &str = "OOMKilled";
+
+/// Why a pod that is not ready is not: its server was OOM-killed, and is dead or has not been
+/// ready since the kubelet restarted it. The pod's Ready condition turned False when the kubelet
+/// saw the server die, before it started it again; a Ready condition that changed after the
+/// restart is another story (a probe failing later), which the kill of the run before does not
+/// explain. A server that is killed again and again waits in CrashLoopBackOff, whose reason wins.
+fn oom_killed(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let valkey = status
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == VALKEY_CONTAINER)?;
+    let state = valkey.state.as_ref()?;
+    let terminated = match (&state.terminated, &state.running) {
+        (Some(now), _) => now,
+        (None, Some(running)) => {
+            let last = valkey.last_state.as_ref()?.terminated.as_ref()?;
+            let started = running.started_at.as_ref()?;
+            let not_ready_since = status
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .last_transition_time
+                .as_ref()?;
+            // Whole seconds: the kubelet may start the server within the second it saw it die.
+            if not_ready_since.0.as_second() > started.0.as_second().saturating_add(1) {
+                return None;
+            }
+            last
+        }
+        (None, None) => return None,
+    };
+    if terminated.reason.as_deref() != Some(OOM_KILLED) {
+        return None;
+    }
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let limit = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == VALKEY_CONTAINER))
+        .and_then(|c| {
+            c.resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get("memory")
+                .cloned()
+        })
+        .map(|q| format!(" of {}", q.0))
+        .unwrap_or_default();
+    let at = terminated
+        .finished_at
+        .as_ref()
+        .map(|t| format!(" at {}", t.0))
+        .unwrap_or_default();
+    Some(format!(
+        "Container {VALKEY_CONTAINER} of pod {name} was OOM-killed{at}: it used more than its \
+         memory limit{limit}, and the kubelet restarted it ({} restarts); it is not ready yet. \
+         A maxmemory at or above the limit leaves the server no room: unset it (the \
+         node-controller then sets 60% of the limit) or lower it.",
+        valkey.restart_count
+    ))
 }
 
 #[cfg(test)]

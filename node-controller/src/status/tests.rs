@@ -144,6 +144,104 @@ status:
     }
 }
 
+/// A server the kernel killed for its memory limit: the pod is not ready until it is again, and
+/// the Ready condition says why; a probe failing later, long after the restart, is not blamed on
+/// it. A server that cannot start at all says so in the waiting reason's exit.
+#[test]
+fn an_oom_killed_server_is_reported_until_it_is_ready_again() {
+    let oom = |ready_changed: &str, ready: &str| {
+        pod(&format!(
+            r#"
+metadata: {{name: valkey-n-0}}
+spec: {{containers: [{{name: valkey, resources: {{limits: {{memory: 96Mi}}}}}}]}}
+status:
+  phase: Running
+  podIP: 10.213.2.7
+  conditions: [{{type: Ready, status: "{ready}", lastTransitionTime: "{ready_changed}"}}]
+  containerStatuses:
+  - name: valkey
+    image: x
+    imageID: ""
+    ready: false
+    restartCount: 1
+    state: {{running: {{startedAt: "2026-01-01T00:00:10Z"}}}}
+    lastState: {{terminated: {{exitCode: 137, reason: OOMKilled, finishedAt: "2026-01-01T00:00:09Z"}}}}
+"#
+        ))
+    };
+    for changed in [
+        "2026-01-01T00:00:09Z",
+        "2026-01-01T00:00:10Z",
+        "2026-01-01T00:00:11Z",
+    ] {
+        let p = oom(changed, "False");
+        let s = compute(None, &observed(Some(&p), None), &at(20));
+        let c = condition(&s, READY);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", OOM_KILLED)
+        );
+        assert!(
+            c.message.contains("OOM-killed at 2026-01-01T00:00:09Z")
+                && c.message.contains("memory limit of 96Mi")
+                && c.message.contains("1 restarts"),
+            "{}",
+            c.message
+        );
+    }
+    // Ready since the restart and not ready again a minute later: not the OOM kill's doing.
+    let p = oom("2026-01-01T00:01:10Z", "False");
+    let s = compute(None, &observed(Some(&p), None), &at(80));
+    assert_eq!(condition(&s, READY).reason, "PodNotReady");
+    // Ready again: ready, whatever the last run's end.
+    let mut p = oom("2026-01-01T00:00:15Z", "True");
+    if let Some(statuses) = p
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+    {
+        statuses[0].ready = true;
+    }
+    let s = compute(
+        None,
+        &observed(
+            Some(&p),
+            Some(Answer::Pong {
+                role: Some(Role::Primary),
+                server: Default::default(),
+            }),
+        ),
+        &at(20),
+    );
+    assert_eq!(condition(&s, READY).reason, "ValkeyReady");
+    // Dead and not restarted yet.
+    let p = pod(r#"
+metadata: {name: valkey-n-0}
+status:
+  phase: Running
+  conditions: [{type: Ready, status: "False"}]
+  containerStatuses: [{name: valkey, image: x, imageID: "", ready: false, restartCount: 0, state: {terminated: {exitCode: 137, reason: OOMKilled}}}]
+"#);
+    let s = compute(None, &observed(Some(&p), None), &at(20));
+    assert_eq!(condition(&s, READY).reason, OOM_KILLED);
+    // Killed again and again: the kubelet backs off, and the reason is its, with the kill's.
+    let p = pod(r#"
+metadata: {name: valkey-n-0}
+status:
+  phase: Running
+  conditions: [{type: Ready, status: "False"}]
+  containerStatuses: [{name: valkey, image: x, imageID: "", ready: false, restartCount: 3, state: {waiting: {reason: CrashLoopBackOff}}, lastState: {terminated: {exitCode: 137, reason: OOMKilled}}}]
+"#);
+    let s = compute(None, &observed(Some(&p), None), &at(20));
+    let c = condition(&s, READY);
+    assert_eq!(c.reason, "CrashLoopBackOff");
+    assert!(
+        c.message.contains("(last exit code 137, OOMKilled)"),
+        "{}",
+        c.message
+    );
+}
+
 /// An exporter that cannot start keeps the pod from being ready: the reason names it, so a parent
 /// sees a pod that cannot run (and rolls the fix) rather than one that is slow to start.
 #[test]

@@ -571,6 +571,21 @@ pub async fn connect_tls(
     open_cluster(builder).await
 }
 
+/// A cluster connection over TLS that verifies each server's chain against `ca` (PEM) and its
+/// certificate's names against the address the client was sent to: what a client outside the
+/// cluster does with external addresses the certificate names.
+pub async fn connect_tls_verified(
+    seeds: Vec<String>,
+    password: Option<String>,
+    ca: Vec<u8>,
+) -> Result<ClusterConnection> {
+    let builder = cluster_builder(seeds, password).certs(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca),
+    });
+    open_cluster(builder).await
+}
+
 /// One command on the server at `ip` over TLS verified against `ca` (PEM), as the clients'
 /// default user.
 pub async fn tls_command(

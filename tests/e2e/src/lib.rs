@@ -327,8 +327,12 @@ pub fn pod_ready(pod: &Pod) -> bool {
 pub fn members_rolled(members: &[valkey_api::v1alpha1::ValkeyNode], wanted: usize) -> bool {
     members.len() == wanted
         && members.iter().all(|m| {
+            // A status of an earlier spec says nothing of the roll the latest one asks for.
             m.status.as_ref().is_some_and(|s| {
-                s.ready && s.current_revision.is_some() && s.current_revision == s.desired_revision
+                s.observed_generation == m.metadata.generation
+                    && s.ready
+                    && s.current_revision.is_some()
+                    && s.current_revision == s.desired_revision
             })
         })
 }

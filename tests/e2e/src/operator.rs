@@ -56,6 +56,8 @@ pub async fn install_crds() -> Result<()> {
             "crd/valkeynodes.valkey.io",
             "crd/valkeyclusters.valkey.io",
             "crd/valkeyreplications.valkey.io",
+            "crd/valkeybackups.valkey.io",
+            "crd/valkeybackupschedules.valkey.io",
         ])
         .await?;
         Ok(())

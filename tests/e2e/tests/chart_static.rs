@@ -151,11 +151,13 @@ async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
         )?;
     }
     let secrets = cluster.get("secrets").cloned().unwrap_or_default();
+    // It watches every Secret's metadata (what starts a pass when a Secret its parents read
+    // changes) and reads a Secret's content by name; it never deletes or replaces one.
     check(
-        !secrets
-            .iter()
-            .any(|v| v == "list" || v == "watch" || v == "*"),
-        format!("the cluster-controller reads Secrets by name only: {secrets:?}"),
+        secrets == ["get", "list", "watch", "create", "patch"],
+        format!(
+            "the cluster-controller watches Secrets and reads, creates and applies them by name: {secrets:?}"
+        ),
     )?;
     let node = grants(&docs, NODE);
     check(
@@ -163,8 +165,9 @@ async fn the_rendered_chart_is_hardened_and_least_privilege() -> Result<()> {
         format!("the node-controller has no business with ValkeyClusters: {node:?}"),
     )?;
     check(
-        node.get("secrets").is_some_and(|v| v == &["get"]),
-        format!("the node-controller only gets Secrets: {node:?}"),
+        node.get("secrets")
+            .is_some_and(|v| v == &["get", "list", "watch"]),
+        format!("the node-controller only watches and reads Secrets: {node:?}"),
     )?;
     check(
         node.get("pods").is_some_and(|v| {

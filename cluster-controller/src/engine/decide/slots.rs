@@ -448,7 +448,17 @@ pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
     };
-    let first = move_slots(t, plan.moves.first()?)?;
+    let step = plan.moves.first()?;
+    if let Some(backup) = &t.desired.slot_moves_held {
+        return Some(Decision::wait(
+            Reason::BackupRunning,
+            format!(
+                "slots {} wait to move until the backup {backup} of the cluster is captured",
+                step.slots
+            ),
+        ));
+    }
+    let first = move_slots(t, step)?;
     Some(with_the_sources_other_moves(t, &plan.moves, first))
 }
 
@@ -458,7 +468,10 @@ pub(super) fn rebalance(t: &Topology) -> Option<Decision> {
 /// of one's. A source never gets a second job while one of its own runs. Only when no slot is
 /// left open the legacy way; the caller checks that nothing else comes first.
 pub(super) fn start_beside_running_jobs(t: &Topology) -> Option<Decision> {
-    if legacy_markers(t).is_some() || replica_markers(t).is_some() {
+    if legacy_markers(t).is_some()
+        || replica_markers(t).is_some()
+        || t.desired.slot_moves_held.is_some()
+    {
         return None;
     }
     let plan = rebalance::plan(&by_shard(t), &target_shards(t)).ok()?;

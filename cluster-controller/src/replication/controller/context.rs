@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use plumbing::ObjectKey;
@@ -14,8 +15,10 @@ use plumbing::valkey_tls::Trust;
 use valkey_api::v1alpha1::ValkeyNode;
 
 use crate::client::{Credentials, RedisClient, RedisClientConfig};
-use crate::parent::context::{Applied, Kept, ParentMemory, Settings, engine_fingerprint};
+use crate::parent::applier::Applier;
+use crate::parent::context::{Kept, ParentMemory, Settings, engine_fingerprint};
 use crate::parent::monitoring::KindPresence;
+use crate::parent::secret_cache::SecretCache;
 use crate::replication::engine::Engine;
 
 pub struct Context {
@@ -26,6 +29,8 @@ pub struct Context {
     /// The Services of every replication.
     pub services: Store<Service>,
     pub settings: Settings,
+    /// The Secrets its parents read (see [`crate::parent::secret_cache`]).
+    pub secrets: SecretCache,
     /// One Lease per replication: one another controller holds is left alone.
     pub claims: Claims,
     /// Valkey actions that failed in a row, per replication.
@@ -39,33 +44,50 @@ pub struct Context {
     pub(super) kept: Kept<Engine<RedisClient>>,
     /// Whether the PodMonitor kind exists, as last found out.
     pub pod_monitors: KindPresence,
-    /// Per replication: its disruption budget as last applied (nothing watches budgets).
-    pub budgets: Applied,
+    /// The disruption budget of every replication, from a watch cache.
+    pub budgets: Store<PodDisruptionBudget>,
+    /// What this controller last wrote of each replication's budget.
+    pub applier: Applier,
+}
+
+/// What the controller reads from watches: the replications' children, and their Secrets.
+pub struct Watched {
+    pub nodes: Store<ValkeyNode>,
+    pub services: Store<Service>,
+    pub budgets: Store<PodDisruptionBudget>,
+    pub secrets: SecretCache,
 }
 
 impl Context {
     pub fn new(
         client: Client,
         events: EventPublisher,
-        nodes: Store<ValkeyNode>,
-        services: Store<Service>,
+        watched: Watched,
         settings: Settings,
         claims: Claims,
         metrics: plumbing::Metrics,
     ) -> Self {
+        let Watched {
+            nodes,
+            services,
+            budgets,
+            secrets,
+        } = watched;
         Self {
             client,
             events,
             nodes,
             services,
             settings,
+            secrets,
             claims,
             action_failures: Backoff::default(),
             stage_failures: Backoff::default(),
             metrics,
             kept: Kept::default(),
             pod_monitors: KindPresence::default(),
-            budgets: Applied::default(),
+            budgets,
+            applier: Applier::default(),
         }
     }
 

@@ -26,12 +26,17 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
     let (nodes, writer) = reflector::store();
     let (services, _) = reflector::store();
+    let (budgets, _) = reflector::store();
     let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
     let ctx = Context::new(
-        client,
+        client.clone(),
         events,
-        nodes,
-        services,
+        super::context::Watched {
+            nodes,
+            services,
+            budgets,
+            secrets: crate::parent::secret_cache::SecretCache::unwatched(client.clone()),
+        },
         Default::default(),
         claims,
         plumbing::Metrics::default(),

@@ -30,13 +30,16 @@ pub mod report;
 pub mod services;
 pub mod status;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
 use kube::core::DeserializeGuard;
 use kube::runtime::watcher;
 use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use crate::parent::Settings;
+use crate::parent::secret_cache::{SecretCache, read_by, readers};
 use context::Context;
 
 /// The controller's name in metrics and logs.
@@ -52,7 +55,10 @@ pub fn start(
         handles.cache::<DeserializeGuard<ValkeyReplication>>(watcher::Config::default());
     let of_replications = watcher::Config::default().labels(REPLICATION_LABEL);
     let nodes = handles.cache::<ValkeyNode>(of_replications.clone());
-    let services = handles.cache::<Service>(of_replications);
+    let services = handles.cache::<Service>(of_replications.clone());
+    let budgets = handles.cache::<PodDisruptionBudget>(of_replications);
+    // As for clusters (see `parent::secret_cache`).
+    let secrets = handles.metadata_cache::<Secret>(watcher::Config::default());
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
@@ -60,8 +66,12 @@ pub fn start(
     let ctx = Context::new(
         handles.client.clone(),
         handles.events.clone(),
-        nodes.store(),
-        services.store(),
+        context::Watched {
+            nodes: nodes.store(),
+            services: services.store(),
+            budgets: budgets.store(),
+            secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
+        },
         settings,
         claims,
         handles.metrics.clone(),
@@ -70,8 +80,15 @@ pub fn start(
         CONTROLLER,
         replications,
         |c| {
+            let replications = c.store();
             c.owns_stream(nodes.touched())
                 .owns_stream(services.touched())
+                .owns_stream(budgets.touched())
+                .watches_stream(secrets.touched(), move |secret| {
+                    readers(&replications, &secret, |r: &ValkeyReplication| {
+                        read_by(&r.name_any(), &r.spec.auth, &r.spec.tls)
+                    })
+                })
         },
         ctx,
     )

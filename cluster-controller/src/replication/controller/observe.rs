@@ -47,6 +47,29 @@ pub fn engine_members(nodes: &[Arc<ValkeyNode>]) -> Vec<Member> {
 }
 
 /// A Service of the replication's namespace, as the cache holds it.
+/// The replication's external Services in the cache (those of its name and label, owned by it).
+pub fn external_services(
+    services: &Store<Service>,
+    replication: &ValkeyReplication,
+) -> Vec<Arc<Service>> {
+    let namespace = replication.namespace();
+    let name = replication.name_any();
+    let uid = replication.meta().uid.clone().unwrap_or_default();
+    services
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.namespace() == namespace
+                && s.labels().get(REPLICATION_LABEL) == Some(&name)
+                && s.labels()
+                    .get(crate::parent::external::EXTERNAL_LABEL)
+                    .map(String::as_str)
+                    == Some("true")
+                && s.owner_references().iter().any(|o| o.uid == uid)
+        })
+        .collect()
+}
+
 pub fn service(
     services: &Store<Service>,
     replication: &ValkeyReplication,

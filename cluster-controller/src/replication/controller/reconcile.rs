@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -29,7 +28,7 @@ use crate::parent::labels::FIELD_MANAGER;
 use crate::parent::pass::{after_step, claim_for};
 use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
-use crate::parent::{access, members, monitoring, tls};
+use crate::parent::{access, external, members, monitoring, tls};
 use crate::replication::engine::{Action, Decision, decide, decide_in, health};
 
 /// The field manager of the annotation that asks the node-controller to look at once.
@@ -122,7 +121,7 @@ pub async fn pass(
         Some(action) => Some(engine.execute(action).await),
     };
     poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
-    apply_services(ctx, replication, primary.as_deref()).await?;
+    apply_services(ctx, replication, key, primary.as_deref()).await?;
     // The budget serves drains, not the replication itself: a failure to apply it is logged and
     // the pass goes on.
     // No member may go while a wanted replica does not hold the primary's data (or the primary
@@ -189,8 +188,13 @@ async fn prepare(
     forming: bool,
 ) -> Result<Prepared, Stop> {
     let failures = &ctx.stage_failures;
+    let restore = replication.spec.restore_from.as_ref();
+    if let Some(problem) = crate::parent::restore::not_available(restore, "ValkeyReplication") {
+        return Err(Stop::problem(problem));
+    }
     let tools = Tools {
         client: &ctx.client,
+        secrets: &ctx.secrets,
         events: &ctx.events,
         rotation_grace: ctx.settings.password_rotation_grace,
     };
@@ -220,6 +224,7 @@ async fn prepare(
         &replication.spec.tls,
         tls::DEFAULT_CERTIFICATE_LIFETIME,
         memory,
+        &external_names(ctx, replication),
     )
     .await;
     let served = stopped(served, failures, key)?;
@@ -317,7 +322,7 @@ async fn protect(
         health = Some(seen);
     }
     // The Services follow the primary whatever else fails: a client must never reach an old one.
-    if let Err(error) = apply_services(ctx, replication, primary.as_deref()).await {
+    if let Err(error) = apply_services(ctx, replication, key, primary.as_deref()).await {
         tracing::warn!(%error, "the Services could not be applied");
     }
     if let Some(problem) = stop.problem {
@@ -390,30 +395,27 @@ async fn apply_budget(
     let Some(budget) = services::budget(replication, held) else {
         return Ok(());
     };
-    let fingerprint = serde_json::to_string(&budget).unwrap_or_default();
-    if !ctx.budgets.outdated(key, &fingerprint) {
-        return Ok(());
-    }
-    let name = budget.name_any();
-    Api::<PodDisruptionBudget>::namespaced(
-        ctx.client.clone(),
-        &replication.namespace().unwrap_or_default(),
-    )
-    .patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&budget),
-    )
-    .await
-    .map_err(api_error(format!("applying PodDisruptionBudget {name}")))?;
-    ctx.budgets.remember(key, fingerprint);
+    ctx.applier
+        .apply(&ctx.client, key, &ctx.budgets, &budget)
+        .await?;
     Ok(())
+}
+
+/// What an operator-issued certificate names for clients outside: the external Services'
+/// addresses and `externalAccess.tlsNames`.
+fn external_names(ctx: &Context, replication: &ValkeyReplication) -> Vec<String> {
+    let services = observe::external_services(&ctx.services, replication)
+        .into_iter()
+        .filter_map(|s| Some((s.metadata.name.clone()?, (*s).clone())))
+        .collect();
+    external::certificate_names(replication.spec.external_access.as_ref(), &services)
 }
 
 /// The read/write and read-only Services, applied when they differ from what the cache holds.
 async fn apply_services(
     ctx: &Context,
     replication: &ValkeyReplication,
+    key: &ObjectKey,
     primary: Option<&str>,
 ) -> Result<(), Error> {
     let Some(wanted) = services::services(replication, primary) else {
@@ -423,20 +425,30 @@ async fn apply_services(
         ctx.client.clone(),
         &replication.namespace().unwrap_or_default(),
     );
-    for want in wanted {
+    for want in &wanted {
         let name = want.name_any();
         if observe::service(&ctx.services, replication, &name)
-            .is_some_and(|current| services::as_wanted(&current, &want))
+            .is_some_and(|current| crate::parent::serving::service_as_wanted(&current, want))
         {
             continue;
         }
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&want),
+            &Patch::Apply(want),
         )
         .await
         .map_err(api_error(format!("applying Service {name}")))?;
+    }
+    // External Services the spec no longer asks for (external access turned off).
+    for stale in observe::external_services(&ctx.services, replication)
+        .iter()
+        .filter(|s| !wanted.iter().any(|w| w.metadata.name == s.metadata.name))
+    {
+        let name = stale.name_any();
+        ctx.applier
+            .delete(&ctx.client, key, &ctx.services, &name)
+            .await?;
     }
     Ok(())
 }
@@ -457,7 +469,11 @@ impl Reconciler for Context {
     fn forget(&self, key: &ObjectKey) {
         self.kept.forget(key);
         self.action_failures.succeeded(key);
-        self.budgets.forget(key);
+        self.applier.forget(key);
+        self.secrets.forget(
+            key.namespace(),
+            &crate::parent::secret_cache::named_after(key.name()),
+        );
     }
 }
 

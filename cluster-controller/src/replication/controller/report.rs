@@ -92,7 +92,12 @@ pub async fn write_status(
     new: ValkeyReplicationStatus,
 ) -> Result<ValkeyReplication, Error> {
     let previous = replication.status.as_ref();
-    if previous == Some(&new) {
+    // lastSuccessfulBackup is the backup controller's (never in `new`): not a change of ours.
+    let ours = previous.map(|p| ValkeyReplicationStatus {
+        last_successful_backup: None,
+        ..p.clone()
+    });
+    if ours.as_ref() == Some(&new) {
         memory.note_primary_written(new.primary.as_deref());
         return Ok(replication.clone());
     }

@@ -16,6 +16,7 @@ use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::contract::{NODE_LABEL, ROLE_LABEL};
 use valkey_api::v1alpha1::{Role, ValkeyReplication};
 
+use crate::parent::external;
 use crate::parent::labels::FIELD_MANAGER;
 use crate::parent::serving::{Owner, disruption_budget, valkey_port};
 
@@ -26,7 +27,7 @@ pub fn replicas_service_name(replication: &str) -> String {
 
 /// Both Services, for the primary recorded now (none before the first is chosen: the read/write
 /// Service then selects no pod).
-pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Option<[Service; 2]> {
+pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Option<Vec<Service>> {
     let name = replication.meta().name.clone()?;
     let owner = replication.controller_owner_ref(&())?;
     let namespace = replication.namespace()?;
@@ -66,10 +67,34 @@ pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Optio
         (REPLICATION_LABEL.to_owned(), name.clone()),
         (ROLE_LABEL.to_owned(), Role::Replica.as_str().to_owned()),
     ]);
-    Some([
-        service(name.clone(), read_write),
-        service(replicas_service_name(&name), read_only),
-    ])
+    let mut wanted = vec![
+        service(name.clone(), read_write.clone()),
+        service(replicas_service_name(&name), read_only.clone()),
+    ];
+    // Clients outside Kubernetes get the same two, through load balancers.
+    if let (Some(access), Some(owner)) = (
+        replication.spec.external_access.as_ref(),
+        Owner::of(replication, REPLICATION_LABEL),
+    ) {
+        wanted.push(external::service(
+            &owner,
+            external_service_name(&name),
+            read_write,
+            access,
+        ));
+        wanted.push(external::service(
+            &owner,
+            external_service_name(&replicas_service_name(&name)),
+            read_only,
+            access,
+        ));
+    }
+    Some(wanted)
+}
+
+/// The external Service beside the client Service `service`.
+pub fn external_service_name(service: &str) -> String {
+    format!("{service}-external")
 }
 
 /// The replication's PodDisruptionBudget `<name>`, over every member: at most one evicted at
@@ -87,50 +112,18 @@ pub fn budget(replication: &ValkeyReplication, held: bool) -> Option<PodDisrupti
     ))
 }
 
-/// Whether the Service as it is already says what `want` says (what this controller sets).
-pub fn as_wanted(current: &Service, want: &Service) -> bool {
-    let spec = |s: &Service| {
-        s.spec.as_ref().map(|spec| {
-            (
-                spec.selector.clone(),
-                spec.ports.clone(),
-                spec.type_.clone(),
-            )
-        })
-    };
-    let ports_match = match (spec(current), spec(want)) {
-        (Some((selector, ports, kind)), Some((want_selector, want_ports, want_kind))) => {
-            selector == want_selector
-                && kind == want_kind
-                && ports
-                    .unwrap_or_default()
-                    .iter()
-                    .zip(want_ports.unwrap_or_default().iter())
-                    .all(|(p, w)| {
-                        p.port == w.port && p.target_port == w.target_port && p.name == w.name
-                    })
-        }
-        _ => false,
-    };
-    ports_match
-        && current.metadata.owner_references == want.metadata.owner_references
-        && want
-            .metadata
-            .labels
-            .iter()
-            .flatten()
-            .all(|(k, v)| current.labels().get(k) == Some(v))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parent::serving::service_as_wanted;
     use crate::replication::controller::fixtures::{REPLICATION, replication};
 
     #[test]
     fn the_read_write_service_selects_the_recorded_primary_only_while_it_is_one() {
         let r = replication(REPLICATION);
-        let Some([rw, ro]) = services(&r, Some("orders-2")) else {
+        let Some([rw, ro]) =
+            services(&r, Some("orders-2")).and_then(|s| <[Service; 2]>::try_from(s).ok())
+        else {
             panic!("no services");
         };
         assert_eq!(rw.metadata.name.as_deref(), Some("orders"));
@@ -148,11 +141,16 @@ mod tests {
             selector(&ro).get("valkey.io/role").map(String::as_str),
             Some("replica")
         );
-        assert!(as_wanted(&rw, &rw));
-        let Some([moved, _]) = services(&r, Some("orders-0")) else {
+        assert!(service_as_wanted(&rw, &rw));
+        let Some([moved, _]) =
+            services(&r, Some("orders-0")).and_then(|s| <[Service; 2]>::try_from(s).ok())
+        else {
             panic!("no services");
         };
-        assert!(!as_wanted(&rw, &moved), "a failover moves the selector");
+        assert!(
+            !service_as_wanted(&rw, &moved),
+            "a failover moves the selector"
+        );
     }
 
     #[test]

@@ -130,8 +130,9 @@ pub fn compute(
             ),
             None => previous.and_then(|s| s.progress.clone()),
         },
-        // Backups record their newest success here; a pass over the members never changes it.
-        last_successful_backup: previous.and_then(|s| s.last_successful_backup.clone()),
+        // The backup controller's own (its field manager's): a pass over the members never
+        // applies it, so never takes it away.
+        last_successful_backup: None,
         password_secret_name: password_secret.map(str::to_owned),
         conditions: Some(conditions),
         observed_generation: generation,

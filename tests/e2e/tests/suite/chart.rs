@@ -515,7 +515,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("create", "valkeybackupschedules.valkey.io", false),
         e("list", "services", true),
         e("patch", "services", true),
-        e("delete", "services", false),
+        e("delete", "services", true),
         e("list", "valkeynodes.valkey.io", true),
         e("create", "valkeynodes.valkey.io", true),
         e("patch", "valkeynodes.valkey.io", true),
@@ -524,8 +524,10 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("get", "secrets", true),
         e("create", "secrets", true),
         e("patch", "secrets", true),
-        e("list", "secrets", false),
-        e("watch", "secrets", false),
+        // Watched by their metadata (what starts a pass when one changes); RBAC cannot grant
+        // list and watch of metadata alone.
+        e("list", "secrets", true),
+        e("watch", "secrets", true),
         e("delete", "secrets", false),
         e("create", "events.events.k8s.io", true),
         e("patch", "poddisruptionbudgets.policy", true),
@@ -540,7 +542,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("list", "configmaps", false),
         e("patch", "networkpolicies.networking.k8s.io", true),
         e("delete", "networkpolicies.networking.k8s.io", true),
-        e("list", "networkpolicies.networking.k8s.io", false),
+        e("list", "networkpolicies.networking.k8s.io", true),
         e("create", "podmonitors.monitoring.coreos.com", true),
         e("patch", "podmonitors.monitoring.coreos.com", true),
         e("delete", "podmonitors.monitoring.coreos.com", true),
@@ -572,7 +574,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("create", "pods", false),
         e("delete", "pods", false),
         e("get", "secrets", true),
-        e("list", "secrets", false),
+        e("list", "secrets", true),
+        e("watch", "secrets", true),
         e("create", "secrets", false),
         e("create", "events.events.k8s.io", true),
     ];
@@ -629,8 +632,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
             questions.push((user, "create", leases.into(), elsewhere.into(), everywhere));
         }
     }
-    // A release with the replication kind off does not watch it, nor list or watch Services: it
-    // only applies its clusters' client Services.
+    // A release with the replication kind off does not watch it; it still watches Services (its
+    // clusters' external ones) and applies them.
     let mut clusters_only = watching(&ns.name);
     clusters_only.extend(no_pods.iter().cloned());
     clusters_only.push("nodeController.enabled=false".into());
@@ -643,7 +646,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         ("list", "valkeyreplications.valkey.io", false),
         ("watch", "valkeyreplications.valkey.io", false),
         ("patch", "valkeyreplications.valkey.io/status", false),
-        ("list", "services", false),
+        ("list", "services", true),
         ("patch", "services", true),
         ("patch", "poddisruptionbudgets.policy", true),
     ] {

@@ -3,10 +3,13 @@
 //! of the others. Each module is one area of the product; each test works in its own namespace.
 
 mod api;
+mod at_rest;
+mod backup;
 mod bench_tiny;
 mod chart;
 mod cluster;
 mod daytwo;
+mod external;
 mod faults;
 mod node_controller;
 mod realnode;

@@ -16,6 +16,7 @@ import (
 type manageFlags struct {
 	fs        *flag.FlagSet
 	dir       *string
+	root      *string
 	kubelet   *string
 	noKubelet *bool
 	realNode  *bool
@@ -27,6 +28,7 @@ func newManageFlags(name string) manageFlags {
 	return manageFlags{
 		fs:        fs,
 		dir:       fs.String("dir", "", "the .localkube directory (default: $LOCALKUBE_DIR, else the one holding this binary, else ./.localkube)"),
+		root:      fs.String("root", "", "the checkout whose builds (target/) it uses (default: the directory that holds --dir)"),
 		kubelet:   fs.String("kubelet", "", "process kubelet binary (default: <repo>/target/debug/localkube-kubelet)"),
 		noKubelet: fs.Bool("no-kubelet", false, "run the control plane only"),
 		realNode:  fs.Bool("real-node", os.Getenv("LOCALKUBE_REAL_NODE") == "1", "also run the real node: kubelet, containerd, registry (default: $LOCALKUBE_REAL_NODE=1)"),
@@ -41,10 +43,14 @@ func (m manageFlags) parse(args []string) (layout.Layout, error) {
 	if m.fs.NArg() > 0 {
 		return layout.Layout{}, fmt.Errorf("unexpected arguments: %v", m.fs.Args())
 	}
+	l, err := layout.Default()
 	if *m.dir != "" {
-		return layout.New(*m.dir)
+		l, err = layout.New(*m.dir)
 	}
-	return layout.Default()
+	if err == nil && *m.root != "" {
+		l.Root = *m.root
+	}
+	return l, err
 }
 
 func (m manageFlags) kubeletPath(l layout.Layout) string {

@@ -144,7 +144,9 @@ func spawn(opts StartOptions) (int, <-chan error, error) {
 		return 0, nil, err
 	}
 	defer devnull.Close()
-	args := []string{"up", "--dir", l.Dir}
+	// The checkout too: a .localkube that is a symlink resolves to another checkout's
+	// directory, and the supervisor must still serve this checkout's builds (target/images).
+	args := []string{"up", "--dir", l.Dir, "--root", l.Root}
 	if opts.NoKubelet {
 		args = append(args, "--no-kubelet")
 	} else {

@@ -41,6 +41,20 @@ const (
 	DNSHealthPort = 20180
 	DNSReadyPort  = 20181
 	DNSMetrics    = 20153
+	// The S3-compatible object store of backups (versitygw, built by tests/objectstore/build.sh),
+	// on the host like CoreDNS, behind the Service ObjectStoreService of ObjectStoreNamespace
+	// (port 80) as kube-dns is behind its own. One bucket, ObjectStoreBucket; the credentials are
+	// fixed (a local test cluster's) and also in the Secret ObjectStoreSecret of
+	// ObjectStoreSecretNamespace, under the keys a ValkeyBackup reads by default.
+	ObjectStoreAddr            = APIServerIP
+	ObjectStorePort            = 20070
+	ObjectStoreNamespace       = "kube-system"
+	ObjectStoreService         = "objectstore"
+	ObjectStoreBucket          = "backups"
+	ObjectStoreAccessKey       = "localkube"
+	ObjectStoreSecretKey       = "localkube-objectstore-secret"
+	ObjectStoreSecret          = "localkube-objectstore"
+	ObjectStoreSecretNamespace = "default"
 	// kube-proxy's health and metrics endpoints, on loopback.
 	ProxyHealthPort  = 20256
 	ProxyMetricsPort = 20249
@@ -101,7 +115,15 @@ func New(dir string) (Layout, error) {
 	if err != nil {
 		return Layout{}, err
 	}
-	return Layout{Root: filepath.Dir(abs), Dir: abs}, nil
+	// Dir is the resolved path: mounts (the real node's) are listed in
+	// /proc/mounts under resolved paths, and a .localkube that is a symlink to
+	// another checkout's must still find and undo them. Root stays the checkout
+	// the directory was named from.
+	dirPath := abs
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		dirPath = real
+	}
+	return Layout{Root: filepath.Dir(abs), Dir: dirPath}, nil
 }
 
 // Default finds .localkube from $LOCALKUBE_DIR, else from the binary's own place
@@ -141,6 +163,12 @@ func (l Layout) CoreDNS() string { return l.path("bin", "coredns") }
 // Corefile is CoreDNS's configuration, written by the supervisor at each start.
 func (l Layout) Corefile() string { return l.path("coredns", "Corefile") }
 
+// ObjectStore is the versitygw binary (tests/objectstore/build.sh builds it there).
+func (l Layout) ObjectStore() string { return l.path("objectstore", "bin", "versitygw") }
+
+// ObjectStoreData is the folder the object store serves: each top folder is a bucket.
+func (l Layout) ObjectStoreData() string { return l.path("objectstore", "data") }
+
 // Faults holds one record per fault in force (see internal/faults).
 func (l Layout) Faults() string { return l.path("faults") }
 
@@ -158,5 +186,5 @@ func (l Layout) DefaultKubelet() string {
 // StateDirs are wiped by a reset; bin/ and images/ are tools and survive it.
 func (l Layout) StateDirs() []string {
 	return []string{l.Etcd(), l.PKI(), l.KubeletDir(), l.Logs(), l.Kubeconfig(), l.PIDFile(), l.LockFile(), l.Faults(),
-		filepath.Dir(l.Corefile()), filepath.Join(l.Dir, "realnode", "state")}
+		filepath.Dir(l.Corefile()), filepath.Join(l.Dir, "realnode", "state"), l.ObjectStoreData()}
 }

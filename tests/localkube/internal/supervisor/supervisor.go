@@ -117,6 +117,9 @@ func Up(opts Options) error {
 	if err := writeCorefile(l); err != nil {
 		return err
 	}
+	if err := prepareObjectStore(l); err != nil {
+		return err
+	}
 
 	comp := func(name string, args []string, stop time.Duration) *child {
 		return &child{name: name, path: self, args: args, logPath: l.Log(name), stopTimeout: stop}
@@ -127,6 +130,7 @@ func Up(opts Options) error {
 	sched := comp("scheduler", schedulerArgs(l), 15*time.Second)
 	coredns := &child{name: "coredns", path: l.CoreDNS(), args: coreDNSArgs(l), logPath: l.Log("coredns"), stopTimeout: 10 * time.Second}
 	loadbalancer := comp("loadbalancer", loadBalancerArgs(l), 10*time.Second)
+	objectstore := &child{name: "objectstore", path: l.ObjectStore(), args: objectStoreArgs(l), logPath: l.Log("objectstore"), stopTimeout: 10 * time.Second}
 	var kubelet, proxy *child
 	if !opts.NoKubelet {
 		kubelet = &child{name: "kubelet", path: opts.Kubelet, args: kubeletArgs(l), logPath: l.Log("kubelet"), stopTimeout: 30 * time.Second}
@@ -134,9 +138,9 @@ func Up(opts Options) error {
 		proxy = comp("kube-proxy", kubeProxyArgs(l), 10*time.Second)
 	}
 	cs := components{etcd: etcd, apiserver: apiserver, kcm: kcm, sched: sched, coredns: coredns,
-		loadbalancer: loadbalancer, kubelet: kubelet, proxy: proxy}
+		loadbalancer: loadbalancer, objectstore: objectstore, kubelet: kubelet, proxy: proxy}
 	// Stop order: the kubelet first (it stops the pods), etcd last.
-	stopOrder := []*child{kubelet, proxy, loadbalancer, coredns, sched, kcm, apiserver, etcd}
+	stopOrder := []*child{kubelet, proxy, loadbalancer, objectstore, coredns, sched, kcm, apiserver, etcd}
 	var real *realNode
 	if opts.RealNode {
 		real = newRealNode(l)
@@ -256,7 +260,7 @@ func startAPIServer(ctx context.Context, l layout.Layout, apiserver *child, exit
 
 // components are the supervisor's children; kubelet and proxy are nil without the kubelet.
 type components struct {
-	etcd, apiserver, kcm, sched, coredns, loadbalancer, kubelet, proxy *child
+	etcd, apiserver, kcm, sched, coredns, loadbalancer, objectstore, kubelet, proxy *child
 }
 
 func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), exits chan<- exit, cs components) error {
@@ -280,11 +284,14 @@ func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), e
 	if err := ensureDNSService(ctx, l); err != nil {
 		return fmt.Errorf("kube-dns Service: %w", err)
 	}
+	if err := ensureObjectStoreObjects(ctx, l); err != nil {
+		return fmt.Errorf("object store's Service and Secret: %w", err)
+	}
 
 	// Everything else at once: none of them needs another to start (kube-proxy waits for its
 	// Node, which the kubelet registers), and waiting for each in turn would add their start-up
 	// times.
-	started := []*child{cs.kcm, cs.sched, cs.coredns, cs.loadbalancer}
+	started := []*child{cs.kcm, cs.sched, cs.coredns, cs.loadbalancer, cs.objectstore}
 	if cs.kubelet != nil {
 		started = append(started, cs.kubelet, cs.proxy)
 	}
@@ -305,6 +312,7 @@ func startAll(ctx context.Context, l layout.Layout, logf func(string, ...any), e
 		{cs.sched, "/healthz", urlCheck(plain, "https://127.0.0.1:"+strconv.Itoa(layout.SchedSecure)+"/healthz", "ok")},
 		// Ready once the kubernetes plugin has synced its caches.
 		{cs.coredns, "/ready", urlCheck(plain, CoreDNSReadyURL, "OK")},
+		{cs.objectstore, "listening", objectStoreListening},
 	}
 	if cs.proxy != nil {
 		// After its first sync: the NodePort addresses it takes from the bridge then are the

@@ -10,12 +10,15 @@
 use std::time::Duration;
 
 use e2e::{E2eError, Poll, Result, TestNamespace, check, describe_pod, wait_until};
-use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
 
-use e2e::realnode::{LABEL, NODE, POD_PLACEMENT as ON_REAL_NODE};
+use e2e::realnode::{
+    LABEL, NODE, POD_PLACEMENT as ON_REAL_NODE, container_pid, container_status, memory_limit,
+    mount_read_only, proc_status as status_field, root_mount,
+};
 
-use crate::{POD_READY, host, migrate, ping, ready_valkey};
+use crate::{POD_READY, migrate, ping, ready_valkey};
 
 const NODE_IP: &str = "10.213.64.1";
 const VALKEY: &str = "valkey/valkey:9.1";
@@ -65,68 +68,9 @@ spec:
     )
 }
 
-fn container_status(pod: &Pod, name: &str) -> Option<ContainerStatus> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == name)
-        .cloned()
-}
-
-/// The host pid of a running container: the process whose cgroup names the container's ID.
-fn container_pid(pod: &Pod, name: &str) -> Result<u32> {
-    let id = container_status(pod, name)
-        .and_then(|c| c.container_id)
-        .ok_or_else(|| E2eError::Check(format!("no container ID: {}", describe_pod(pod))))?;
-    let id = id
-        .strip_prefix("containerd://")
-        .ok_or_else(|| E2eError::Check(format!("container ID {id} is not containerd's")))?;
-    let entries = std::fs::read_dir("/proc").map_err(|e| E2eError::Check(format!("/proc: {e}")))?;
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        // The memory hierarchy's line ends with the container's own cgroup.
-        if cgroups
-            .lines()
-            .any(|l| l.contains(":memory:") && l.ends_with(&format!("/{id}")))
-        {
-            return Ok(pid);
-        }
-    }
-    Err(E2eError::Check(format!(
-        "no process in container {id}'s cgroup"
-    )))
-}
-
-/// The value of a `Key:` line of /proc/<pid>/status.
-fn status_field(pid: u32, key: &str) -> Result<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| E2eError::Check(format!("/proc/{pid}/status: {e}")))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-        .ok_or_else(|| E2eError::Check(format!("/proc/{pid}/status has no {key}")))
-}
-
 /// The manifest digest of an OCI archive built by realnode/oci.sh.
 async fn archive_digest(name: &str) -> Result<String> {
-    let archive = e2e::localkube_dir().join(format!("oci/{name}.oci.tar"));
-    let index = host(
-        "tar",
-        &["-xOf", &archive.display().to_string(), "index.json"],
-    )
-    .await?;
-    let index: serde_json::Value = serde_json::from_str(&index)
-        .map_err(|e| E2eError::Check(format!("{}: index.json: {e}", archive.display())))?;
-    index["manifests"][0]["digest"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| E2eError::Check(format!("{}: no manifest digest", archive.display())))
+    e2e::realnode::archive_digest(&e2e::localkube_dir().join(format!("oci/{name}.oci.tar"))).await
 }
 
 #[tokio::test]
@@ -235,15 +179,9 @@ async fn a_pod_pulled_from_the_registry_runs_as_non_root_with_a_read_only_root()
     )?;
     check(status_field(pid, "Seccomp")? == "2", "a seccomp filter")?;
     check(status_field(pid, "NoNewPrivs")? == "1", "no new privileges")?;
-    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-        .map_err(|e| E2eError::Check(format!("mountinfo: {e}")))?;
-    let root = mountinfo
-        .lines()
-        .find(|l| l.split_whitespace().nth(4) == Some("/"))
-        .unwrap_or_default();
-    let options = root.split_whitespace().nth(5).unwrap_or_default();
+    let root = root_mount(pid)?;
     check(
-        options.split(',').any(|o| o == "ro"),
+        mount_read_only(&root),
         format!("the root file system is read-only: {root}"),
     )?;
 
@@ -276,18 +214,10 @@ async fn a_memory_limit_is_enforced_and_the_pod_says_oomkilled() -> Result<()> {
     .await?;
     let pod = ns.wait_pod_ready("oom", POD_READY).await?;
     let pid = container_pid(&pod, "valkey")?;
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    let memory = cgroup
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
-        .unwrap_or_default();
-    let limit = std::fs::read_to_string(format!(
-        "/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes"
-    ))
-    .unwrap_or_default();
+    let limit = memory_limit(pid)?;
     check(
-        limit.trim() == (48 * 1024 * 1024).to_string(),
-        format!("the container's memory cgroup {memory} has the limit: {limit}"),
+        limit == 48 * 1024 * 1024,
+        format!("the container's memory cgroup has the limit: {limit}"),
     )?;
 
     // About 500 MB of keys: the kernel kills the server on the way.

@@ -3,7 +3,8 @@
 //! own instruction verbatim, `kubectl apply -n default -f examples/valkeycluster.yaml`, and the
 //! cluster it names is Ready: the demo's release watches the namespace the instruction uses.
 //! Then every other example (one per feature a user can turn on) is applied the same way, each
-//! as its own instruction says, and each ValkeyCluster and ValkeyReplication it makes is Ready.
+//! as its own instruction says, and each ValkeyCluster and ValkeyReplication it makes is Ready,
+//! each ValkeyBackup (of the quick start's cluster, into localkube's object store) Completed.
 //!
 //! Owns the `default` namespace's cluster-sample and the release `valkey-operator` while it runs,
 //! and removes them (and the volumes) afterwards, failed or not.
@@ -26,6 +27,43 @@ impl Drop for Cleanup {
         let quiet = |program: &Path, args: &[&str]| {
             let _ = Command::new(program).args(args).output();
         };
+        let finalizers_off = || {
+            // A backup the operator could not finish deleting keeps no namespace from going.
+            let listed = Command::new(&kubectl)
+                .args(["get", "valkeybackup", "-n", "default", "-o", "name"])
+                .output();
+            for name in listed
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+                .lines()
+            {
+                quiet(
+                    &kubectl,
+                    &[
+                        "patch",
+                        name,
+                        "-n",
+                        "default",
+                        "--type=merge",
+                        "-p",
+                        r#"{"metadata":{"finalizers":null}}"#,
+                    ],
+                );
+            }
+        };
+        // Backups first, while the operator runs: it deletes their objects and their finalizer.
+        quiet(
+            &kubectl,
+            &[
+                "delete",
+                "valkeybackup",
+                "--all",
+                "-n",
+                "default",
+                "--wait=true",
+                "--timeout=60s",
+            ],
+        );
         quiet(
             &kubectl,
             &[
@@ -48,6 +86,7 @@ impl Drop for Cleanup {
                 "--wait",
             ],
         );
+        finalizers_off();
         quiet(
             &kubectl,
             &[
@@ -121,7 +160,8 @@ fn examples() -> Vec<std::path::PathBuf> {
     found
 }
 
-/// The ValkeyClusters and ValkeyReplications an example file makes: (kind, name).
+/// The ValkeyClusters, ValkeyReplications, ValkeyBackups and ValkeyBackupSchedules an example
+/// file makes: (kind, name).
 fn parents_in(text: &str) -> Vec<(String, String)> {
     use serde::Deserialize;
     serde_yaml::Deserializer::from_str(text)
@@ -129,7 +169,11 @@ fn parents_in(text: &str) -> Vec<(String, String)> {
         .filter_map(|doc| {
             let kind = doc.get("kind")?.as_str()?.to_owned();
             let name = doc.get("metadata")?.get("name")?.as_str()?.to_owned();
-            matches!(kind.as_str(), "ValkeyCluster" | "ValkeyReplication").then_some((kind, name))
+            matches!(
+                kind.as_str(),
+                "ValkeyCluster" | "ValkeyReplication" | "ValkeyBackup" | "ValkeyBackupSchedule"
+            )
+            .then_some((kind, name))
         })
         .collect()
 }
@@ -215,10 +259,12 @@ async fn the_quick_start_instruction_works_verbatim_after_the_demo() -> Result<(
 }
 
 /// Every other example, applied verbatim as its own instruction says, after the demo's setup:
-/// each ValkeyCluster and ValkeyReplication it makes becomes Ready. All at once, so the wait is
-/// one formation long.
+/// each ValkeyCluster and ValkeyReplication it makes becomes Ready, each ValkeyBackup Completed.
+/// All at once, so the wait is one formation long.
 async fn every_example_works_verbatim() -> Result<()> {
-    use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication};
+    use valkey_api::v1alpha1::{
+        BackupPhase, ReplicationState, ValkeyBackup, ValkeyBackupSchedule, ValkeyReplication,
+    };
     let root = repo_root();
     let mut parents = Vec::new();
     for example in examples() {
@@ -236,7 +282,9 @@ async fn every_example_works_verbatim() -> Result<()> {
         let made = parents_in(&text);
         check(
             !made.is_empty(),
-            format!("{relative} makes no ValkeyCluster or ValkeyReplication"),
+            format!(
+                "{relative} makes no ValkeyCluster, ValkeyReplication, ValkeyBackup or schedule"
+            ),
         )?;
         let applied = run(
             &kubectl_program(),
@@ -260,16 +308,38 @@ async fn every_example_works_verbatim() -> Result<()> {
     }
     let client = e2e::client().await?;
     let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), "default");
-    let replications: Api<ValkeyReplication> = Api::namespaced(client, "default");
+    let replications: Api<ValkeyReplication> = Api::namespaced(client.clone(), "default");
+    let backups: Api<ValkeyBackup> = Api::namespaced(client.clone(), "default");
+    let schedules: Api<ValkeyBackupSchedule> = Api::namespaced(client, "default");
     wait_until(
         Duration::from_secs(300),
-        "every example's cluster or replication Ready",
+        "every example's cluster or replication Ready, every backup Completed",
         || {
-            let (clusters, replications, parents) = (&clusters, &replications, &parents);
+            let (clusters, replications, backups, schedules, parents) =
+                (&clusters, &replications, &backups, &schedules, &parents);
             async move {
                 let mut waiting = Vec::new();
                 for (file, kind, name) in parents {
-                    let ready = if kind == "ValkeyCluster" {
+                    let ready = if kind == "ValkeyBackup" {
+                        let status = backups.get(name).await?.status;
+                        let phase = status.as_ref().and_then(|s| s.phase);
+                        if phase == Some(BackupPhase::Failed) {
+                            return Err(e2e::E2eError::Check(format!(
+                                "ValkeyBackup {name} ({file}) Failed: {:?}",
+                                status.and_then(|s| s.message)
+                            )));
+                        }
+                        phase == Some(BackupPhase::Completed)
+                    } else if kind == "ValkeyBackupSchedule" {
+                        // Its backups come at its times; now it must parse and name the next.
+                        let status = schedules.get(name).await?.status.unwrap_or_default();
+                        status.next_schedule_time.is_some()
+                            && status
+                                .conditions
+                                .iter()
+                                .flatten()
+                                .any(|c| c.type_ == "Ready" && c.status == "True")
+                    } else if kind == "ValkeyCluster" {
                         clusters
                             .get(name)
                             .await?

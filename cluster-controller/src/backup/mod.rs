@@ -1,0 +1,145 @@
+//! The ValkeyBackup kind: one backup of a ValkeyCluster or ValkeyReplication into an object
+//! store, on the floor the parent kinds share ([`crate::parent`]: the Lease per object, the
+//! operator's Secrets, the members as the engine sees them, problems in a person's words). It
+//! reads its source and the source's ValkeyNodes from watch caches, reaches the members with the
+//! operator's credentials, captures each shard over a replication link as the `backup` user
+//! ([`backup::capture`]), and writes the manifest last ([`backup::manifest`]).
+//!
+//! | stage | module | Kubernetes? |
+//! | --- | --- | --- |
+//! | the backup's Lease and finalizer; its capture task started, looked in on, stopped | [`reconcile`] | yes |
+//! | the source, its members, the operator's logins, what each server says | [`observe`] | caches, Secrets, Valkey |
+//! | the member per shard, whether it may start; object names, sizes | [`choose`] | no |
+//! | the store from the spec and its Secrets | [`store`] | Secrets |
+//! | one backup from start to manifest, its status as it goes | [`run`] | yes |
+//! | backups on a cron schedule, and their expiry (a controller of its own) | [`schedule`] | yes |
+//!
+//! The cluster kind reads the same cache of ValkeyBackups: while one of its cluster is Running,
+//! its engine starts no slot move (moves under way go on; the capture checks each shard's slots
+//! after it and captures it again if they changed).
+//!
+//! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (such a backup
+//! fails, saying so, rather than be captured weaker than asked), TLS sources.
+//!
+//! A Completed backup is recorded as its source's `status.lastSuccessfulBackup` under a field
+//! manager of its own ([`run::SOURCE_FIELD_MANAGER`]); the sources' passes never apply that
+//! field, so they never take it away.
+
+pub mod choose;
+pub mod observe;
+pub mod reconcile;
+pub mod run;
+pub mod schedule;
+pub mod store;
+
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use plumbing::cache::Cache;
+use valkey_api::v1alpha1::{
+    ValkeyBackup, ValkeyBackupSchedule, ValkeyCluster, ValkeyNode, ValkeyReplication,
+};
+
+use reconcile::Context;
+
+pub const CONTROLLER: &str = "valkey-backup-controller";
+
+/// Put on a ValkeyBackup with `deletionPolicy: Delete`: its objects are deleted before it goes.
+pub const FINALIZER: &str = "valkey.io/backup-objects";
+
+/// Which of the backup kinds the API serves (their CRDs exist): ValkeyBackups, and
+/// ValkeyBackupSchedules. A release upgraded from one without them has none until someone
+/// applies them (the operator may not create CRDs): the controller then runs without them rather
+/// than keep every kind from being ready on a cache that never fills.
+pub async fn served(client: &kube::Client) -> Served {
+    use kube::Resource;
+    let group = ValkeyBackup::api_version(&());
+    match client.list_api_group_resources(&group).await {
+        Ok(list) => {
+            let has = |plural: &str| list.resources.iter().any(|r| r.name == plural);
+            Served {
+                backups: has(&ValkeyBackup::plural(&())),
+                schedules: has(&ValkeyBackupSchedule::plural(&())),
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, "the API's resources of {group}");
+            Served::default()
+        }
+    }
+}
+
+/// See [`served`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Served {
+    pub backups: bool,
+    pub schedules: bool,
+}
+
+/// The cache of ValkeyBackups: the controller's, and read by the cluster kind (no slot move
+/// starts while a backup of its cluster runs: [`crate::cluster::observe::running_backup`]).
+pub fn cache(handles: &plumbing::Handles) -> Cache<DeserializeGuard<ValkeyBackup>> {
+    handles.cache::<DeserializeGuard<ValkeyBackup>>(watcher::Config::default())
+}
+
+/// Sets up the ValkeyBackup controller over `backups` (its caches exist when this returns) and
+/// returns it, to run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
+/// reconciled here (a backup of a kind that is not is refused: its objects are not watched).
+/// `schedules`: whether the ValkeyBackupSchedule controller runs beside it ([`schedule`]).
+pub fn start(
+    handles: &plumbing::Handles,
+    backups: Cache<DeserializeGuard<ValkeyBackup>>,
+    clusters: bool,
+    replications: bool,
+    schedules: bool,
+) -> impl std::future::Future<Output = ()> + '_ {
+    let nodes = handles.cache::<ValkeyNode>(watcher::Config::default());
+    let cluster_cache =
+        clusters.then(|| handles.cache::<ValkeyCluster>(watcher::Config::default()));
+    let replication_cache =
+        replications.then(|| handles.cache::<ValkeyReplication>(watcher::Config::default()));
+    let shared = run::Shared {
+        client: handles.client.clone(),
+        events: handles.events.clone(),
+        nodes: nodes.store(),
+        sources: observe::Sources {
+            clusters: cluster_cache.as_ref().map(|c| c.store()),
+            replications: replication_cache.as_ref().map(|c| c.store()),
+        },
+    };
+    let claims = plumbing::leader::Claims::new(
+        handles.client.clone(),
+        plumbing::leader::claim_identity(handles.namespace.as_deref()),
+    );
+    let scheduled =
+        schedules.then(|| schedule::start(handles, backups.store(), shared.sources.clone()));
+    let ctx = Context::new(shared, claims);
+    // The other caches are read, never reconciled from: a capture task polls what it waits for.
+    // Their streams are handed to the controller only so that they fill.
+    let captures = handles.run_as(
+        CONTROLLER,
+        backups,
+        move |mut c| {
+            c = c.watches_stream(nodes.touched(), wake_none);
+            if let Some(cache) = cluster_cache {
+                c = c.watches_stream(cache.touched(), wake_none);
+            }
+            if let Some(cache) = replication_cache {
+                c = c.watches_stream(cache.touched(), wake_none);
+            }
+            c
+        },
+        ctx,
+    );
+    async move {
+        futures::join!(captures, async {
+            if let Some(run) = scheduled {
+                run.await;
+            }
+        });
+    }
+}
+
+fn wake_none<K>(_: K) -> Option<ObjectRef<DeserializeGuard<ValkeyBackup>>> {
+    None
+}

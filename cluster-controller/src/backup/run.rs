@@ -1,0 +1,755 @@
+//! One backup from start to manifest, as a task of its own (a capture takes minutes; a pass of
+//! the controller only starts it and looks in on it): wait until it may start, choose a member
+//! per shard, wait until each has its primary's writes of the moment the backup began, capture
+//! the shards (two at a time), write the manifest last, and report each step in the status.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::reflector::Store as Cache;
+use kube::{Resource, ResourceExt};
+use plumbing::conditions::{ConditionStatus, set_condition};
+use valkey_api::v1alpha1::{
+    BackupConsistency, BackupPhase, BackupShard, Progress, ValkeyBackup, ValkeyBackupStatus,
+};
+
+use super::choose::{self, Plan, ShardPlan};
+use super::observe::{self, Logins, LoginsRead, Source, Sources};
+use super::store::{self, Unopened};
+use crate::client::RedisClient;
+use crate::engine::Member;
+use crate::parent::conditions::Problem;
+use crate::parent::labels::FIELD_MANAGER;
+
+/// Captures of one backup that run at once: each holds up to ~50 MiB of parts in memory.
+const PARALLEL_SHARDS: usize = 2;
+/// Captures of one shard started before the backup fails.
+pub const MAX_ATTEMPTS: u32 = 3;
+/// How long a chosen member may take to reach its primary's offset of the backup's start.
+const CATCH_UP: Duration = Duration::from_secs(60);
+/// How often a running capture's bytes so far are written to the status.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How often a backup that may not start yet looks again.
+const WAIT: Duration = Duration::from_secs(3);
+
+pub const COMPLETED: &str = "Completed";
+pub const FAILED: &str = "Failed";
+
+/// What a backup's task reads: the API, Events, and the caches of the sources and members.
+pub struct Shared {
+    pub client: kube::Client,
+    pub events: plumbing::events::EventPublisher,
+    pub nodes: Cache<valkey_api::v1alpha1::ValkeyNode>,
+    pub sources: Sources,
+}
+
+/// The backup's status as this task last wrote it, and how to write it.
+struct Report {
+    api: Api<ValkeyBackup>,
+    name: String,
+    generation: Option<i64>,
+    status: tokio::sync::Mutex<ValkeyBackupStatus>,
+}
+
+impl Report {
+    /// Changes the status with `change` and writes it (a failed write is logged: the next one
+    /// carries the same, and the last one is retried).
+    async fn update(&self, change: impl FnOnce(&mut ValkeyBackupStatus)) {
+        let mut status = self.status.lock().await;
+        change(&mut status);
+        status.observed_generation = self.generation;
+        let mut written = false;
+        for _ in 0..3 {
+            match plumbing::apply::apply_status(&self.api, FIELD_MANAGER, &self.name, &*status)
+                .await
+            {
+                Ok(_) => {
+                    written = true;
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(backup = %self.name, %error, "could not write the status");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        if !written {
+            tracing::error!(backup = %self.name, "the status could not be written");
+        }
+    }
+
+    async fn phase(&self, phase: BackupPhase, problem: &Problem) {
+        let generation = self.generation;
+        self.update(|s| {
+            s.phase = Some(phase);
+            s.reason = Some(problem.reason.clone());
+            s.message = Some(problem.message.clone());
+            let conditions = s.conditions.get_or_insert_with(Vec::new);
+            let now = Time(now());
+            let done = phase == BackupPhase::Completed;
+            let failed = phase == BackupPhase::Failed;
+            let (why, text) = (problem.reason.as_str(), problem.message.as_str());
+            set_condition(
+                conditions,
+                COMPLETED,
+                ConditionStatus::from(done),
+                why,
+                text,
+                generation,
+                &now,
+            );
+            if failed {
+                set_condition(
+                    conditions,
+                    FAILED,
+                    ConditionStatus::True,
+                    why,
+                    text,
+                    generation,
+                    &now,
+                );
+            } else {
+                set_condition(
+                    conditions,
+                    FAILED,
+                    ConditionStatus::False,
+                    "AsExpected",
+                    "Nothing has failed.",
+                    generation,
+                    &now,
+                );
+            }
+            if done || failed {
+                s.completion_time = Some(rfc3339(now_seconds()));
+            }
+        })
+        .await;
+    }
+
+    async fn shard(&self, index: u32, change: impl FnOnce(&mut BackupShard)) {
+        self.update(|s| {
+            if let Some(shard) = s
+                .shards
+                .iter_mut()
+                .flatten()
+                .find(|sh| sh.index == index as i32)
+            {
+                change(shard);
+            }
+            let shards = s.shards.as_deref().unwrap_or_default();
+            let done = shards
+                .iter()
+                .filter(|sh| sh.phase == Some(BackupPhase::Completed))
+                .count();
+            s.progress = Some(progress(done, shards.len()));
+            let bytes: i64 = shards.iter().filter_map(|sh| sh.bytes).sum();
+            s.bytes = Some(bytes);
+            s.size = Some(choose::size(u64::try_from(bytes).unwrap_or(0)));
+        })
+        .await;
+    }
+}
+
+fn progress(done: usize, total: usize) -> Progress {
+    Progress {
+        operation: "Capture".into(),
+        unit: "shards".into(),
+        done: i32::try_from(done).unwrap_or(i32::MAX),
+        total: i32::try_from(total).unwrap_or(i32::MAX),
+        summary: format!("{done}/{total} shards captured"),
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// Now, to the second (RFC 3339 strings in the status say no more), rounded down: a write
+/// acknowledged before a backup's start time is before the moment the backup read its primaries.
+fn now_seconds() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn rfc3339(at: Timestamp) -> String {
+    at.to_string()
+}
+
+/// Runs the backup to its end: Completed, or Failed with a reason a person can act on.
+pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
+    let namespace = backup.namespace().unwrap_or_default();
+    let report = Report {
+        api: Api::namespaced(shared.client.clone(), &namespace),
+        name: backup.name_any(),
+        generation: backup.meta().generation,
+        status: tokio::sync::Mutex::new(backup.status.clone().unwrap_or_default()),
+    };
+    match capture(&shared, &backup, &report).await {
+        Ok(completed) => {
+            report
+                .phase(
+                    BackupPhase::Completed,
+                    &Problem {
+                        reason: "Completed".into(),
+                        message: completed.clone(),
+                    },
+                )
+                .await;
+            shared
+                .events
+                .normal(&*backup, "BackupCompleted", "Capture", &completed)
+                .await;
+            let mut completed = (*backup).clone();
+            completed.status = Some(report.status.lock().await.clone());
+            record_success(&shared, &completed).await;
+        }
+        Err(problem) => {
+            tracing::warn!(backup = %report.name, reason = %problem.reason, message = %problem.message, "backup failed");
+            report.phase(BackupPhase::Failed, &problem).await;
+            shared
+                .events
+                .warning(&*backup, &problem.reason, "Capture", &problem.message)
+                .await;
+        }
+    }
+}
+
+/// The field manager of the source's `status.lastSuccessfulBackup`: the backup controller's
+/// own, so that the source's passes (which never apply the field) never take it away.
+pub const SOURCE_FIELD_MANAGER: &str = "valkey-backup-controller";
+
+/// Records a Completed `backup` as its source's newest successful backup, unless the source
+/// already names it or a newer one (then nothing is sent). A failure is logged: the backup is
+/// complete all the same, and the next look at it tries again.
+pub async fn record_success(shared: &Shared, backup: &ValkeyBackup) {
+    let Some(at) = backup
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_deref())
+    else {
+        return;
+    };
+    let source = match shared.sources.find(backup) {
+        Ok(source) => source,
+        Err(problem) => {
+            // A backup outlives its source (that is what it is for): nothing to record on.
+            tracing::debug!(backup = %backup.name_any(), reason = %problem.reason, "no source to record the backup on");
+            return;
+        }
+    };
+    let known_or_newer = match &source {
+        Source::Cluster(c) => c
+            .status
+            .as_ref()
+            .and_then(|s| s.last_successful_backup.clone()),
+        Source::Replication(r) => r
+            .status
+            .as_ref()
+            .and_then(|s| s.last_successful_backup.clone()),
+    }
+    .is_some_and(|last| {
+        last.completion_time.as_str() > at
+            || (last.completion_time == at && last.name == backup.name_any())
+    });
+    if known_or_newer {
+        return;
+    }
+    let namespace = backup.namespace().unwrap_or_default();
+    let name = source.name();
+    let patch = serde_json::json!({
+        "apiVersion": ValkeyBackup::api_version(&()),
+        "kind": source.kind(),
+        "metadata": {"name": name},
+        "status": {"lastSuccessfulBackup": {"name": backup.name_any(), "completionTime": at}},
+    });
+    let params = kube::api::PatchParams::apply(SOURCE_FIELD_MANAGER).force();
+    let written = match source {
+        Source::Cluster(_) => Api::<valkey_api::v1alpha1::ValkeyCluster>::namespaced(
+            shared.client.clone(),
+            &namespace,
+        )
+        .patch_status(&name, &params, &kube::api::Patch::Apply(&patch))
+        .await
+        .map(|_| ()),
+        Source::Replication(_) => Api::<valkey_api::v1alpha1::ValkeyReplication>::namespaced(
+            shared.client.clone(),
+            &namespace,
+        )
+        .patch_status(&name, &params, &kube::api::Patch::Apply(&patch))
+        .await
+        .map(|_| ()),
+    };
+    match written {
+        Ok(()) => {
+            tracing::info!(backup = %backup.name_any(), source = %name, "recorded as the source's last successful backup")
+        }
+        Err(error) => {
+            tracing::warn!(backup = %backup.name_any(), %error, "could not record the source's last successful backup")
+        }
+    }
+}
+
+/// What a backup captures with, once it may start.
+struct Ready {
+    source: Source,
+    store: backup::Store,
+    logins: Logins,
+    client: RedisClient,
+    plans: Vec<ShardPlan>,
+    started: Timestamp,
+    version: String,
+    keys: std::collections::BTreeMap<u32, u64>,
+}
+
+enum Step {
+    Go(Box<Ready>),
+    Wait(Problem),
+    Fail(Problem),
+}
+
+/// Whether the backup may start, and with what.
+async fn prepare(shared: &Shared, backup: &ValkeyBackup, location: &str) -> Step {
+    let namespace = backup.namespace().unwrap_or_default();
+    let source = match shared.sources.find(backup) {
+        Ok(source) => source,
+        Err(problem) => return Step::Fail(problem),
+    };
+    if backup.spec.consistency == BackupConsistency::PausedWrites {
+        // Never a backup weaker than asked for: PerShard snapshots are not one instant.
+        return Step::Fail(Problem {
+            reason: "PausedWritesNotSupported".into(),
+            message: "consistency: PausedWrites is not supported by this operator version yet: create the ValkeyBackup with consistency: PerShard (each shard at one point of its history, every write acknowledged before the backup began included).".into(),
+        });
+    }
+    if source.tls() {
+        return Step::Fail(Problem {
+            reason: "TlsNotSupported".into(),
+            message: format!(
+                "{} {} serves TLS only, and capture does not speak TLS yet: it cannot be backed up by this operator version.",
+                source.kind(),
+                source.name()
+            ),
+        });
+    }
+    let store = match store::open(&shared.client, &namespace, &backup.spec.store).await {
+        Ok(store) => store,
+        Err(Unopened::Problem(problem)) => return Step::Fail(problem),
+        Err(Unopened::Api(error)) => return Step::Wait(api_problem(&error)),
+    };
+    // Reached and allowed before any server is asked for its snapshot.
+    let manifest = format!("{location}/{}", backup::manifest::MANIFEST_NAME);
+    if let Err(error) = store.exists(&manifest).await {
+        return Step::Fail(store::unreachable(&error));
+    }
+    let logins = match observe::logins(&shared.client, &namespace, &source).await {
+        LoginsRead::Found(logins) => logins,
+        LoginsRead::Wait(problem) => return Step::Wait(problem),
+        LoginsRead::Error(error) => return Step::Wait(api_problem(&error)),
+    };
+    let client = observe::client(&logins);
+    let members = source.members(&shared.nodes);
+    // The start time is taken before the primaries' offsets are read: every write acknowledged
+    // before it is at or below the offsets each capture waits for.
+    let started = now_seconds();
+    let (servers, unanswered) = observe::servers(&client, &members, source.is_cluster()).await;
+    match choose::plan(
+        &servers,
+        &unanswered,
+        source.shards(),
+        backup.spec.allow_primary,
+    ) {
+        Plan::Start(plans) => {
+            let version = servers
+                .iter()
+                .find(|s| s.primary)
+                .map(|s| s.version.clone())
+                .unwrap_or_default();
+            let keys = plans
+                .iter()
+                .map(|p| {
+                    let keys = servers
+                        .iter()
+                        .find(|s| s.member == p.member)
+                        .map_or(0, |s| s.keys);
+                    (p.shard, keys)
+                })
+                .collect();
+            Step::Go(Box::new(Ready {
+                source,
+                store,
+                logins,
+                client,
+                plans,
+                started,
+                version,
+                keys,
+            }))
+        }
+        Plan::Wait(problem) => Step::Wait(problem),
+        Plan::Fail(problem) => Step::Fail(problem),
+    }
+}
+
+fn api_problem(error: &kube::Error) -> Problem {
+    Problem {
+        reason: "ApiError".into(),
+        message: format!("The Kubernetes API failed ({error}); retrying."),
+    }
+}
+
+/// The whole capture; `Ok` carries the words of the Completed condition.
+async fn capture(
+    shared: &Shared,
+    backup: &ValkeyBackup,
+    report: &Report,
+) -> Result<String, Problem> {
+    let namespace = backup.namespace().unwrap_or_default();
+    let uid = backup.meta().uid.clone().unwrap_or_default();
+    let location = choose::location(
+        &namespace,
+        &backup.spec.source.name,
+        &backup.name_any(),
+        &uid,
+    );
+    let mut announced: Option<Problem> = None;
+    let ready = loop {
+        match prepare(shared, backup, &location).await {
+            Step::Go(ready) => break ready,
+            Step::Fail(problem) => return Err(problem),
+            Step::Wait(problem) => {
+                if announced.as_ref() != Some(&problem) {
+                    tracing::info!(backup = %report.name, reason = %problem.reason, "backup waits: {}", problem.message);
+                    report.phase(BackupPhase::Pending, &problem).await;
+                    announced = Some(problem);
+                }
+                tokio::time::sleep(WAIT).await;
+            }
+        }
+    };
+    let Ready {
+        source,
+        store,
+        logins,
+        client,
+        plans,
+        started,
+        version,
+        keys,
+    } = *ready;
+    let shards: Vec<BackupShard> = plans
+        .iter()
+        .map(|p| BackupShard {
+            index: p.shard as i32,
+            phase: Some(BackupPhase::Pending),
+            member: Some(p.member.clone()),
+            from_primary: Some(p.from_primary),
+            node_id: p.node_id.clone(),
+            slot_ranges: source.is_cluster().then(|| choose::slot_text(&p.slots)),
+            bytes: None,
+            sha256: None,
+            keys: None,
+            replication_id: None,
+            replication_offset: None,
+            rdb_version: None,
+            object: None,
+            attempts: None,
+            start_time: None,
+            completion_time: None,
+        })
+        .collect();
+    let total = shards.len();
+    let (source_uid, location_text) = (source.uid(), location.clone());
+    let version_text = version.clone();
+    report
+        .update(|s| {
+            s.phase = Some(BackupPhase::Running);
+            s.reason = Some("Capturing".into());
+            s.message = Some(format!(
+                "Capturing {total} shard(s) of {} {} into {location_text}.",
+                source.kind(),
+                source.name()
+            ));
+            s.start_time = Some(rfc3339(started));
+            s.completion_time = None;
+            s.location = Some(location_text);
+            s.source_uid = Some(source_uid);
+            s.valkey_version = Some(version_text);
+            s.shards = Some(shards);
+            s.progress = Some(progress(0, total));
+            s.bytes = Some(0);
+            s.size = Some(choose::size(0));
+        })
+        .await;
+    shared
+        .events
+        .normal(
+            backup,
+            "BackupStarted",
+            "Capture",
+            &format!(
+                "Capturing {total} shard(s) of {} {}.",
+                source.kind(),
+                source.name()
+            ),
+        )
+        .await;
+
+    let job = Job {
+        shared,
+        backup,
+        report,
+        source: &source,
+        store: &store,
+        logins: &logins,
+        client: &client,
+        location: &location,
+        keys: &keys,
+    };
+    let mut captured: Vec<backup::manifest::ShardBackup> = futures::stream::iter(plans)
+        .map(|plan| job.shard(plan))
+        .buffer_unordered(PARALLEL_SHARDS)
+        .try_collect()
+        .await?;
+    captured.sort_by_key(|s| s.index);
+
+    let completed_at = now_seconds();
+    let manifest = backup::Manifest {
+        format_version: backup::manifest::FORMAT_VERSION,
+        backup: backup::manifest::BackupRef {
+            namespace,
+            name: backup.name_any(),
+            uid,
+        },
+        source: backup::manifest::SourceRef {
+            kind: source.kind().to_owned(),
+            name: source.name(),
+            uid: source.uid(),
+        },
+        started_at: rfc3339(started),
+        completed_at: rfc3339(completed_at),
+        valkey_version: version,
+        shards: captured,
+        users: source.users(),
+    };
+    let name = format!("{location}/{}", backup::manifest::MANIFEST_NAME);
+    store
+        .put(&name, manifest.to_json())
+        .await
+        .map_err(|e| store::unreachable(&e))?;
+    let bytes: u64 = manifest.shards.iter().map(|s| s.object.bytes).sum();
+    Ok(format!(
+        "{} shard(s), {} in all, and the manifest are in the store under {location}.",
+        manifest.shards.len(),
+        choose::size(bytes)
+    ))
+}
+
+/// What every shard's capture shares.
+struct Job<'a> {
+    shared: &'a Shared,
+    backup: &'a ValkeyBackup,
+    report: &'a Report,
+    source: &'a Source,
+    store: &'a backup::Store,
+    logins: &'a Logins,
+    client: &'a RedisClient,
+    location: &'a str,
+    keys: &'a std::collections::BTreeMap<u32, u64>,
+}
+
+impl Job<'_> {
+    /// One shard, retried from the best member then (up to [`MAX_ATTEMPTS`]).
+    async fn shard(&self, first: ShardPlan) -> Result<backup::manifest::ShardBackup, Problem> {
+        let index = first.shard;
+        let target = first.primary_offset;
+        let mut plan = first.clone();
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            if attempt > 1 {
+                match self.replan(&first).await {
+                    Ok(next) => plan = next,
+                    Err(problem) => {
+                        last_error = problem.message;
+                        tokio::time::sleep(WAIT).await;
+                        continue;
+                    }
+                }
+            }
+            let member = plan.member.clone();
+            self.report
+                .shard(index, |s| {
+                    s.phase = Some(BackupPhase::Running);
+                    s.member = Some(member.clone());
+                    s.from_primary = Some(plan.from_primary);
+                    s.node_id = plan.node_id.clone();
+                    s.attempts = Some(attempt as i32);
+                    s.start_time = Some(rfc3339(now_seconds()));
+                })
+                .await;
+            match self.attempt(&plan, target).await {
+                Ok(shard) => {
+                    let done = shard.clone();
+                    self.report
+                        .shard(index, |s| {
+                            s.phase = Some(BackupPhase::Completed);
+                            s.bytes = i64::try_from(done.object.bytes).ok();
+                            s.sha256 = Some(done.object.sha256.clone());
+                            s.keys = i64::try_from(done.keys).ok();
+                            s.replication_id = Some(done.replication_id.clone());
+                            s.replication_offset = i64::try_from(done.replication_offset).ok();
+                            s.rdb_version = i32::try_from(done.rdb_version).ok();
+                            s.object = Some(done.object.name.clone());
+                            s.completion_time = Some(rfc3339(now_seconds()));
+                        })
+                        .await;
+                    return Ok(shard);
+                }
+                Err(Attempt::Store(problem)) => return Err(problem),
+                Err(Attempt::Retry(error)) => {
+                    tracing::info!(backup = %self.report.name, shard = index, attempt, %member, %error, "shard capture failed; retrying");
+                    last_error = format!("from {member}: {error}");
+                }
+            }
+        }
+        self.report
+            .shard(index, |s| s.phase = Some(BackupPhase::Failed))
+            .await;
+        Err(Problem {
+            reason: "CaptureFailed".into(),
+            message: format!(
+                "Shard {index} could not be captured in {MAX_ATTEMPTS} attempts; the last failed {last_error}. Create a new ValkeyBackup once the source is healthy."
+            ),
+        })
+    }
+
+    /// The shard's best member now, for another attempt (the first one's may be gone); it still
+    /// waits for the primary's offset of the backup's start.
+    async fn replan(&self, first: &ShardPlan) -> Result<ShardPlan, Problem> {
+        let members: Vec<Member> = self
+            .source
+            .members(&self.shared.nodes)
+            .into_iter()
+            .filter(|m| m.shard == first.shard)
+            .collect();
+        let (servers, unanswered) =
+            observe::servers(self.client, &members, self.source.is_cluster()).await;
+        match choose::shard_plan(
+            &servers,
+            &unanswered,
+            first.shard,
+            self.backup.spec.allow_primary,
+        ) {
+            Plan::Start(mut plans) => plans
+                .pop()
+                .filter(|p| p.shard == first.shard)
+                .map(|mut p| {
+                    p.primary_offset = first.primary_offset;
+                    p
+                })
+                .ok_or_else(|| Problem {
+                    reason: "NoMember".into(),
+                    message: format!("shard {} has no member to capture from", first.shard),
+                }),
+            Plan::Wait(problem) | Plan::Fail(problem) => Err(problem),
+        }
+    }
+
+    /// One capture of `plan`'s member, once it has its primary's writes up to `target`.
+    async fn attempt(
+        &self,
+        plan: &ShardPlan,
+        target: i64,
+    ) -> Result<backup::manifest::ShardBackup, Attempt> {
+        let mut member = Member::new(plan.shard, 0, plan.member.clone());
+        member.address = Some(plan.address);
+        member.ready = true;
+        let cluster = self.source.is_cluster();
+        let deadline = Instant::now() + CATCH_UP;
+        let keys = loop {
+            let server = observe::server(self.client, &member, cluster)
+                .await
+                .map_err(Attempt::Retry)?;
+            if plan.from_primary || server.offset >= target {
+                break server.keys;
+            }
+            if Instant::now() > deadline {
+                return Err(Attempt::Retry(format!(
+                    "it did not reach its primary's offset {target} of the backup's start within {}s (it is at {})",
+                    CATCH_UP.as_secs(),
+                    server.offset
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let keys = self.keys.get(&plan.shard).copied().unwrap_or(0).max(keys);
+        let object = choose::shard_object(plan.shard);
+        let capture_source = backup::Source {
+            address: plan.address.to_string(),
+            user: crate::access::rights::BACKUP_USER.to_owned(),
+            password: self.logins.backup_password.clone(),
+        };
+        // The bytes streamed so far, shown in the status every few seconds while it runs.
+        let streamed = AtomicU64::new(0);
+        let progress = |bytes: u64| streamed.store(bytes, Ordering::Relaxed);
+        let name = format!("{}/{object}", self.location);
+        let options = backup::CaptureOptions::default();
+        let capture = backup::capture(&capture_source, self.store, &name, &options, &progress);
+        tokio::pin!(capture);
+        let mut shown = 0;
+        let captured = loop {
+            tokio::select! {
+                done = &mut capture => break done,
+                () = tokio::time::sleep(PROGRESS_EVERY) => {
+                    let bytes = streamed.load(Ordering::Relaxed);
+                    if bytes != shown {
+                        shown = bytes;
+                        self.report
+                            .shard(plan.shard, |s| s.bytes = i64::try_from(bytes).ok())
+                            .await;
+                    }
+                }
+            }
+        }
+        .map_err(|error| match error {
+            backup::CaptureError::Store { source, .. } => {
+                Attempt::Store(store::unreachable(&source))
+            }
+            other => Attempt::Retry(other.to_string()),
+        })?;
+        if cluster {
+            // A shard whose slots changed while it was captured is captured again.
+            let mut primary = Member::new(plan.shard, 0, plan.primary_member.clone());
+            primary.address = Some(plan.primary_address);
+            let now = observe::server(self.client, &primary, true)
+                .await
+                .map_err(Attempt::Retry)?;
+            if now.slots != plan.slots || now.slots_moving {
+                return Err(Attempt::Retry(format!(
+                    "the shard's slots changed during the capture ({} then, {} now)",
+                    choose::slot_text(&plan.slots),
+                    choose::slot_text(&now.slots)
+                )));
+            }
+        }
+        let mut shard = backup::manifest::ShardBackup::from_capture(plan.shard, &captured);
+        shard.object.name = object;
+        shard.slot_ranges = choose::slot_pairs(&plan.slots);
+        shard.member = plan.member.clone();
+        shard.node_id = plan.node_id.clone();
+        shard.from_replica = !plan.from_primary;
+        shard.primary_node_id = plan.primary_node_id.clone();
+        shard.keys = keys;
+        Ok(shard)
+    }
+}
+
+/// How one attempt failed: the store (the backup fails, the store already retried) or anything
+/// else (the shard is tried again).
+enum Attempt {
+    Store(Problem),
+    Retry(String),
+}

@@ -1,0 +1,698 @@
+//! Backups end to end (issue 28, capture): a ValkeyBackup of a 3x1 ValkeyCluster with a writer
+//! running reaches Completed; the manifest and every shard's object are in localkube's object
+//! store with the SHA-256 the status and the manifest give; each shard's snapshot, loaded into a
+//! valkey-server of this test, holds every key acknowledged before the backup's start time, with
+//! its value. Faults: the store's credentials Secret missing, and a store nobody answers at, each
+//! give Failed with a reason a person can act on, and the cluster goes on untouched. Deleting the
+//! backup deletes its objects.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use e2e::cluster::ClusterFixture;
+use e2e::{E2eError, Poll, Result, check, localkube_dir, wait_until};
+use kube::ResourceExt;
+use redis::AsyncCommands;
+use tokio::sync::Mutex;
+use valkey_api::v1alpha1::{BackupPhase, ValkeyBackup, ValkeyBackupStatus};
+
+const FORM: Duration = Duration::from_secs(240);
+const CAPTURE: Duration = Duration::from_secs(180);
+
+/// localkube's object store, as the host reaches it (tests/localkube/README.md).
+const STORE_URL: &str = "http://10.213.0.1:20070";
+const STORE_BUCKET: &str = "backups";
+const STORE_ACCESS_KEY: &str = "localkube";
+const STORE_SECRET_KEY: &str = "localkube-objectstore-secret";
+const PREFIX: &str = "e2e";
+
+fn store() -> Result<backup::Store> {
+    let mut config = backup::StoreConfig::s3_compatible(
+        STORE_URL,
+        STORE_BUCKET,
+        STORE_ACCESS_KEY,
+        STORE_SECRET_KEY,
+    );
+    config.prefix = PREFIX.to_owned();
+    backup::Store::new(&config).map_err(|e| E2eError::Check(e.to_string()))
+}
+
+/// A ValkeyBackup of the cluster `source` into `endpoint` with the credentials Secret `secret`.
+fn backup_manifest(name: &str, source: &str, endpoint: &str, secret: &str) -> String {
+    backup_of("ValkeyCluster", name, source, endpoint, secret)
+}
+
+/// The same, of a `kind`.
+fn backup_of(kind: &str, name: &str, source: &str, endpoint: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: {name}}}\nspec:\n  \
+         source: {{kind: {kind}, name: {source}}}\n  \
+         store: {{s3: {{endpoint: '{endpoint}', bucket: {STORE_BUCKET}, prefix: {PREFIX}, \
+         credentials: {{secretName: {secret}}}}}}}\n"
+    )
+}
+
+/// Waits until the backup is Completed or Failed; returns its status.
+async fn finished(c: &ClusterFixture, name: &str, within: Duration) -> Result<ValkeyBackupStatus> {
+    finished_in(&c.ns, name, within).await
+}
+
+async fn finished_in(
+    ns: &e2e::TestNamespace,
+    name: &str,
+    within: Duration,
+) -> Result<ValkeyBackupStatus> {
+    let api = ns.api::<ValkeyBackup>();
+    wait_until(
+        within,
+        &format!("ValkeyBackup {name} Completed or Failed"),
+        || {
+            let api = api.clone();
+            async move {
+                let status = api.get(name).await?.status.unwrap_or_default();
+                Ok(match status.phase {
+                    Some(BackupPhase::Completed | BackupPhase::Failed) => Poll::Ready(status),
+                    phase => {
+                        Poll::NotYet(format!("{phase:?}: {}", status.message.unwrap_or_default()))
+                    }
+                })
+            }
+        },
+    )
+    .await
+}
+
+/// A writer that records when each write was acknowledged.
+struct TimedWriter {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(String, String, SystemTime)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TimedWriter {
+    fn start(mut conn: redis::cluster_async::ClusterConnection) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (s, a) = (stop.clone(), acked.clone());
+        let task = tokio::spawn(async move {
+            let mut n: u64 = 0;
+            while !s.load(Ordering::Relaxed) {
+                // Values of varied sizes, up to a few KiB.
+                let (key, value) = (
+                    format!("t:{n}"),
+                    format!("v{n}-{}", "x".repeat((n % 64 * 50) as usize)),
+                );
+                let result: redis::RedisResult<()> = conn.set(&key, &value).await;
+                if result.is_ok() {
+                    a.lock().await.push((key, value, SystemTime::now()));
+                } else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
+        Self { stop, acked, task }
+    }
+
+    async fn count(&self) -> usize {
+        self.acked.lock().await.len()
+    }
+
+    /// When the newest write so far was acknowledged.
+    async fn last_acknowledged(&self) -> Option<SystemTime> {
+        self.acked.lock().await.last().map(|(_, _, at)| *at)
+    }
+
+    async fn stop(self) -> Vec<(String, String, SystemTime)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        self.acked.lock().await.clone()
+    }
+}
+
+/// A valkey-server of this test that loads `rdb` and serves it on loopback; killed when dropped.
+struct Loaded {
+    child: tokio::process::Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The store's credentials in `ns`, as a user would create them.
+async fn credentials(ns: &e2e::TestNamespace) -> Result<()> {
+    ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: store}}\nstringData: \
+         {{AWS_ACCESS_KEY_ID: {STORE_ACCESS_KEY}, AWS_SECRET_ACCESS_KEY: {STORE_SECRET_KEY}}}\n"
+    ))
+    .await
+    .map(|_| ())
+}
+
+async fn load(rdb: &[u8], tag: &str) -> Result<Loaded> {
+    let images = localkube_dir().join("images/valkey-9.1");
+    let dir = std::env::temp_dir().join(format!("e2e-backup-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| E2eError::Check(e.to_string()))?;
+    std::fs::write(dir.join("dump.rdb"), rdb).map_err(|e| E2eError::Check(e.to_string()))?;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| E2eError::Check(e.to_string()))?
+        .port();
+    let child = tokio::process::Command::new(images.join("bin/valkey-server"))
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--dir",
+            &dir.display().to_string(),
+            "--dbfilename",
+            "dump.rdb",
+        ])
+        .args(["--save", "", "--appendonly", "no"])
+        .env("LD_LIBRARY_PATH", images.join("lib"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| E2eError::Check(format!("valkey-server: {e}")))?;
+    let loaded = Loaded {
+        child,
+        port,
+        _dir: TempDir(dir),
+    };
+    // Up once it answers PING (not -LOADING).
+    wait_until(
+        Duration::from_secs(60),
+        "the loaded snapshot answers PING",
+        || async move {
+            let Ok(mut conn) = e2e::valkey("127.0.0.1", port).await else {
+                return Ok(Poll::NotYet("not listening".into()));
+            };
+            Ok(
+                match redis::cmd("PING").query_async::<String>(&mut conn).await {
+                    Ok(_) => Poll::Ready(()),
+                    Err(e) => Poll::NotYet(e.to_string()),
+                },
+            )
+        },
+    )
+    .await?;
+    Ok(loaded)
+}
+
+impl Loaded {
+    /// Every key it holds with its value (strings only: the writer writes nothing else).
+    async fn contents(&self) -> Result<BTreeMap<String, String>> {
+        let mut conn = e2e::valkey("127.0.0.1", self.port).await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| E2eError::Valkey {
+                addr: format!("127.0.0.1:{}", self.port),
+                source,
+            })?;
+        let mut out = BTreeMap::new();
+        for chunk in keys.chunks(500) {
+            let values: Vec<String> =
+                conn.mget(chunk).await.map_err(|source| E2eError::Valkey {
+                    addr: format!("127.0.0.1:{}", self.port),
+                    source,
+                })?;
+            out.extend(chunk.iter().cloned().zip(values));
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Result<()> {
+    let c = ClusterFixture::start("backup", "bk", "{shards: 3, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+    let store = store()?;
+
+    credentials(&c.ns).await?;
+
+    let writer = TimedWriter::start(c.client().await?);
+    wait_until(Duration::from_secs(60), "2,000 acknowledged writes", || {
+        let writer = &writer;
+        async move {
+            let n = writer.count().await;
+            Ok(if n >= 2000 {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{n}"))
+            })
+        }
+    })
+    .await?;
+    // A backup's start time is a whole second, rounded down: the 2,000 are before it only once
+    // the clock has passed into the next second.
+    let last = writer
+        .last_acknowledged()
+        .await
+        .unwrap_or_else(SystemTime::now);
+    let second_after = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs() + 1)
+            .unwrap_or(0)
+    };
+    wait_until(
+        Duration::from_secs(3),
+        "the second after the 2,000th write",
+        || async {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            Ok(if now >= second_after(last) {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{now}"))
+            })
+        },
+    )
+    .await?;
+
+    c.ns.apply(&backup_manifest("nightly", "bk", STORE_URL, "store"))
+        .await?;
+    // The faults, beside it: no credentials Secret; a store nobody answers at.
+    c.ns.apply(&backup_manifest("no-secret", "bk", STORE_URL, "absent"))
+        .await?;
+    c.ns.apply(&backup_manifest(
+        "no-store",
+        "bk",
+        "http://10.213.0.1:1",
+        "store",
+    ))
+    .await?;
+
+    let status = finished(&c, "nightly", CAPTURE).await?;
+    let acked = writer.stop().await;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!(
+            "nightly did not complete: {:?} {:?}",
+            status.reason, status.message
+        ),
+    )?;
+    // The cluster names it as its newest successful backup.
+    c.wait_status(
+        Duration::from_secs(30),
+        "status.lastSuccessfulBackup nightly",
+        |s| {
+            s.last_successful_backup
+                .as_ref()
+                .is_some_and(|b| b.name == "nightly")
+        },
+    )
+    .await?;
+    let started = status
+        .start_time
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(SystemTime::from)
+        .ok_or_else(|| E2eError::Check(format!("no start time: {status:?}")))?;
+    let location = status.location.clone().unwrap_or_default();
+    check(
+        location.starts_with(&format!("{}/bk/nightly-", c.ns.name)),
+        format!("location {location}"),
+    )?;
+    let shards = status.shards.clone().unwrap_or_default();
+    check(shards.len() == 3, format!("{shards:?}"))?;
+    let mut slots = 0;
+    for shard in &shards {
+        check(
+            shard.phase == Some(BackupPhase::Completed)
+                && shard.from_primary == Some(false)
+                && shard.sha256.as_ref().is_some_and(|s| s.len() == 64)
+                && shard.bytes.is_some_and(|b| b > 0),
+            format!("shard {shard:?}"),
+        )?;
+        for range in shard.slot_ranges.as_deref().unwrap_or_default().split(',') {
+            let (a, b) = range.split_once('-').unwrap_or(("1", "0"));
+            slots += b.parse::<i64>().unwrap_or(-1) - a.parse::<i64>().unwrap_or(0) + 1;
+        }
+    }
+    check(
+        slots == 16384,
+        format!("the shards' slots add up to {slots}"),
+    )?;
+
+    // The manifest, and each object as the manifest and the status describe it.
+    let manifest = store
+        .get(&format!("{location}/manifest.json"))
+        .await
+        .map_err(|e| E2eError::Check(format!("manifest: {e}")))?;
+    let manifest = backup::Manifest::from_json(&manifest)
+        .map_err(|e| E2eError::Check(format!("manifest: {e}")))?;
+    check(manifest.shards.len() == 3, format!("{manifest:?}"))?;
+    let mut contents = BTreeMap::new();
+    for (entry, shard) in manifest.shards.iter().zip(&shards) {
+        let mut rdb = Vec::new();
+        let fetched = store
+            .fetch_into(&format!("{location}/{}", entry.object.name), &mut rdb)
+            .await
+            .map_err(|e| E2eError::Check(format!("{}: {e}", entry.object.name)))?;
+        check(
+            fetched.sha256 == entry.object.sha256
+                && Some(&fetched.sha256) == shard.sha256.as_ref()
+                && fetched.bytes == entry.object.bytes,
+            format!(
+                "{}: fetched {fetched:?}, manifest {:?}, status {:?}",
+                entry.object.name, entry.object, shard.sha256
+            ),
+        )?;
+        let loaded = load(&rdb, &format!("{}-{}", c.ns.name, entry.index)).await?;
+        contents.extend(loaded.contents().await?);
+    }
+
+    // Every write acknowledged before the backup began is in it, with its value.
+    let before: Vec<&(String, String, SystemTime)> =
+        acked.iter().filter(|(_, _, at)| *at < started).collect();
+    check(
+        before.len() >= 2000,
+        format!("{} writes before the start", before.len()),
+    )?;
+    let missing: Vec<&str> = before
+        .iter()
+        .filter(|(key, value, _)| contents.get(key) != Some(value))
+        .map(|(key, _, _)| key.as_str())
+        .take(10)
+        .collect();
+    check(
+        missing.is_empty(),
+        format!("acknowledged before the start and not in the backup: {missing:?}"),
+    )?;
+    eprintln!(
+        "backup: {} bytes in 3 shards, {} keys restored, {} acknowledged before the start, {} in all",
+        status.bytes.unwrap_or_default(),
+        contents.len(),
+        before.len(),
+        acked.len()
+    );
+
+    // The faults: Failed, with reasons that say what to do.
+    let no_secret = finished(&c, "no-secret", CAPTURE).await?;
+    check(
+        no_secret.phase == Some(BackupPhase::Failed)
+            && no_secret.reason.as_deref() == Some("StoreCredentialsMissing")
+            && no_secret
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("absent")),
+        format!("no-secret: {no_secret:?}"),
+    )?;
+    let no_store = finished(&c, "no-store", CAPTURE).await?;
+    check(
+        no_store.phase == Some(BackupPhase::Failed)
+            && no_store.reason.as_deref() == Some("StoreUnreachable"),
+        format!("no-store: {no_store:?}"),
+    )?;
+    // The cluster went on: Ready, and every acknowledged write readable.
+    c.wait_ready(Duration::from_secs(30)).await?;
+    let all: BTreeMap<String, String> = acked.into_iter().map(|(k, v, _)| (k, v)).collect();
+    c.verify(&all).await?;
+
+    // Deleting the backup deletes its objects (the finalizer), the manifest with them.
+    c.ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        "nightly",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await?;
+    let left = store
+        .list(&location)
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    check(
+        left.is_empty(),
+        format!("objects left after deletion: {left:?}"),
+    )
+}
+
+/// A ValkeyReplication on Valkey 8.0 (which sends a replica the sized form): its one snapshot,
+/// from the replica, holds every write a replica confirmed before the backup.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> {
+    let r = e2e::replication::ReplicationFixture::start(
+        "backup-repl",
+        "orders",
+        "{image: \"valkey/valkey:8.0\", replicas: 1}",
+    )
+    .await?;
+    r.wait_ready(FORM).await?;
+    credentials(&r.ns).await?;
+    let written = r.write_confirmed("c", 500).await?;
+    r.ns.apply(&backup_of(
+        "ValkeyReplication",
+        "daily",
+        "orders",
+        STORE_URL,
+        "store",
+    ))
+    .await?;
+    let status = finished_in(&r.ns, "daily", CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!(
+            "daily did not complete: {:?} {:?}",
+            status.reason, status.message
+        ),
+    )?;
+    r.wait(
+        Duration::from_secs(30),
+        "status.lastSuccessfulBackup daily",
+        |rep| {
+            rep.status
+                .as_ref()
+                .and_then(|s| s.last_successful_backup.as_ref())
+                .is_some_and(|b| b.name == "daily")
+        },
+    )
+    .await?;
+    let shards = status.shards.clone().unwrap_or_default();
+    let [shard] = shards.as_slice() else {
+        return Err(E2eError::Check(format!("one shard expected: {shards:?}")));
+    };
+    check(
+        shard.from_primary == Some(false) && shard.member.as_deref() != Some(""),
+        format!("{shard:?}"),
+    )?;
+    let location = status.location.clone().unwrap_or_default();
+    let store = store()?;
+    let mut rdb = Vec::new();
+    let fetched = store
+        .fetch_into(&format!("{location}/shard-0.rdb"), &mut rdb)
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    check(
+        Some(&fetched.sha256) == shard.sha256.as_ref(),
+        format!("fetched {fetched:?}, status {:?}", shard.sha256),
+    )?;
+    let contents = load(&rdb, &r.ns.name).await?.contents().await?;
+    let missing: Vec<&String> = written
+        .iter()
+        .filter(|(k, v)| contents.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .take(10)
+        .collect();
+    check(
+        missing.is_empty(),
+        format!("confirmed and not in the backup: {missing:?}"),
+    )?;
+    r.ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        "--all",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await
+    .map(|_| ())
+}
+
+/// A ValkeyBackupSchedule of every minute, keeping one: its backup of the minute is created
+/// under the name of its time and completes; the backup it made earlier (here one labelled as
+/// its own beforehand, Completed) is then deleted by retention with its objects; the status
+/// names the newest and the next time. A schedule in a time zone that does not exist says so
+/// and makes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_makes_a_backup_at_its_time_and_expires_the_older_one() -> Result<()> {
+    use valkey_api::v1alpha1::ValkeyBackupSchedule;
+    let c = ClusterFixture::start("backup-sched", "sc", "{shards: 1, replicas: 0}").await?;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    let template = format!(
+        "{{source: {{kind: ValkeyCluster, name: sc}}, allowPrimary: true, store: {{s3: {{endpoint: '{STORE_URL}', \
+         bucket: {STORE_BUCKET}, prefix: {PREFIX}, credentials: {{secretName: store}}}}}}}}"
+    );
+    // An earlier backup of the schedule's, as if made at a time before.
+    c.ns.apply(&format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: minutely-earlier, \
+         labels: {{valkey.io/backup-schedule: minutely}}}}\nspec: {template}\n"
+    ))
+    .await?;
+    let earlier = finished(&c, "minutely-earlier", CAPTURE).await?;
+    check(
+        earlier.phase == Some(BackupPhase::Completed),
+        format!("the earlier backup: {earlier:?}"),
+    )?;
+    let earlier_location = earlier.location.clone().unwrap_or_default();
+
+    c.ns.apply(&format!(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackupSchedule\nmetadata: {{name: minutely}}\n\
+         spec: {{schedule: '* * * * *', retention: {{count: 1}}, template: {template}}}\n\
+         ---\napiVersion: valkey.io/v1alpha1\nkind: ValkeyBackupSchedule\nmetadata: {{name: nowhere}}\n\
+         spec: {{schedule: '@daily', timeZone: Mars/Olympus, template: {template}}}\n"
+    ))
+    .await?;
+
+    let schedules = c.ns.api::<ValkeyBackupSchedule>();
+    let backups = c.ns.api::<ValkeyBackup>();
+    // Within the minute and the capture: a backup named by its time, Completed, and the
+    // schedule's status naming it while the earlier one is gone.
+    let newest = wait_until(
+        Duration::from_secs(150),
+        "the schedule's own backup Completed, the earlier one expired",
+        || {
+            let (schedules, backups) = (schedules.clone(), backups.clone());
+            async move {
+                let status = schedules.get("minutely").await?.status.unwrap_or_default();
+                let names: Vec<String> = backups
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .iter()
+                    .map(kube::ResourceExt::name_any)
+                    .collect();
+                let newest = status
+                    .last_successful_backup
+                    .as_ref()
+                    .map(|b| b.name.clone());
+                Ok(match newest {
+                    Some(name)
+                        if name != "minutely-earlier"
+                            && !names.iter().any(|n| n == "minutely-earlier") =>
+                    {
+                        Poll::Ready((name, status))
+                    }
+                    _ => Poll::NotYet(format!("backups {names:?}, status {status:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    let (name, status) = newest;
+    // minutely-<yyyymmddhhmm>00: the minute it was due.
+    check(
+        name.len() == "minutely-".len() + 14
+            && name.starts_with("minutely-20")
+            && name.ends_with("00"),
+        format!("the scheduled backup's name {name}"),
+    )?;
+    let made = backups.get(&name).await?;
+    check(
+        made.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Completed)
+            && made
+                .labels()
+                .get("valkey.io/backup-schedule")
+                .map(String::as_str)
+                == Some("minutely"),
+        format!("{name}: {:?}", made.status),
+    )?;
+    check(
+        status.next_schedule_time.is_some()
+            && status.last_schedule_time.is_some()
+            && ready_reason(&status.conditions) == Some(("True".into(), "Scheduled".into())),
+        format!("the schedule's status {status:?}"),
+    )?;
+    // Retention deleted the earlier backup's objects with it.
+    wait_until(
+        Duration::from_secs(30),
+        "the earlier backup's manifest deleted",
+        || {
+            let (store, path) = (&store, format!("{earlier_location}/manifest.json"));
+            async move {
+                Ok(match store.get(&path).await {
+                    Err(_) => Poll::Ready(()),
+                    Ok(_) => Poll::NotYet(path),
+                })
+            }
+        },
+    )
+    .await?;
+
+    // The time zone that does not exist: Ready False naming the field; no backup of it.
+    let nowhere = schedules.get("nowhere").await?.status.unwrap_or_default();
+    check(
+        ready_reason(&nowhere.conditions) == Some(("False".into(), "InvalidTimeZone".into())),
+        format!("nowhere: {nowhere:?}"),
+    )?;
+    check(
+        !backups
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .any(|b| b.name_any().starts_with("nowhere-")),
+        "a schedule that does not parse made a backup",
+    )?;
+    Ok(())
+}
+
+/// The Ready condition's status and reason.
+fn ready_reason(
+    conditions: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
+) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// A ValkeyCluster that asks to start from a backup, which this version cannot restore, is
+/// not formed at all (no member is created) rather than formed empty, and says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Result<()> {
+    let c = ClusterFixture::start(
+        "backup-restore",
+        "rs",
+        "{shards: 1, replicas: 0, restoreFrom: {backup: nightly}}",
+    )
+    .await?;
+    let status = c
+        .wait_status(Duration::from_secs(60), "reason RestoreNotAvailable", |s| {
+            s.reason.as_deref() == Some("RestoreNotAvailable")
+        })
+        .await?;
+    let message = status.status.and_then(|s| s.message).unwrap_or_default();
+    check(message.contains("ValkeyBackup nightly"), message)?;
+    let nodes =
+        c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
+            .list(&Default::default())
+            .await?;
+    check(
+        nodes.items.is_empty(),
+        format!("{} members were created", nodes.items.len()),
+    )?;
+    Ok(())
+}
