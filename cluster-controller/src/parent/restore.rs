@@ -262,7 +262,115 @@ pub fn fits(shards: &[ShardRestore], spec_shards: u32, location: &str) -> Result
 /// (the parent turns the append-only file on live once the data is loaded, when the spec wants
 /// one). Nothing else of the member changes.
 pub fn restore_member(spec: &mut ValkeyNodeSpec, shard: &ShardRestore) {
-    spec.initial_data = Some(shard.initial_data.clone());
+    keep_member(spec, &shard.initial_data);
+}
+
+/// The annotation on a restored parent that records that every slot of the backup has been
+/// served once: from then on no member is given a snapshot it does not already have, and the
+/// engine no longer hands slots to first members as restored data (a slot lost later is a loss
+/// the user decides on). Kept in the object, not in memory, so a restarted controller does not
+/// start the restore over.
+pub const SERVED_ANNOTATION: &str = "valkey.io/restore-served";
+
+/// Whether the parent records that every slot of its restore was served once.
+pub fn served(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    annotations
+        .get(SERVED_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// Whether a pass saw every slot served: the moment the restore's slots are done with.
+pub fn every_slot_served(slots_assigned: Option<usize>) -> bool {
+    slots_assigned == Some(usize::from(SLOT_COUNT))
+}
+
+/// The append-only file of a first member that loaded a snapshot, as its `INFO persistence`
+/// shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aof {
+    /// `aof_enabled:0`: it runs on the snapshot alone.
+    Off,
+    /// Turned on and being written (or the last rewrite failed): not yet a file a restart
+    /// could load.
+    Writing,
+    /// On, no rewrite running or scheduled, the last one ok: a restart loads it.
+    Written,
+}
+
+impl Aof {
+    /// From `INFO persistence`'s fields (`None`: the member did not answer).
+    pub fn of(field: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let is = |key: &str, value: &str| field(key).as_deref() == Some(value);
+        let enabled = field("aof_enabled")?;
+        Some(if enabled != "1" {
+            Self::Off
+        } else if is("aof_rewrite_in_progress", "0")
+            && is("aof_rewrite_scheduled", "0")
+            && is("aof_last_bgrewrite_status", "ok")
+        {
+            Self::Written
+        } else {
+            Self::Writing
+        })
+    }
+}
+
+/// What a shard's first member gets from the restore in this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FirstMember {
+    /// Its shard's snapshot and `appendonly no` ([`restore_member`]).
+    Restore,
+    /// What it has (its `initialData`, and `appendonly no`; [`keep_member`]): the restore is
+    /// served, but the data it loaded is not yet anywhere a restart finds it.
+    Keep,
+    /// Nothing of the restore: the member as the spec alone makes it.
+    Clear,
+}
+
+/// What the first member of a restored shard gets. Before every slot was served once, the
+/// snapshot (a member created then must hold its shard's data). After: a member created then
+/// starts empty as any new member; one that still has its snapshot keeps it until its data is
+/// safe across the restart that clearing brings (clearing changes the pod's revision): with
+/// persistence, once its append-only file is on and written (`aof`), never before, or the
+/// restart would find `appendonly yes` and no file and come back empty; without persistence,
+/// once it has replicas (the roll hands the shard over to one in sync first); a shard without
+/// either keeps it, as no restart of it keeps data anyway.
+pub fn first_member(
+    served: bool,
+    has: Option<&InitialData>,
+    persistent: bool,
+    replicas: u32,
+    aof: Option<Aof>,
+) -> FirstMember {
+    if !served {
+        return FirstMember::Restore;
+    }
+    if has.is_none() {
+        return FirstMember::Clear;
+    }
+    let safe = if persistent {
+        aof == Some(Aof::Written)
+    } else {
+        replicas > 0
+    };
+    if safe {
+        FirstMember::Clear
+    } else {
+        FirstMember::Keep
+    }
+}
+
+/// Whether the parent turns the append-only file on live on a first member now: once every slot
+/// was served, on a member that still has its snapshot and runs without the file while the spec
+/// wants persistence. The parent does it, not the node-controller: the member's `appendonly no`
+/// is cleared only together with its snapshot (see [`first_member`]).
+pub fn turn_aof_on(served: bool, has_snapshot: bool, persistent: bool, aof: Option<Aof>) -> bool {
+    served && has_snapshot && persistent && aof == Some(Aof::Off)
+}
+
+/// [`FirstMember::Keep`] on a member's spec.
+pub fn keep_member(spec: &mut ValkeyNodeSpec, data: &InitialData) {
+    spec.initial_data = Some(data.clone());
     spec.config
         .get_or_insert_with(Default::default)
         .insert("appendonly".to_owned(), "no".to_owned());
@@ -486,6 +594,117 @@ mod tests {
         )
         .expect("replication");
         assert!(ok[0].slots.is_empty());
+    }
+
+    fn data() -> InitialData {
+        InitialData {
+            store: store(),
+            object: "shop/orders/nightly-1/shard-0.rdb".into(),
+            sha256: "0".repeat(64),
+            bytes: 10,
+        }
+    }
+
+    /// Before every slot was served, a first member always gets its snapshot; after, a member
+    /// made then starts empty, and one that has its snapshot keeps it until a restart keeps its
+    /// data: with persistence only once the append-only file is written (cleared earlier, the
+    /// restart would find `appendonly yes` and no file, and come back empty).
+    #[test]
+    fn a_first_member_keeps_its_snapshot_until_a_restart_keeps_its_data() {
+        let d = data();
+        for aof in [None, Some(Aof::Off), Some(Aof::Writing), Some(Aof::Written)] {
+            assert_eq!(
+                first_member(false, None, true, 1, aof),
+                FirstMember::Restore
+            );
+            assert_eq!(
+                first_member(false, Some(&d), false, 0, aof),
+                FirstMember::Restore
+            );
+            assert_eq!(first_member(true, None, true, 0, aof), FirstMember::Clear);
+        }
+        let keep = FirstMember::Keep;
+        for aof in [None, Some(Aof::Off), Some(Aof::Writing)] {
+            assert_eq!(first_member(true, Some(&d), true, 0, aof), keep, "{aof:?}");
+            assert_eq!(first_member(true, Some(&d), true, 2, aof), keep, "{aof:?}");
+        }
+        assert_eq!(
+            first_member(true, Some(&d), true, 0, Some(Aof::Written)),
+            FirstMember::Clear
+        );
+        // Without persistence: a replica takes the shard over for the restart; without one no
+        // restart keeps data, so the snapshot stays.
+        assert_eq!(
+            first_member(true, Some(&d), false, 1, None),
+            FirstMember::Clear
+        );
+        assert_eq!(first_member(true, Some(&d), false, 0, None), keep);
+    }
+
+    /// The file is turned on once, where it is off, the slots served and persistence wanted.
+    #[test]
+    fn the_append_only_file_is_turned_on_only_after_the_slots_are_served() {
+        assert!(turn_aof_on(true, true, true, Some(Aof::Off)));
+        assert!(
+            !turn_aof_on(false, true, true, Some(Aof::Off)),
+            "not served"
+        );
+        assert!(!turn_aof_on(true, false, true, Some(Aof::Off)), "cleared");
+        assert!(
+            !turn_aof_on(true, true, false, Some(Aof::Off)),
+            "no persistence"
+        );
+        for aof in [None, Some(Aof::Writing), Some(Aof::Written)] {
+            assert!(!turn_aof_on(true, true, true, aof), "{aof:?}");
+        }
+    }
+
+    #[test]
+    fn the_append_only_file_is_written_when_no_rewrite_runs_and_the_last_was_ok() {
+        let of = |fields: &[(&str, &str)]| {
+            let fields: std::collections::BTreeMap<String, String> = fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            Aof::of(|k| fields.get(k).cloned())
+        };
+        let quiet = [
+            ("aof_rewrite_in_progress", "0"),
+            ("aof_rewrite_scheduled", "0"),
+            ("aof_last_bgrewrite_status", "ok"),
+        ];
+        assert_eq!(of(&quiet), None, "no answer");
+        let with = |enabled: &'static str, over: (&'static str, &'static str)| {
+            let mut f = vec![("aof_enabled", enabled)];
+            f.extend(quiet.iter().filter(|(k, _)| *k != over.0));
+            f.push(over);
+            of(&f)
+        };
+        assert_eq!(with("0", quiet[0]), Some(Aof::Off));
+        assert_eq!(with("1", quiet[0]), Some(Aof::Written));
+        assert_eq!(
+            with("1", ("aof_rewrite_in_progress", "1")),
+            Some(Aof::Writing)
+        );
+        assert_eq!(
+            with("1", ("aof_rewrite_scheduled", "1")),
+            Some(Aof::Writing)
+        );
+        assert_eq!(
+            with("1", ("aof_last_bgrewrite_status", "err")),
+            Some(Aof::Writing)
+        );
+    }
+
+    #[test]
+    fn the_restore_is_served_when_every_slot_is_and_so_recorded() {
+        assert!(every_slot_served(Some(16384)));
+        assert!(!every_slot_served(Some(16383)));
+        assert!(!every_slot_served(None));
+        let mut annotations = std::collections::BTreeMap::new();
+        assert!(!served(&annotations));
+        annotations.insert(SERVED_ANNOTATION.to_owned(), "true".to_owned());
+        assert!(served(&annotations));
     }
 
     #[test]

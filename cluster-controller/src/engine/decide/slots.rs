@@ -330,7 +330,8 @@ fn restored_slots(t: &Topology, shards: &[SlotSet], unassigned: &SlotSet) -> Opt
         return Some(Decision::wait(
             Reason::WaitingForNodes,
             format!(
-                "shard {shard}'s first member, which holds its restored data, is not up as a                  primary yet to take slots {slots}"
+                "shard {shard}'s first member, which holds its restored data, is not up as a \
+                 primary yet to take slots {slots}"
             ),
         ));
     };
