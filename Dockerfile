@@ -22,12 +22,15 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     test -n "${CONTROLLER}" || { echo "--build-arg CONTROLLER=node-controller|cluster-controller is required" >&2; exit 1; } \
     && triple="$(uname -m)-unknown-linux-gnu" \
+    && extra="" && if [ "${CONTROLLER}" = node-controller ]; then extra="backup"; fi \
     && RUSTFLAGS="-C target-feature=+crt-static" \
-       cargo build --release --locked --target "${triple}" -p "${CONTROLLER}" \
-    && install -D -m 0755 "target/${triple}/release/${CONTROLLER}" /out/controller
+       cargo build --release --locked --target "${triple}" -p "${CONTROLLER}" ${extra:+-p "${extra}"} \
+    && install -D -m 0755 "target/${triple}/release/${CONTROLLER}" /out/controller \
+    && if [ -n "${extra}" ]; then install -D -m 0755 "target/${triple}/release/valkey-restore" /out/valkey-restore; fi
 
 # No shell, no package manager, no libc: the static binary, CA certificates and a non-root user.
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/controller /usr/local/bin/controller
+# The node-controller's image also holds valkey-restore, the init container of a restored member.
+COPY --from=build /out/ /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/controller"]

@@ -25,7 +25,7 @@ IMAGES_DIR := $(ROOT)/target/images
 IMAGE_TRIPLE := $(shell uname -m)-unknown-linux-gnu
 images: realnode-prereqs
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked --target $(IMAGE_TRIPLE) \
-		$(foreach c,$(CONTROLLERS),-p $(c))
+		$(foreach c,$(CONTROLLERS),-p $(c)) -p backup
 	IMAGE_PREFIX=$(IMAGE_PREFIX) bash $(ROOT)/tests/localkube/realnode/oci.sh controllers $(IMAGES_DIR) $(IMAGE_TAG) \
 		$(ROOT)/target/$(IMAGE_TRIPLE)/release
 

@@ -7,6 +7,8 @@
 //!   GCS and Azure), multipart uploads that either complete whole or are aborted.
 //! - [`rdb`]: what the stream's header and trailer say (RDB version, complete or cut short).
 //! - [`manifest`]: what a backup holds, written last: a backup without one is incomplete.
+//! - [`restore`]: one snapshot fetched, checked and put in a data folder before the server
+//!   starts (the `valkey-restore` program, the init container of a restored member).
 //!
 //! A crate of its own rather than a module of the cluster-controller: capture runs in the
 //! controller, but restore fetches and checks the object inside the restored member's pod, in a
@@ -16,6 +18,7 @@
 pub mod capture;
 pub mod manifest;
 pub mod rdb;
+pub mod restore;
 pub mod store;
 
 pub use capture::{CaptureError, CaptureOptions, Captured, PayloadForm, Source, capture};

@@ -21,6 +21,10 @@ use plumbing::{CommonArgs, Names};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
+    /// The image of the init container that fetches a ValkeyNode's spec.initialData: one that
+    /// holds `valkey-restore`, this node-controller's own (the chart passes it).
+    #[arg(long, env = "VALKEY_RESTORE_IMAGE", default_value = render::DEFAULT_RESTORE_IMAGE)]
+    restore_image: String,
 }
 
 #[tokio::main]
@@ -30,5 +34,11 @@ async fn main() -> std::process::ExitCode {
         controller: controller::CONTROLLER,
         default_lease: controller::CONTROLLER,
     };
-    plumbing::runtime::main(&cli.common, names, controller::run).await
+    let render = render::Options {
+        restore_image: cli.restore_image,
+    };
+    plumbing::runtime::main(&cli.common, names, |handles| {
+        controller::run(handles, render)
+    })
+    .await
 }

@@ -5,7 +5,8 @@
 #                           from Debian's source package), plus the valkey-9, valkey-latest,
 #                           valkey-8 links, and redis_exporter (Debian bookworm's
 #                           prometheus-redis-exporter)
-#   images.sh controllers   copies target/debug/{node,cluster}-controller into the table
+#   images.sh controllers   copies target/debug/{node,cluster}-controller into the table (and
+#                           valkey-restore into the node-controller's)
 #
 # Each step is skipped when its output is already there. Nothing is installed on the machine except
 # what prereqs.sh installs (patchelf, to make the binaries find their bundled libraries, and the
@@ -226,6 +227,14 @@ controllers() {
 			log "$c up to date"
 		fi
 	done
+	# The node-controller's image also holds valkey-restore (the restore init container).
+	local restore=$ROOT/target/debug/valkey-restore
+	[[ -x $restore ]] || die "$restore is missing: run cargo build --workspace --bins first"
+	if ! cmp -s "$restore" "$IMAGES/node-controller/bin/valkey-restore"; then
+		cp "$restore" "$IMAGES/node-controller/bin/valkey-restore.tmp"
+		mv "$IMAGES/node-controller/bin/valkey-restore.tmp" "$IMAGES/node-controller/bin/valkey-restore"
+		log "valkey-restore copied"
+	fi
 }
 
 # Sourced (realnode/oci.sh reuses the private apt functions), it only defines them.

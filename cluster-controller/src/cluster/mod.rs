@@ -35,6 +35,7 @@ pub mod network;
 pub mod observe;
 pub mod reconcile;
 pub mod report;
+pub mod restore;
 pub mod secrets;
 pub mod serving;
 pub mod status;

@@ -21,7 +21,7 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
 use super::status::Outcome;
-use super::{apply, bus, desired, external, network, observe, report, secrets, tls};
+use super::{apply, bus, desired, external, network, observe, report, restore, secrets, tls};
 use crate::engine::{Decision, Desired, Pass, Reason, Scope};
 use crate::parent::conditions::Problem;
 use crate::parent::context::ParentMemory;
@@ -87,6 +87,7 @@ pub async fn pass(
     let before_engine = started.elapsed();
     let pass = engine.pass(&topology, &members).await;
     memory.note_keys(&pass.observation);
+    restore::after_pass(ctx, cluster, &memory, engine.client(), &pass, &existing).await;
     let engine_took = started.elapsed() - before_engine;
     let (requeue, failing) = next_pass(ctx, key, &pass);
     if let Decision::Act { action, .. } = &pass.decision {
@@ -137,10 +138,8 @@ async fn prepare(
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
-    let restore = cluster.spec.restore_from.as_ref();
-    if let Some(problem) = crate::parent::restore::not_available(restore, "ValkeyCluster") {
-        return Err(Stop::problem(problem));
-    }
+    // Before anything is made: a restore that cannot be done creates no member empty.
+    let plan = restore::plan(ctx, cluster, key, memory).await?;
     let auth = stopped(secrets::ensure(ctx, cluster, memory).await, failures, key)?;
     let served = stopped(tls::ensure(ctx, cluster, memory).await, failures, key)?;
     if let Some(served) = &served {
@@ -167,6 +166,13 @@ async fn prepare(
     let applied = network::ensure(ctx, cluster, key).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
     let mut desired = desired::members(cluster, &node_auth);
+    restore::shape_members(
+        cluster,
+        plan.as_deref().map(Vec::as_slice),
+        memory,
+        &mut desired,
+        existing,
+    );
     let announced = external::ensure(ctx, cluster, key, &mut desired, existing).await;
     let pending = announced.map_err(|error| Stop::error(error, failures, key))?;
     let lacking = served.as_ref().map(|s| s.lacking_names.as_slice());
@@ -181,7 +187,10 @@ async fn prepare(
             tracing::warn!(%error, "the PodMonitor could not be applied");
         }
     }
-    let topology = desired::topology(cluster).map_err(Stop::problem)?;
+    let topology = Desired {
+        restore: restore::slots(plan.as_deref().map(Vec::as_slice)),
+        ..desired::topology(cluster).map_err(Stop::problem)?
+    };
     Ok(Some(Prepared {
         auth,
         served,
@@ -469,6 +478,72 @@ mod tests {
             &now,
         );
         assert_eq!(first, again);
+    }
+
+    /// A restore from a backup that is not there stops the pass before anything is made: the
+    /// backup is looked for with a list by name (the role may list, not get), and the status
+    /// names it; no Secret, policy or member is applied.
+    #[tokio::test]
+    async fn a_restore_from_a_missing_backup_makes_nothing_and_names_it() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!("{CLUSTER}  restoreFrom: {{backup: nightly}}\n");
+        let stored = serde_json::to_value(cluster(&yaml)).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            api.expect(
+                Method::GET,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases/cache-cluster-controller",
+            )
+            .await
+            .not_found();
+            api.expect(
+                Method::POST,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases",
+            )
+            .await
+            .echo();
+            let list = api
+                .expect(
+                    Method::GET,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeybackups?",
+                )
+                .await;
+            assert!(
+                list.uri.contains("fieldSelector=metadata.name%3Dnightly"),
+                "{}",
+                list.uri
+            );
+            list.answer(
+                http::StatusCode::OK,
+                &serde_json::json!({
+                    "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyBackupList",
+                    "metadata": {}, "items": []
+                }),
+            );
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyclusters/cache/status?",
+                )
+                .await;
+            assert_eq!(status.body["status"]["reason"], "RestoreBackupNotFound");
+            let message = status.body["status"]["message"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(message.contains("ValkeyBackup nightly"), "{message}");
+            status.with_status_of(&stored);
+            api.done().await;
+        });
+        let c = cluster(&yaml);
+        let key = ObjectKey::of(&c);
+        let requeue = ctx
+            .reconcile(&c, &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            requeue,
+            Requeue::requeue(crate::parent::stop::RETRY_PROBLEM)
+        );
     }
 
     #[tokio::test]

@@ -91,6 +91,13 @@ pub struct Desired {
     pub held_keys: bool,
     /// What the user allows when every copy of some slots is gone.
     pub lost_slots: LostSlotsPolicy,
+    /// A cluster restored from a backup (`spec.restoreFrom`): each shard's slots as the
+    /// backup's manifest has them, by shard index. Each shard's first member (index 0) loaded
+    /// the shard's snapshot, so it holds keys and still forms, and it takes exactly these slots,
+    /// never an even split nor another member. The parent sets it from creation until every slot
+    /// has been served once, and never after: a slot lost later must stay a loss the user
+    /// decides on, not be handed again to a first member.
+    pub restore: Option<Vec<SlotSet>>,
     /// Why no slot move may start now, when one may not: a backup of the cluster is being
     /// captured (its name). Moves already under way go on.
     pub slot_moves_held: Option<String>,
@@ -161,6 +168,7 @@ impl Desired {
                 refill: false,
                 accepted: None,
             },
+            restore: None,
             slot_moves_held: None,
         }
     }

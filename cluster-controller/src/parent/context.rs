@@ -64,6 +64,11 @@ pub struct ParentMemory {
     held_keys: std::sync::atomic::AtomicBool,
     /// Whether the last pass found the cluster steady with nothing to do.
     steady: std::sync::atomic::AtomicBool,
+    /// A restore's plan (`spec.restoreFrom`), once read from the backup and its store: not read
+    /// again each pass.
+    restore_plan: Mutex<Option<Arc<Vec<crate::parent::restore::ShardRestore>>>>,
+    /// The append-only file of each restored first member, as the last pass saw it.
+    restore_aof: Mutex<HashMap<String, crate::parent::restore::Aof>>,
 }
 
 impl ParentMemory {
@@ -72,6 +77,35 @@ impl ParentMemory {
         self.steady
             .swap(steady, std::sync::atomic::Ordering::Relaxed)
             && steady
+    }
+
+    /// The restore's plan, if read.
+    pub fn restore_plan(&self) -> Option<Arc<Vec<crate::parent::restore::ShardRestore>>> {
+        self.restore_plan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn remember_restore_plan(&self, plan: Arc<Vec<crate::parent::restore::ShardRestore>>) {
+        *self.restore_plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan);
+    }
+
+    /// A restored first member's append-only file as last seen.
+    pub fn restore_aof(&self, member: &str) -> Option<crate::parent::restore::Aof> {
+        self.restore_aof
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(member)
+            .copied()
+    }
+
+    pub fn note_restore_aof(&self, member: &str, aof: Option<crate::parent::restore::Aof>) {
+        let mut seen = self.restore_aof.lock().unwrap_or_else(|e| e.into_inner());
+        match aof {
+            Some(aof) => seen.insert(member.to_owned(), aof),
+            None => seen.remove(member),
+        };
     }
 
     /// Whether a pass of this controller saw the cluster hold keys.

@@ -20,8 +20,8 @@
 //! | the PodMonitor of the members' exporters | [`monitoring`] | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | Ready / Progressing / Degraded, problems in a person's words; progress | [`conditions`], [`progress`] | no |
-//! | `spec.restoreFrom`, refused before any member exists (no restore yet) | [`restore`] | no |
 //! | what can fail; what stops a pass | [`error`], [`stop`] | |
+//! | `spec.restoreFrom`: the backup, its manifest, each shard's snapshot and slots | [`restore`] | no (the store) |
 
 pub mod access;
 pub mod applier;

@@ -158,6 +158,8 @@ pub fn server_node(
             pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
             credentials,
             tls: auth.tls.clone(),
+            // Set by a restore (spec.restoreFrom) on each shard's first member only.
+            initial_data: None,
             allowed_revision,
         },
         status: None,

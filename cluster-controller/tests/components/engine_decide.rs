@@ -560,6 +560,14 @@ fn a_member_at_a_new_address_is_met_again() {
 /// Two fresh nodes, each alone as right after it started (its own capture line, no peers),
 /// serving `slots` (one range per node, none when empty).
 fn fresh_pair(slots: [&str; 2]) -> (Vec<cluster_controller::engine::Member>, Observation) {
+    fresh_pair_with_keys(slots, 0)
+}
+
+/// The same, each node holding `keys` keys (as a member restored from a backup does).
+fn fresh_pair_with_keys(
+    slots: [&str; 2],
+    keys: u64,
+) -> (Vec<cluster_controller::engine::Member>, Observation) {
     let capture = v9_primary();
     let members = vec![member(0, 0, "127.0.0.61"), member(1, 0, "127.0.0.62")];
     let mut observed = Observation::default();
@@ -584,12 +592,60 @@ fn fresh_pair(slots: [&str; 2]) -> (Vec<cluster_controller::engine::Member>, Obs
             .find(|m| m.name == name)
             .and_then(|m| m.address)
             .expect("address");
-        let state = NodeState::new(address, nodes, info, cluster_info, 0, vec![]).expect("state");
+        let state =
+            NodeState::new(address, nodes, info, cluster_info, keys, vec![]).expect("state");
         observed
             .members
             .insert(name.into(), Reach::Up(Box::new(state)));
     }
     (members, observed)
+}
+
+#[test]
+fn a_restored_cluster_forms_with_its_keys_and_each_first_member_takes_the_backups_slots() {
+    use cluster_controller::valkey::slots::{SlotRange, SlotSet};
+    let range = |a, b| SlotSet::from_range(SlotRange::new(a, b).expect("range"));
+    // Not an even split: the backup's own.
+    let mut desired = Desired::new(2, 0);
+    desired.restore = Some(vec![range(0, 99), range(100, 16383)]);
+    let (members, observed) = fresh_pair_with_keys(["", ""], 500);
+    match decide(&desired, &members, &observed) {
+        Decision::Act {
+            action: Action::AddSlots { on, slots },
+            reason: Reason::Forming,
+            ..
+        } => {
+            assert_eq!(on.member, "c-0-0");
+            assert_eq!(slots.to_string(), "0-99");
+        }
+        other => panic!("{other}"),
+    }
+    let (members, observed) = fresh_pair_with_keys(["0-99", ""], 500);
+    match decide(&desired, &members, &observed) {
+        Decision::Act {
+            action: Action::AddSlots { on, slots },
+            ..
+        } => {
+            assert_eq!(on.member, "c-1-0");
+            assert_eq!(slots.to_string(), "100-16383");
+        }
+        other => panic!("{other}"),
+    }
+    // Without the restore, nodes with keys and no slot owner are data that lost its slots:
+    // the operator does not serve them on its own.
+    let plain = Desired::new(2, 0);
+    let (members, observed) = fresh_pair_with_keys(["", ""], 500);
+    let decision = decide(&plain, &members, &observed);
+    assert!(
+        !matches!(
+            decision,
+            Decision::Act {
+                action: Action::AddSlots { .. },
+                ..
+            }
+        ),
+        "{decision}"
+    );
 }
 
 #[test]

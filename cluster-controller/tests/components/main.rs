@@ -16,6 +16,7 @@ mod engine_faults;
 mod engine_form;
 mod engine_heal;
 mod engine_replicas;
+mod engine_restore;
 mod engine_resume;
 mod engine_rolling;
 mod engine_scale;

@@ -46,6 +46,8 @@ pub struct Context {
     live_set: Mutex<HashMap<ObjectKey, String>>,
     /// The credentials each Secret held when last read (see [`super::secrets::Known`]).
     pub credentials: super::secrets::Known,
+    /// How this process builds children (the image of the restore init container).
+    pub render: crate::render::Options,
 }
 
 impl Context {
@@ -57,6 +59,7 @@ impl Context {
             applied: Mutex::new(HashMap::new()),
             live_set: Mutex::new(HashMap::new()),
             credentials: super::secrets::Known::default(),
+            render: crate::render::Options::default(),
         }
     }
 

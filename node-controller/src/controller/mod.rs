@@ -41,7 +41,7 @@ use context::{Context, Stores};
 pub const CONTROLLER: &str = "valkey-node-controller";
 
 /// Runs the ValkeyNode controller until shutdown or lost leadership.
-pub async fn run(handles: plumbing::Handles) {
+pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
     // Only our own children are cached: pods by their node label, the rest by managed-by.
     let ours =
         watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
@@ -62,7 +62,8 @@ pub async fn run(handles: plumbing::Handles) {
         pvcs: pvcs.store(),
         secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
     };
-    let ctx = Context::new(handles.client.clone(), handles.events.clone(), stores);
+    let mut ctx = Context::new(handles.client.clone(), handles.events.clone(), stores);
+    ctx.render = render;
     handles
         .run(
             nodes,

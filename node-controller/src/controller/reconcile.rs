@@ -33,7 +33,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     let name = node.name_any();
     let names = ChildNames::of(&name);
 
-    let mut children = match render::build(node) {
+    let mut children = match render::build_with(node, &ctx.render) {
         Ok(children) => children,
         Err(e) => {
             report::bad_spec(node, ctx, e.reason(), &e.to_string()).await?;
@@ -110,6 +110,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
                 .unwrap_or(&children.revision),
             restart_allowed: false,
             live_config: Some(refused.clone()),
+            initial_data: initial_data_object(node),
         };
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let mut new_status = status::compute(node.status.as_ref(), &observed, &now);
@@ -174,6 +175,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
             &children.revision,
         ),
         live_config: live_outcome,
+        initial_data: initial_data_object(node),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let new_status = status::compute(node.status.as_ref(), &observed, &now);
@@ -277,6 +279,11 @@ fn keep_conditions_of_untouched_children(
         .status
         .as_ref()
         .and_then(|s| s.desired_revision.clone());
+}
+
+/// The object of `spec.initialData`, for the InitialData condition.
+fn initial_data_object(node: &ValkeyNode) -> Option<&str> {
+    node.spec.initial_data.as_ref().map(|d| d.object.as_str())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod config;
 mod exporter;
 pub mod memory;
 mod pod;
+pub mod restore;
 pub mod volume;
 
 use std::collections::BTreeMap;
@@ -125,8 +126,35 @@ struct DeploymentYaml<'a> {
     recreate: bool,
 }
 
-/// Builds every child of `node`.
+/// What the build needs besides the ValkeyNode: how this node-controller was started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The image whose `valkey-restore` fetches `spec.initialData` (the operator's own).
+    pub restore_image: String,
+}
+
+/// The image of this version's node-controller, as the chart names it.
+pub const DEFAULT_RESTORE_IMAGE: &str = concat!(
+    "valkey-operator/node-controller:",
+    env!("CARGO_PKG_VERSION")
+);
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            restore_image: DEFAULT_RESTORE_IMAGE.to_owned(),
+        }
+    }
+}
+
+/// Builds every child of `node` with the default [`Options`].
+#[cfg(test)]
 pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
+    build_with(node, &Options::default())
+}
+
+/// Builds every child of `node`.
+pub fn build_with(node: &ValkeyNode, options: &Options) -> Result<Children, RenderError> {
     let name = node
         .meta()
         .name
@@ -201,7 +229,13 @@ pub fn build(node: &ValkeyNode) -> Result<Children, RenderError> {
 
     // The revision is computed over the template without its own annotation, plus valkey.conf:
     // a config change must restart the pod even though the template only names the ConfigMap.
-    let mut pod = PodTemplate::new(name, &names, spec, persistence.is_some());
+    let mut pod = PodTemplate::new(
+        name,
+        &names,
+        spec,
+        persistence.is_some(),
+        &options.restore_image,
+    );
     let revision = revision(&pod.fingerprint(), &restart_conf);
     pod.annotations
         .insert(REVISION_ANNOTATION.to_owned(), revision.clone());

@@ -10,6 +10,7 @@ use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKE
 use valkey_api::v1alpha1::ValkeyNodeSpec;
 
 use super::exporter::Exporter;
+use super::restore::Restore;
 use crate::names::{ChildNames, NODE_LABEL, labels};
 
 /// Where the pod sees its volumes.
@@ -42,10 +43,21 @@ pub struct PodTemplate {
     /// when absent, so that a node without one keeps the revision it had before exporters existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exporter: Option<Exporter>,
+    /// The init container that fetches `spec.initialData`; left out of the fingerprint when
+    /// absent, as the exporter is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<Restore>,
 }
 
 impl PodTemplate {
-    pub fn new(name: &str, names: &ChildNames, spec: &ValkeyNodeSpec, persistent: bool) -> Self {
+    /// `restore_image`: the operator's image, which holds `valkey-restore`.
+    pub fn new(
+        name: &str,
+        names: &ChildNames,
+        spec: &ValkeyNodeSpec,
+        persistent: bool,
+        restore_image: &str,
+    ) -> Self {
         // The parent's labels first, so the node-controller's own (the selector among them) win.
         let mut pod_labels = spec.pod_labels.clone().unwrap_or_default();
         pod_labels.extend(labels(name));
@@ -118,6 +130,10 @@ impl PodTemplate {
             }}));
         }
         ping.push("ping".to_owned());
+        let restore = Restore::of(spec, restore_image).map(|(restore, restore_volumes)| {
+            volumes.extend(restore_volumes);
+            restore
+        });
 
         Self {
             labels: pod_labels,
@@ -139,6 +155,7 @@ impl PodTemplate {
             mounts,
             volumes,
             exporter: Exporter::of(spec),
+            restore,
         }
     }
 

@@ -827,3 +827,162 @@ fn adding_removing_or_changing_the_exporter_changes_the_revision() {
         "removed: back to the revision without one"
     );
 }
+
+const RESTORED: &str = r#"
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyNode
+metadata: {name: orders-0-0, namespace: prod, uid: 7f9d2c1e-0000-4000-8000-000000000009}
+spec:
+  image: valkey/valkey:9.1
+  persistence: {enabled: true, size: 2Gi}
+  config: {appendonly: "no", dbfilename: "\"orders.rdb\""}
+  credentials: {secretName: orders-acl, username: healthcheck, files: [users.acl]}
+  initialData:
+    store:
+      s3:
+        endpoint: https://store.example:9000
+        bucket: backups
+        prefix: valkey/prod
+        credentials: {secretName: store-keys, accessKeyIdKey: id, secretAccessKeyKey: secret}
+        caBundle: {secretName: store-ca}
+    object: prod/orders/nightly-1a2b3c4d/shard-0.rdb
+    sha256: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+    bytes: 524288
+"#;
+
+fn restore_container(children: &Children) -> k8s_openapi::api::core::v1::Container {
+    let spec = pod_template(children).spec.as_ref().expect("pod spec");
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    assert_eq!(init.len(), 1, "{init:?}");
+    init[0].clone()
+}
+
+#[test]
+fn initial_data_is_an_init_container_of_the_operators_image_with_the_store_keys_as_files() {
+    let options = Options {
+        restore_image: "registry.example/valkey-operator/node-controller:1.2.3".into(),
+    };
+    let children = build_with(&node(RESTORED), &options).expect("build");
+    let restore = restore_container(&children);
+    assert_eq!(restore.name, restore::RESTORE_CONTAINER);
+    assert_eq!(
+        restore.image.as_deref(),
+        Some(options.restore_image.as_str())
+    );
+    assert_eq!(restore.command, Some(vec!["valkey-restore".to_owned()]));
+    assert_eq!(
+        restore.termination_message_policy.as_deref(),
+        Some("FallbackToLogsOnError")
+    );
+    let args = restore.args.clone().unwrap_or_default();
+    let arg = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
+    };
+    assert_eq!(arg("--object"), "prod/orders/nightly-1a2b3c4d/shard-0.rdb");
+    assert_eq!(arg("--sha256").len(), 64);
+    assert_eq!(arg("--bytes"), "524288");
+    assert_eq!(arg("--dir"), pod::DATA_DIR);
+    // The server's own dbfilename, as Valkey reads it.
+    assert_eq!(arg("--dbfilename"), "orders.rdb");
+    assert_eq!(arg("--endpoint"), "https://store.example:9000");
+    assert_eq!(arg("--bucket"), "backups");
+    assert_eq!(arg("--prefix"), "valkey/prod");
+    assert_eq!(arg("--path-style"), "true");
+    assert_eq!(arg("--ca-bundle-file"), "/etc/valkey/restore-ca/ca.crt");
+    // Credentials are files, never arguments or environment.
+    assert!(restore.env.as_deref().unwrap_or_default().is_empty());
+    assert!(!args.iter().any(|a| a == "id" || a == "secret"), "{args:?}");
+
+    let spec = pod_template(&children).spec.clone().expect("pod spec");
+    let volumes = spec.volumes.unwrap_or_default();
+    let keys = volumes
+        .iter()
+        .find(|v| v.name == "restore-credentials")
+        .and_then(|v| v.secret.clone())
+        .expect("the store's Secret");
+    assert_eq!(keys.secret_name.as_deref(), Some("store-keys"));
+    let items: Vec<(String, String)> = keys
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| (i.key, i.path))
+        .collect();
+    assert_eq!(
+        items,
+        vec![
+            ("id".to_owned(), "access-key-id".to_owned()),
+            ("secret".to_owned(), "secret-access-key".to_owned())
+        ]
+    );
+    // Mounted into the init container only: the server's and every other container never see
+    // the store's keys.
+    let mounts_of = |c: &k8s_openapi::api::core::v1::Container| -> Vec<String> {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.name.clone())
+            .collect()
+    };
+    assert!(mounts_of(&restore).contains(&"restore-credentials".to_owned()));
+    assert!(mounts_of(&restore).contains(&"restore-ca".to_owned()));
+    assert!(mounts_of(&restore).contains(&"data".to_owned()));
+    for c in &spec.containers {
+        let mounts = mounts_of(c);
+        assert!(
+            !mounts.iter().any(|m| m.starts_with("restore")),
+            "{} mounts {mounts:?}",
+            c.name
+        );
+    }
+    // And the init container never sees the node's own credentials.
+    assert!(!mounts_of(&restore).contains(&"credentials".to_owned()));
+    let security = restore.security_context.expect("security context");
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+}
+
+#[test]
+fn without_initial_data_there_is_no_init_container_and_the_revision_is_as_before() {
+    let with = node(RESTORED);
+    let mut without = with.clone();
+    without.spec.initial_data = None;
+    let plain = build(&without).expect("build");
+    assert!(
+        pod_template(&plain)
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .is_none()
+    );
+    // Setting it, or clearing it, changes the revision (a parent holds the running pod on its
+    // revision with allowedRevision when it clears it).
+    let restored = build(&with).expect("build");
+    assert_ne!(plain.revision, restored.revision);
+    let mut other = with.clone();
+    if let Some(d) = other.spec.initial_data.as_mut() {
+        d.sha256 = "f".repeat(64);
+    }
+    assert_ne!(build(&other).expect("build").revision, restored.revision);
+    // Without a CA bundle or endpoint: AWS S3 and the system's trust store.
+    let mut aws = with.clone();
+    if let Some(d) = aws.spec.initial_data.as_mut() {
+        d.store.s3.ca_bundle = None;
+        d.store.s3.endpoint = None;
+    }
+    let children = build(&aws).expect("build");
+    let args = restore_container(&children).args.unwrap_or_default();
+    assert!(
+        !args
+            .iter()
+            .any(|a| a == "--endpoint" || a == "--ca-bundle-file"),
+        "{args:?}"
+    );
+    assert_eq!(
+        restore_container(&children).image.as_deref(),
+        Some(DEFAULT_RESTORE_IMAGE)
+    );
+}

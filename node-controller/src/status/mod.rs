@@ -22,6 +22,9 @@ pub const PVC_READY: &str = "PersistentVolumeClaimReady";
 pub const CREDENTIALS: &str = "Credentials";
 pub const POD_UP_TO_DATE: &str = "PodUpToDate";
 pub const CONFIG_APPLIED: &str = valkey_api::contract::CONFIG_APPLIED_CONDITION;
+pub const INITIAL_DATA: &str = "InitialData";
+/// InitialData=False (and Ready=False): the restore init container failed; the message is its own.
+pub const INITIAL_DATA_FAILED: &str = "InitialDataFailed";
 
 /// Everything one reconcile pass saw.
 #[derive(Debug, Clone)]
@@ -41,6 +44,8 @@ pub struct Observed<'a> {
     pub restart_allowed: bool,
     /// The live settings on the running server; `None` when it was not asked.
     pub live_config: Option<Outcome>,
+    /// The object of `spec.initialData`, when the spec has one.
+    pub initial_data: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -255,6 +260,33 @@ pub fn compute(
         ),
     }
 
+    match o.initial_data {
+        None => conditions.remove(INITIAL_DATA),
+        Some(object) => {
+            let (ok, reason, message) = match pod.map(restore_state) {
+                Some(RestoreState::Done) => (
+                    true,
+                    "Restored".to_owned(),
+                    format!("The snapshot {object} is in the data folder."),
+                ),
+                Some(RestoreState::Failed(message)) => {
+                    (false, INITIAL_DATA_FAILED.to_owned(), message)
+                }
+                Some(RestoreState::Running) => (
+                    false,
+                    "Fetching".to_owned(),
+                    format!("Fetching the snapshot {object}; Valkey starts once it is checked."),
+                ),
+                Some(RestoreState::NotStarted) | None => (
+                    false,
+                    "Pending".to_owned(),
+                    format!("The snapshot {object} is fetched when the pod starts."),
+                ),
+            };
+            conditions.set(INITIAL_DATA, ok, &reason, &message)
+        }
+    }
+
     let current_revision = pod.and_then(pod_revision);
     match current_revision.as_deref() {
         Some(rev) if rev == o.desired_revision => conditions.set(
@@ -418,6 +450,12 @@ fn ready_reason(
     if let Some((reason, message)) = unschedulable(pod) {
         return (reason, format!("Pod {name} cannot be scheduled: {message}"));
     }
+    if let RestoreState::Failed(message) = restore_state(pod) {
+        return (
+            INITIAL_DATA_FAILED.into(),
+            format!("Pod {name} cannot start Valkey: its initial data failed: {message}"),
+        );
+    }
     if let Some((container, waiting)) = waiting_state(pod) {
         let reason = waiting
             .reason
@@ -532,6 +570,67 @@ fn waiting_state(pod: &Pod) -> Option<(&str, &ContainerStateWaiting)> {
                 status.state.as_ref()?.waiting.as_ref()?,
             ))
         })
+}
+
+/// Where the restore init container of a pod is.
+#[derive(Debug, Clone, PartialEq)]
+enum RestoreState {
+    /// No such init container, or not started yet.
+    NotStarted,
+    Running,
+    Done,
+    /// It exited non-zero (now or the last time, while the kubelet waits to run it again).
+    Failed(String),
+}
+
+fn restore_state(pod: &Pod) -> RestoreState {
+    use crate::render::restore::RESTORE_CONTAINER;
+    let Some(status) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|l| l.iter().find(|s| s.name == RESTORE_CONTAINER))
+    else {
+        return RestoreState::NotStarted;
+    };
+    let failed = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
+        let message = t
+            .message
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(|m| m.lines().last().unwrap_or(m).to_owned())
+            .unwrap_or_else(|| {
+                format!(
+                    "the {RESTORE_CONTAINER} init container exited with code {} ({})",
+                    t.exit_code,
+                    t.reason.as_deref().unwrap_or("Error")
+                )
+            });
+        RestoreState::Failed(message)
+    };
+    let state = status.state.as_ref();
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        return if t.exit_code == 0 {
+            RestoreState::Done
+        } else {
+            failed(t)
+        };
+    }
+    if let Some(t) = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .filter(|t| t.exit_code != 0)
+    {
+        // Running again or waiting to: the last run's error still says why there is no data yet.
+        return failed(t);
+    }
+    if state.and_then(|s| s.running.as_ref()).is_some() {
+        RestoreState::Running
+    } else {
+        RestoreState::NotStarted
+    }
 }
 
 /// The exit code of the container's last run, and the runtime's reason for its end (OOMKilled,

@@ -28,6 +28,7 @@ fn observed<'a>(pod: Option<&'a Pod>, valkey: Option<Answer>) -> Observed<'a> {
         desired_revision: "r1",
         restart_allowed: true,
         live_config: None,
+        initial_data: None,
     }
 }
 
@@ -472,4 +473,79 @@ fn live_settings_waiting_for_the_restart_are_not_applied_nor_refused() {
         ("False", valkey_api::contract::CONFIG_AWAITS_RESTART)
     );
     assert!(c.message.contains("r0") && c.message.contains("r1"));
+}
+
+fn restoring_pod(init_status: &str) -> Pod {
+    pod(&format!(
+        r#"
+metadata: {{name: valkey-n-0, annotations: {{valkey.io/revision: r1}}}}
+spec: {{nodeName: localkube-b, containers: [{{name: valkey}}]}}
+status:
+  phase: Pending
+  podIP: 10.213.2.7
+  conditions: [{{type: Ready, status: "False"}}]
+  initContainerStatuses: [{{name: restore, image: op, imageID: "", ready: false, restartCount: 1, {init_status}}}]
+  containerStatuses: [{{name: valkey, image: valkey/valkey:9.1, imageID: "", ready: false, restartCount: 0, state: {{waiting: {{reason: PodInitializing}}}}}}]
+"#
+    ))
+}
+
+#[test]
+fn initial_data_that_failed_says_why_in_its_condition_and_in_ready() {
+    const MESSAGE: &str = "valkey-restore: initial data s3://b/x/shard-0.rdb: SHA-256 aa does not match the expected bb: the snapshot changed since it was taken";
+    // The kubelet waits to run it again; the last run's message says why.
+    let p = restoring_pod(&format!(
+        "state: {{waiting: {{reason: CrashLoopBackOff}}}}, lastState: {{terminated: {{exitCode: 1, reason: Error, message: \"{MESSAGE}\"}}}}"
+    ));
+    let mut o = observed(Some(&p), None);
+    o.initial_data = Some("x/shard-0.rdb");
+    let s = compute(None, &o, &at(1));
+    assert!(!s.ready);
+    let c = condition(&s, INITIAL_DATA);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", INITIAL_DATA_FAILED)
+    );
+    assert_eq!(c.message, MESSAGE);
+    let ready = condition(&s, READY);
+    assert_eq!(ready.reason, INITIAL_DATA_FAILED);
+    assert!(ready.message.contains(MESSAGE), "{}", ready.message);
+
+    // Without a termination message (a runtime that keeps none): the exit code.
+    let p = restoring_pod("state: {terminated: {exitCode: 1, reason: Error}}");
+    let mut o = observed(Some(&p), None);
+    o.initial_data = Some("x/shard-0.rdb");
+    let s = compute(None, &o, &at(1));
+    assert!(
+        condition(&s, INITIAL_DATA)
+            .message
+            .contains("exited with code 1"),
+        "{:?}",
+        condition(&s, INITIAL_DATA)
+    );
+}
+
+#[test]
+fn initial_data_fetching_then_restored_then_gone_with_the_field() {
+    let p = restoring_pod("state: {running: {}}");
+    let mut o = observed(Some(&p), None);
+    o.initial_data = Some("x/shard-0.rdb");
+    let s = compute(None, &o, &at(1));
+    assert_eq!(condition(&s, INITIAL_DATA).reason, "Fetching");
+
+    let p = restoring_pod("state: {terminated: {exitCode: 0, reason: Completed}}");
+    let mut o = observed(Some(&p), None);
+    o.initial_data = Some("x/shard-0.rdb");
+    let s = compute(Some(&s), &o, &at(2));
+    let c = condition(&s, INITIAL_DATA);
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Restored"));
+
+    let o = observed(Some(&p), None);
+    let s = compute(Some(&s), &o, &at(3));
+    assert!(
+        s.conditions
+            .as_deref()
+            .and_then(|c| plumbing::conditions::find_condition(c, INITIAL_DATA))
+            .is_none()
+    );
 }

@@ -121,13 +121,19 @@ accounts() {
 
 # A static program's image, as the root Dockerfile's distroless base lays it out: the binary, CA
 # certificates, the nonroot user (65532) with its home, /tmp; no shell, no libc.
+# Further static programs (EXTRA...) go beside it in /usr/local/bin: the node-controller's image
+# carries valkey-restore, the init container of a member restored from a backup.
 controller_image() {
 	local out=$1 tag=$2 bin=$3 name=$4
-	[[ -x $bin ]] || die "$bin is missing (make images builds it)"
-	! readelf -lW "$bin" | grep -q 'program interpreter' || die "$bin is not statically linked"
+	shift 4
+	local extra=("$@") prog
+	for prog in "$bin" "${extra[@]}"; do
+		[[ -x $prog ]] || die "$prog is missing (make images builds it)"
+		! readelf -lW "$prog" | grep -q 'program interpreter' || die "$prog is not statically linked"
+	done
 	local refs=("${IMAGE_PREFIX:-valkey-operator}/$name:$tag")
 	local digest
-	digest=$(printf '%s\n' "$name" "${refs[@]}" | inputs_digest "$bin")
+	digest=$(printf '%s\n' "$name" "${refs[@]}" | inputs_digest "$bin" "${extra[@]}")
 	if up_to_date "$out" "$name" "$digest"; then
 		log "$name up to date"
 		return
@@ -135,6 +141,9 @@ controller_image() {
 	local rootfs
 	rootfs=$(mktemp -d)
 	install -D -m 0755 "$bin" "$rootfs/usr/local/bin/controller"
+	for prog in "${extra[@]}"; do
+		install -D -m 0755 "$prog" "$rootfs/usr/local/bin/$(basename "$prog")"
+	done
 	accounts "$rootfs" nonroot 65532 /home/nonroot
 	install -d -m 0700 "$rootfs/home/nonroot"
 	install -d -m 1777 "$rootfs/tmp"
@@ -152,9 +161,8 @@ controllers() {
 	local out=$1 tag=$2 bin_dir=$3
 	[[ -n $tag ]] || die "no tag"
 	local c
-	for c in node-controller cluster-controller; do
-		controller_image "$out" "$tag" "$bin_dir/$c" "$c"
-	done
+	controller_image "$out" "$tag" "$bin_dir/node-controller" node-controller "$bin_dir/valkey-restore"
+	controller_image "$out" "$tag" "$bin_dir/cluster-controller" cluster-controller
 }
 
 # The loader's view of a binary inside ROOTFS: fails unless every library it needs resolves to a

@@ -259,6 +259,13 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
     // Slots can only lose data once data was written; a cluster without a single key is
     // still being formed (perhaps by an engine that was stopped half-way), unless it had formed
     // before and every slot lost its owner (every node came back empty).
+    // A restore forms with keys: its first members loaded the backup's snapshots. Not gated on
+    // `formed`: a restored server claims the slots of its keys by itself when it loads them
+    // (Valkey's verifyClusterConfigWithData), so the cluster looks formed before the rest of its
+    // slots are assigned; the parent drops `restore` once every slot has been served.
+    if let Some(shards) = t.desired.restore.as_ref() {
+        return restored_slots(t, shards, &unassigned);
+    }
     let forming =
         t.live.iter().all(|l| l.state.keys() == 0) && !(t.desired.formed && assigned.is_empty());
     let permit = t.desired.lost_slots.permits(&unassigned);
@@ -304,6 +311,41 @@ pub(super) fn coverage(t: &Topology) -> Option<Decision> {
             ),
         ),
     })
+}
+
+/// A restored cluster's formation: each shard's first member, which loaded the shard's snapshot,
+/// takes the manifest's slots of that shard; no other member ever takes them (an empty member
+/// serving them would answer "no such key" for restored data), so a shard whose first member is
+/// not up, or is not a primary, waits.
+fn restored_slots(t: &Topology, shards: &[SlotSet], unassigned: &SlotSet) -> Option<Decision> {
+    let (shard, slots) = shards
+        .iter()
+        .enumerate()
+        .map(|(shard, slots)| (shard as u32, slots.intersection(unassigned)))
+        .find(|(_, slots)| !slots.is_empty())?;
+    let Some(first) = t
+        .shard(shard)
+        .find(|l| l.member.index == 0 && l.is_primary())
+    else {
+        return Some(Decision::wait(
+            Reason::WaitingForNodes,
+            format!(
+                "shard {shard}'s first member, which holds its restored data, is not up as a \
+                 primary yet to take slots {slots}"
+            ),
+        ));
+    };
+    Some(Decision::act(
+        Action::AddSlots {
+            on: first.node_ref(),
+            slots: slots.clone(),
+        },
+        Reason::Forming,
+        format!(
+            "assigning the backup's slots {slots} of shard {shard} to {}, which holds its data",
+            first.name()
+        ),
+    ))
 }
 
 /// At formation, slots come first, as `valkey-cli --cluster create` assigns them before its

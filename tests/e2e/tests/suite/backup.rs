@@ -4,7 +4,9 @@
 //! valkey-server of this test, holds every key acknowledged before the backup's start time, with
 //! its value. Faults: the store's credentials Secret missing, and a store nobody answers at, each
 //! give Failed with a reason a person can act on, and the cluster goes on untouched. Deleting the
-//! backup deletes its objects.
+//! backup deletes its objects. Restore: a new ValkeyCluster from a backup holds every key, keeps
+//! them across the restart that lets its snapshots go, and a restore that cannot be done makes no
+//! member.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -686,22 +688,49 @@ fn ready_reason(
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-/// A ValkeyCluster that asks to start from a backup, which this version cannot restore, is
-/// not formed at all (no member is created) rather than formed empty, and says why.
+/// A restore that cannot be done makes no member and says why: a ValkeyCluster whose backup
+/// does not exist names it (and would start once it does); a ValkeyReplication, which this
+/// version does not restore yet, says so. Neither is formed empty.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Result<()> {
-    let c = ClusterFixture::start(
+    let c = ClusterFixture::start_with(
         "backup-restore",
         "rs",
         "{shards: 1, replicas: 0, restoreFrom: {backup: nightly}}",
+        &["--kinds=valkey-cluster,valkey-replication"],
+    )
+    .await?;
+    c.ns.apply(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyReplication\nmetadata: {name: rr}\n\
+         spec: {replicas: 0, restoreFrom: {backup: nightly}}\n",
     )
     .await?;
     let status = c
-        .wait_status(Duration::from_secs(60), "reason RestoreNotAvailable", |s| {
-            s.reason.as_deref() == Some("RestoreNotAvailable")
-        })
+        .wait_status(
+            Duration::from_secs(60),
+            "reason RestoreBackupNotFound",
+            |s| s.reason.as_deref() == Some("RestoreBackupNotFound"),
+        )
         .await?;
     let message = status.status.and_then(|s| s.message).unwrap_or_default();
+    check(message.contains("ValkeyBackup nightly"), message)?;
+    let replications = c.ns.api::<valkey_api::v1alpha1::ValkeyReplication>();
+    let replication = wait_until(
+        Duration::from_secs(60),
+        "ValkeyReplication rr: reason RestoreNotAvailable",
+        || {
+            let api = replications.clone();
+            async move {
+                let status = api.get("rr").await?.status.unwrap_or_default();
+                Ok(match status.reason.as_deref() {
+                    Some("RestoreNotAvailable") => Poll::Ready(status),
+                    reason => Poll::NotYet(format!("{reason:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    let message = replication.message.unwrap_or_default();
     check(message.contains("ValkeyBackup nightly"), message)?;
     let nodes =
         c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
@@ -909,4 +938,200 @@ async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_captur
     )?;
     c.wait_ready(FORM).await?;
     c.verify(&written).await
+}
+
+/// Waits until no member of the fixture's cluster has initialData left and each runs its
+/// revision, ready.
+async fn snapshots_let_go(c: &ClusterFixture) -> Result<()> {
+    let nodes = c.ns.api::<valkey_api::v1alpha1::ValkeyNode>();
+    let selector = format!("valkey.io/cluster={}", c.name);
+    wait_until(
+        FORM,
+        &format!(
+            "{}'s members without initialData, each on its revision",
+            c.name
+        ),
+        || {
+            let (nodes, selector) = (nodes.clone(), selector.clone());
+            async move {
+                let left: Vec<String> = nodes
+                    .list(&kube::api::ListParams::default().labels(&selector))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|n| {
+                        let status = n.status.clone().unwrap_or_default();
+                        n.spec.initial_data.is_some()
+                            || status.desired_revision.is_none()
+                            || status.current_revision != status.desired_revision
+                            || !status.ready
+                    })
+                    .map(|n| n.name_any())
+                    .collect();
+                Ok(if left.is_empty() {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("with initialData or not restarted: {left:?}"))
+                })
+            }
+        },
+    )
+    .await
+}
+
+/// A backup of a 2x1 ValkeyCluster restored into a new one of two shards: the new cluster is
+/// Ready, each shard's replica synced from the member that loaded the shard's snapshot; then (it
+/// has persistence, the default) each first member's append-only file is turned on and written
+/// before its snapshot is cleared, and after the restart this brings every key is there with its
+/// value (read once the cluster is still: a read amid the roll's failover could fail for reasons
+/// of its own), every member runs with its append-only file, and no ValkeyNode has initialData
+/// left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_across_the_roll()
+-> Result<()> {
+    let mut c = ClusterFixture::start("backup-rt", "src", "{shards: 2, replicas: 1}").await?;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let written = c.write_keys("r", 2000).await?;
+    c.ns.apply(&backup_manifest("snap", "src", STORE_URL, "store"))
+        .await?;
+    let status = finished(&c, "snap", CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!(
+            "snap did not complete: {:?} {:?}",
+            status.reason, status.message
+        ),
+    )?;
+
+    // The new cluster, beside the source (the fixture now speaks of it).
+    c.name = "restored".to_owned();
+    c.apply("{shards: 2, replicas: 1, restoreFrom: {backup: snap}}")
+        .await?;
+    c.wait_ready(FORM).await?;
+
+    // The snapshot is cleared from every member once its data is on disk, and the cluster is
+    // Ready again after the restart that brings.
+    let nodes = c.ns.api::<valkey_api::v1alpha1::ValkeyNode>();
+    snapshots_let_go(&c).await?;
+    c.wait_ready(FORM).await?;
+    c.verify(&written).await?;
+    let restored = c.api().get("restored").await?;
+    check(
+        restored
+            .annotations()
+            .get("valkey.io/restore-served")
+            .is_some_and(|v| v == "true"),
+        format!("annotations: {:?}", restored.annotations()),
+    )?;
+
+    // Every member runs with its append-only file, and each replica holds its primary's keys.
+    let members = c.nodes().await?;
+    check(
+        members.len() == 4,
+        format!("{} members of restored", members.len()),
+    )?;
+    let mut primaries_keys = 0u64;
+    for member in &members {
+        let ip = e2e::cluster::ready_pod_ip(member)
+            .ok_or_else(|| E2eError::Check(format!("{} has no ready pod", member.name_any())))?;
+        let persistence = c.admin_command_on(&ip, &["INFO", "persistence"]).await?;
+        check(
+            persistence.contains("aof_enabled:1"),
+            format!("{}: {persistence}", member.name_any()),
+        )?;
+        let replication = c.admin_command_on(&ip, &["INFO", "replication"]).await?;
+        if replication.contains("role:master") {
+            let size = c.admin_command_on(&ip, &["DBSIZE"]).await?;
+            primaries_keys += size.trim().parse::<u64>().unwrap_or(0);
+        } else {
+            check(
+                replication.contains("master_link_status:up"),
+                format!("{}: {replication}", member.name_any()),
+            )?;
+        }
+    }
+    check(
+        primaries_keys == written.len() as u64,
+        format!(
+            "the primaries hold {primaries_keys} keys, {} written",
+            written.len()
+        ),
+    )?;
+
+    // Without replicas: each primary restarts in place when its snapshot is let go, from its
+    // append-only file alone (turned on and written first, or it would come back empty).
+    c.name = "alone".to_owned();
+    c.apply("{shards: 2, replicas: 0, restoreFrom: {backup: snap}}")
+        .await?;
+    c.wait_ready(FORM).await?;
+    snapshots_let_go(&c).await?;
+    c.wait_ready(FORM).await?;
+    c.verify(&written).await?;
+
+    // The same backup with shard 0's object corrupted (one byte, the length kept): the member
+    // that would load it never serves, and its InitialData condition names the object.
+    let object = format!(
+        "{}/shard-0.rdb",
+        status.location.clone().unwrap_or_default()
+    );
+    let store = store()?;
+    let mut rdb = store
+        .get(&object)
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    let middle = rdb.len() / 2;
+    if let Some(byte) = rdb.get_mut(middle) {
+        *byte ^= 0xff;
+    }
+    store
+        .put(&object, rdb)
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    c.name = "corrupt".to_owned();
+    c.apply("{shards: 2, replicas: 0, restoreFrom: {backup: snap}}")
+        .await?;
+    let failed = wait_until(FORM, "corrupt-0-0: InitialData False", || {
+        let nodes = nodes.clone();
+        async move {
+            let Some(node) = nodes.get_opt("corrupt-0-0").await? else {
+                return Ok(Poll::NotYet("no ValkeyNode yet".into()));
+            };
+            let status = node.status.unwrap_or_default();
+            let condition = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "InitialData")
+                .cloned();
+            Ok(match condition {
+                Some(c) if c.status == "False" && c.reason == "InitialDataFailed" => {
+                    Poll::Ready((c.message, status.ready))
+                }
+                other => Poll::NotYet(format!("{other:?}")),
+            })
+        }
+    })
+    .await?;
+    check(
+        failed.0.contains("shard-0.rdb") && !failed.1,
+        format!("ready {}: {}", failed.1, failed.0),
+    )?;
+    let corrupt = c.api().get("corrupt").await?;
+    check(
+        corrupt
+            .status
+            .as_ref()
+            .is_none_or(|s| s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)),
+        format!("{:?}", corrupt.status),
+    )?;
+    c.ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        "--all",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await
+    .map(|_| ())
 }

@@ -71,6 +71,17 @@ fn previous(statuses: &Option<Vec<ContainerStatus>>, name: &str) -> Option<Conta
     statuses.iter().flatten().find(|s| s.name == name).cloned()
 }
 
+/// The last 80 lines of a log, at most its last 2,048 bytes: what a kubelet takes for
+/// FallbackToLogsOnError.
+fn log_tail(path: &std::path::Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let tail = &bytes[bytes.len().saturating_sub(2048)..];
+    let text = String::from_utf8_lossy(tail);
+    let lines: Vec<&str> = text.lines().collect();
+    let message = lines[lines.len().saturating_sub(80)..].join("\n");
+    (!message.trim().is_empty()).then_some(message)
+}
+
 fn terminated_from(s: &k8s_openapi::api::core::v1::ContainerStateTerminated) -> Terminated {
     Terminated {
         exit_code: s.exit_code,
@@ -292,10 +303,25 @@ impl Worker {
 
     fn on_exit(&mut self, slot: Slot, exit: std::process::ExitStatus) {
         let pid_file = self.pod_dir.join("pids");
+        let log_dir = self.log_dir.clone();
         if let Some(rt) = self.runtime(slot) {
             let name = rt.name().to_string();
             if let Some(t) = rt.exited(exit, status::now()) {
                 tracing::info!(container = %name, exit_code = t.exit_code, "container exited");
+                // terminationMessagePolicy FallbackToLogsOnError: a failed container's message is
+                // the tail of its log, as a kubelet reports it (no termination message file here).
+                let fallback =
+                    rt.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+                if t.exit_code != 0 && fallback {
+                    let log = log_dir
+                        .join(&name)
+                        .join(format!("{}.log", rt.restart_count));
+                    if let (Some(message), Some(terminated)) =
+                        (log_tail(&log), rt.terminated.as_mut())
+                    {
+                        terminated.message = Some(message);
+                    }
+                }
             }
             let _ = std::fs::remove_file(pid_file.join(format!("{name}.pid")));
         }
@@ -921,4 +947,27 @@ impl Worker {
 /// A pod's resource version as a number (etcd's revision), when it is one.
 fn version(pod: &Pod) -> Option<u64> {
     pod.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_tail;
+
+    #[test]
+    fn the_termination_message_is_the_logs_last_80_lines_and_2048_bytes() {
+        let dir = std::env::temp_dir().join(format!("kubelet-log-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let log = dir.join("0.log");
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&log, &text).expect("log");
+        let tail = log_tail(&log).expect("tail");
+        assert_eq!(tail.lines().count(), 80);
+        assert_eq!(tail.lines().last(), Some("line 99"));
+        std::fs::write(&log, "x".repeat(5000)).expect("log");
+        assert_eq!(log_tail(&log).expect("tail").len(), 2048);
+        std::fs::write(&log, "\n").expect("log");
+        assert_eq!(log_tail(&log), None);
+        assert_eq!(log_tail(&dir.join("missing.log")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
