@@ -110,6 +110,7 @@ pub fn start(
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
+        "backup",
     );
     let scheduled =
         schedules.then(|| schedule::start(handles, backups.store(), shared.sources.clone()));

@@ -80,6 +80,7 @@ pub fn start(
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
+        "cluster",
     );
     let ctx = Context::new(
         handles.client.clone(),
