@@ -114,7 +114,7 @@ pub fn start(
     );
     let scheduled =
         schedules.then(|| schedule::start(handles, backups.store(), shared.sources.clone()));
-    let ctx = Context::new(shared, claims);
+    let ctx = Context::new(shared, claims.clone());
     // The other caches are read, never reconciled from: a capture task polls what it waits for.
     // Their streams are handed to the controller only so that they fill.
     let captures = handles.run_as(
@@ -132,6 +132,7 @@ pub fn start(
         },
         ctx,
     );
+    let captures = claims.kept_during(handles.namespace.as_deref(), captures);
     async move {
         futures::join!(captures, async {
             if let Some(run) = scheduled {

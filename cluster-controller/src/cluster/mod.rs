@@ -94,10 +94,10 @@ pub fn start(
             secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
         },
         settings,
-        claims,
+        claims.clone(),
     );
     let ctx = Context { backups, ..ctx };
-    handles.run_as(
+    let run = handles.run_as(
         CONTROLLER,
         clusters,
         |c| {
@@ -113,5 +113,6 @@ pub fn start(
                 })
         },
         ctx,
-    )
+    );
+    claims.kept_during(handles.namespace.as_deref(), run)
 }

@@ -25,20 +25,30 @@
 //! duration, 45 s, plus the next pass).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, ListParams, PostParams};
 
 use super::decide::{Decision, decide, expiry_confirmed, lease_duration};
 use super::record::{self, POD_NAME_ENV};
 
 /// How long a claimant's heartbeat lasts without renewal.
 pub const CLAIM_DURATION: Duration = Duration::from_secs(45);
+
+/// The label every heartbeat Lease carries, so that the heartbeats of processes gone without a
+/// goodbye (killed, their node lost) can be found and deleted: a heartbeat owns nothing and
+/// nothing owns it, and each new pod of a Deployment is a new claimant.
+pub const HEARTBEAT_LABEL: &str = "valkey.io/claimant-heartbeat";
+
+/// How long a heartbeat stays expired before any claimant deletes it. Far longer than the
+/// duration: deleting a heartbeat never lets a claim be taken sooner (a missing heartbeat must be
+/// seen missing for a whole duration, like an expired one), so this only bounds the litter.
+pub const STALE_HEARTBEAT_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// The outcome of claiming an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +59,9 @@ pub enum Claim {
     HeldByOther { holder: String, retry_in: Duration },
 }
 
-/// The claims of one controller (one kind) of one process.
+/// The claims of one controller (one kind) of one process. Clones share the claims: the
+/// controller's passes use one, its shutdown [`Claims::release`]s through another.
+#[derive(Clone)]
 pub struct Claims {
     client: kube::Client,
     identity: String,
@@ -58,13 +70,16 @@ pub struct Claims {
     kind: String,
     duration: Duration,
     /// Per Lease (namespace/name): the resourceVersion last read and since when.
-    observed: Mutex<HashMap<String, (Option<String>, Instant)>>,
+    observed: Arc<Mutex<HashMap<String, Seen>>>,
     /// Per namespace: this process's heartbeat there.
-    beats: Mutex<HashMap<String, Beat>>,
+    beats: Arc<Mutex<HashMap<String, Beat>>>,
     /// Per object Lease (namespace/name): the heartbeat epoch in which this process last
     /// confirmed the claim. Valid while the namespace's epoch has not moved on.
-    held: Mutex<HashMap<String, u64>>,
+    held: Arc<Mutex<HashMap<String, u64>>>,
 }
+
+/// A Lease's resourceVersion as last read, and since when it has had it.
+type Seen = (Option<String>, Instant);
 
 /// A heartbeat as this process last wrote it.
 #[derive(Clone, Default)]
@@ -110,9 +125,9 @@ impl Claims {
             identity,
             kind: kind.to_owned(),
             duration: CLAIM_DURATION,
-            observed: Mutex::new(HashMap::new()),
-            beats: Mutex::new(HashMap::new()),
-            held: Mutex::new(HashMap::new()),
+            observed: Arc::default(),
+            beats: Arc::default(),
+            held: Arc::default(),
         }
     }
 
@@ -207,7 +222,9 @@ impl Claims {
                 .await
             }
             None => {
-                let body = record::created(&name, &self.identity, now, self.duration);
+                let mut body = record::created(&name, &self.identity, now, self.duration);
+                body.metadata.labels =
+                    Some([(HEARTBEAT_LABEL.to_owned(), self.kind.clone())].into());
                 api.create(&PostParams::default(), &body).await
             }
         }
@@ -284,6 +301,84 @@ impl Claims {
         written(api.replace(name, &PostParams::default(), &body).await)
     }
 
+    /// Runs a controller (`run`) whose passes hold these claims: first sweeps the stale
+    /// heartbeats in `scope` (the watched namespace, or all), and deletes this process's own when
+    /// `run` ends (shutdown or lost leadership).
+    pub async fn kept_during<F: std::future::Future>(
+        self,
+        scope: Option<&str>,
+        run: F,
+    ) -> F::Output {
+        match self.sweep_stale(scope).await {
+            Ok(0) => {}
+            Ok(deleted) => {
+                tracing::info!(deleted, kind = %self.kind, "stale claim heartbeats deleted")
+            }
+            Err(error) => {
+                tracing::warn!(%error, kind = %self.kind, "stale claim heartbeats could not be swept; the next start tries again")
+            }
+        }
+        let output = run.await;
+        self.release().await;
+        output
+    }
+
+    /// On a graceful stop: deletes this process's heartbeats, which no later process renews.
+    /// The claims stay recorded on their objects; another claimant takes them a duration after
+    /// it first sees the heartbeat gone (the restarted process of the same identity at once).
+    pub async fn release(&self) {
+        let namespaces: Vec<String> = lock(&self.beats).drain().map(|(ns, _)| ns).collect();
+        let name = heartbeat_name(&self.kind, &self.identity);
+        for namespace in namespaces {
+            let api: Api<Lease> = Api::namespaced(self.client.clone(), &namespace);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(error) => {
+                    tracing::warn!(namespace, %error, "the claims' heartbeat could not be deleted; it expires, and a later controller deletes it");
+                }
+            }
+        }
+    }
+
+    /// Deletes the heartbeats of this kind that expired [`STALE_HEARTBEAT_AFTER`] ago or more,
+    /// in `namespace` (all namespaces when `None`): those of processes gone without a goodbye.
+    /// Run once when the controller starts.
+    pub async fn sweep_stale(&self, namespace: Option<&str>) -> Result<usize, kube::Error> {
+        let api: Api<Lease> = match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        let selector = format!("{HEARTBEAT_LABEL}={}", self.kind);
+        let now = Timestamp::now();
+        let mut deleted = 0;
+        for lease in api.list(&ListParams::default().labels(&selector)).await? {
+            if !stale(&lease, now, self.duration) {
+                continue;
+            }
+            let (Some(ns), Some(name)) = (&lease.metadata.namespace, &lease.metadata.name) else {
+                continue;
+            };
+            // The resourceVersion read: a heartbeat renewed since is left alone.
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: lease.metadata.resource_version.clone(),
+                    uid: None,
+                }),
+                ..Default::default()
+            };
+            match Api::<Lease>::namespaced(self.client.clone(), ns)
+                .delete(name, &params)
+                .await
+            {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Forgets what it read of a Lease whose object is gone.
     pub fn forget(&self, namespace: &str, name: &str) {
         let key = format!("{namespace}/{name}");
@@ -305,6 +400,20 @@ impl Claims {
     }
 }
 
+/// Whether a heartbeat expired [`STALE_HEARTBEAT_AFTER`] ago or more (one never renewed counts
+/// from its creation; one with no time at all is stale).
+fn stale(lease: &Lease, now: Timestamp, default_duration: Duration) -> bool {
+    let spec = lease.spec.as_ref();
+    let Some(renewed) = spec
+        .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
+        .map(|t| t.0)
+    else {
+        return true;
+    };
+    let expired_for = now.duration_since(renewed).unsigned_abs();
+    renewed < now && expired_for >= lease_duration(lease, default_duration) + STALE_HEARTBEAT_AFTER
+}
+
 /// The maps hold no invariant a panicking holder could break.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
@@ -319,6 +428,7 @@ mod tests {
     use http::{Method, StatusCode};
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use serde_json::json;
 
     const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/prod/leases";
     const ME: &str = "me/all-namespaces";
@@ -557,5 +667,86 @@ mod tests {
             claim_identity(Some("x")),
             "stable"
         );
+    }
+
+    /// The heartbeat a process wrote carries the label that finds it, and a graceful stop
+    /// deletes it.
+    #[tokio::test]
+    async fn a_graceful_stop_deletes_the_heartbeat() {
+        let (client, mut api) = mock_client();
+        let claims = Claims::new(client, ME.into(), "cluster");
+        let script = tokio::spawn(async move {
+            api.expect(Method::GET, &format!("{LEASES}/{}", beat()))
+                .await
+                .not_found();
+            let created = api.expect(Method::POST, LEASES).await;
+            assert_eq!(
+                created.body["metadata"]["labels"][HEARTBEAT_LABEL], "cluster",
+                "{}",
+                created.body
+            );
+            created.echo();
+            api.expect(Method::GET, &format!("{LEASES}/cache-claim"))
+                .await
+                .not_found();
+            api.expect(Method::POST, LEASES).await.echo();
+            api.expect(Method::DELETE, &format!("{LEASES}/{}", beat()))
+                .await
+                .answer(
+                    StatusCode::OK,
+                    &json!({"kind": "Status", "status": "Success"}),
+                );
+            api.done().await;
+        });
+        assert_eq!(
+            claims.claim("prod", "cache-claim", owner()).await.ok(),
+            Some(Claim::Held)
+        );
+        claims.clone().release().await;
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Only heartbeats expired long ago are swept, each on the version read.
+    #[tokio::test]
+    async fn the_sweep_deletes_only_heartbeats_long_expired() {
+        let (client, mut api) = mock_client();
+        let claims = Claims::new(client, ME.into(), "cluster");
+        let long_ago = i64::try_from((CLAIM_DURATION + STALE_HEARTBEAT_AFTER).as_secs() + 60)
+            .unwrap_or(i64::MAX);
+        let script = tokio::spawn(async move {
+            let list = api.expect(Method::GET, LEASES).await;
+            assert!(
+                list.uri
+                    .contains("labelSelector=valkey.io%2Fclaimant-heartbeat%3Dcluster"),
+                "{}",
+                list.uri
+            );
+            list.answer(
+                StatusCode::OK,
+                &json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "LeaseList",
+                    "metadata": {},
+                    "items": [
+                        lease("alive", "a/all-namespaces", 10, "3"),
+                        lease("expired-lately", "b/all-namespaces", 120, "4"),
+                        lease("gone", "c/all-namespaces", long_ago, "5"),
+                    ],
+                }),
+            );
+            let delete = api.expect(Method::DELETE, &format!("{LEASES}/gone")).await;
+            assert_eq!(
+                delete.body["preconditions"]["resourceVersion"], "5",
+                "{}",
+                delete.body
+            );
+            delete.answer(
+                StatusCode::OK,
+                &json!({"kind": "Status", "status": "Success"}),
+            );
+            api.done().await;
+        });
+        assert_eq!(claims.sweep_stale(Some("prod")).await.ok(), Some(1));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
     }
 }

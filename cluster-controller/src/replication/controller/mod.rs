@@ -74,10 +74,10 @@ pub fn start(
             secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
         },
         settings,
-        claims,
+        claims.clone(),
         handles.metrics.clone(),
     );
-    handles.run_as(
+    let run = handles.run_as(
         CONTROLLER,
         replications,
         |c| {
@@ -92,5 +92,6 @@ pub fn start(
                 })
         },
         ctx,
-    )
+    );
+    claims.kept_during(handles.namespace.as_deref(), run)
 }
