@@ -106,6 +106,7 @@ pub fn start(
             clusters: cluster_cache.as_ref().map(|c| c.store()),
             replications: replication_cache.as_ref().map(|c| c.store()),
         },
+        metrics: handles.metrics.clone(),
     };
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
