@@ -9,6 +9,14 @@
 //! | `actions_total` | counter: steps a controller took on an object | `controller`, `namespace`, `name`, `action` |
 //! | `work_left` | gauge: what a long operation on an object has left (slots to move) | `controller`, `namespace`, `name`, `work` |
 //! | `kube_api_requests_total` | counter: requests sent to the Kubernetes API ([`crate::api_requests`]) | `verb`, `resource` |
+//! | `backup_last_success_timestamp_seconds` | gauge: when the source's newest Completed backup finished | `namespace`, `source` |
+//! | `backup_last_size_bytes` | gauge: that backup's bytes in the store | `namespace`, `source` |
+//! | `backup_last_duration_seconds` | gauge: that backup's start to finish | `namespace`, `source` |
+//! | `backup_failures_total` | counter: backups of the source that ended Failed | `namespace`, `source` |
+//!
+//! The backup series are the cluster-controller's (another binary serves them empty). Their
+//! gauges are set from the ValkeyBackups themselves, each time one that Completed is looked at,
+//! so a restarted controller serves them again at once; `source` is `<Kind>/<name>`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -52,6 +60,33 @@ struct WorkLabels {
     work: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackupLabels {
+    namespace: String,
+    source: String,
+}
+
+/// What the backups of each source have done.
+#[derive(Clone, Default)]
+struct BackupSeries {
+    last_success: Family<BackupLabels, Gauge>,
+    last_bytes: Family<BackupLabels, Gauge>,
+    last_duration: Family<BackupLabels, Gauge>,
+    failures: Family<BackupLabels, Counter>,
+}
+
+/// One Completed backup, as [`Metrics::backup_completed`] records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompletedBackup<'a> {
+    pub namespace: &'a str,
+    /// `<Kind>/<name>` of the backed-up object.
+    pub source: &'a str,
+    /// When it finished, in seconds since the Unix epoch.
+    pub finished: i64,
+    pub bytes: i64,
+    pub duration_seconds: i64,
+}
+
 /// The shared metrics. Cloning is cheap; all clones update the same series.
 #[derive(Clone)]
 pub struct Metrics {
@@ -63,6 +98,7 @@ pub struct Metrics {
     actions: Family<ActionLabels, Counter>,
     work_left: Family<WorkLabels, Gauge>,
     api_requests: Family<ApiRequestLabels, Counter>,
+    backups: BackupSeries,
 }
 
 impl Default for Metrics {
@@ -97,6 +133,27 @@ impl Metrics {
             "What a long operation on an object has left to do (for example slots to move)",
             work_left.clone(),
         );
+        let backups = BackupSeries::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the source's newest Completed ValkeyBackup finished (Unix seconds)",
+            backups.last_success.clone(),
+        );
+        registry.register(
+            "backup_last_size_bytes",
+            "The bytes in the object store of the source's newest Completed ValkeyBackup",
+            backups.last_bytes.clone(),
+        );
+        registry.register(
+            "backup_last_duration_seconds",
+            "How long the source's newest Completed ValkeyBackup took, start to finish",
+            backups.last_duration.clone(),
+        );
+        registry.register(
+            "backup_failures",
+            "ValkeyBackups of the source that ended Failed (since this process started)",
+            backups.failures.clone(),
+        );
         registry.register("reconciles", "Reconcile passes started", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -122,7 +179,41 @@ impl Metrics {
             actions,
             work_left,
             api_requests,
+            backups,
         }
+    }
+
+    /// Records a Completed backup as its source's last success, unless a newer one is recorded
+    /// (the backups are looked at in no particular order).
+    pub fn backup_completed(&self, backup: &CompletedBackup<'_>) {
+        let labels = BackupLabels {
+            namespace: backup.namespace.to_owned(),
+            source: backup.source.to_owned(),
+        };
+        let last = self.backups.last_success.get_or_create(&labels);
+        if last.get() > backup.finished {
+            return;
+        }
+        last.set(backup.finished);
+        self.backups
+            .last_bytes
+            .get_or_create(&labels)
+            .set(backup.bytes);
+        self.backups
+            .last_duration
+            .get_or_create(&labels)
+            .set(backup.duration_seconds);
+    }
+
+    /// Counts a backup of `source` (`<Kind>/<name>`) in `namespace` that ended Failed.
+    pub fn backup_failed(&self, namespace: &str, source: &str) {
+        self.backups
+            .failures
+            .get_or_create(&BackupLabels {
+                namespace: namespace.to_owned(),
+                source: source.to_owned(),
+            })
+            .inc();
     }
 
     /// The counters of requests sent to the Kubernetes API, for the client's counting layer
@@ -315,6 +406,34 @@ mod tests {
             line_value(&metrics.encode()?, "valkey_commands_total "),
             Some(1.0)
         );
+        Ok(())
+    }
+
+    /// The newest Completed backup wins whatever the order they are looked at in; failures count.
+    #[test]
+    fn backups_keep_the_newest_success_and_count_failures() -> Result<(), std::fmt::Error> {
+        let metrics = Metrics::default();
+        let backup = |finished, bytes, duration_seconds| CompletedBackup {
+            namespace: "prod",
+            source: "ValkeyCluster/cache",
+            finished,
+            bytes,
+            duration_seconds,
+        };
+        metrics.backup_completed(&backup(2_000, 900, 30));
+        metrics.backup_completed(&backup(1_000, 100, 10));
+        metrics.backup_failed("prod", "ValkeyCluster/cache");
+        metrics.backup_failed("prod", "ValkeyCluster/cache");
+        let text = metrics.encode()?;
+        let labels = "{namespace=\"prod\",source=\"ValkeyCluster/cache\"}";
+        let value = |name: &str| line_value(&text, &format!("{name}{labels}"));
+        assert_eq!(
+            value("backup_last_success_timestamp_seconds"),
+            Some(2_000.0)
+        );
+        assert_eq!(value("backup_last_size_bytes"), Some(900.0));
+        assert_eq!(value("backup_last_duration_seconds"), Some(30.0));
+        assert_eq!(value("backup_failures_total"), Some(2.0));
         Ok(())
     }
 }

@@ -106,14 +106,16 @@ pub fn start(
             clusters: cluster_cache.as_ref().map(|c| c.store()),
             replications: replication_cache.as_ref().map(|c| c.store()),
         },
+        metrics: handles.metrics.clone(),
     };
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
+        "backup",
     );
     let scheduled =
         schedules.then(|| schedule::start(handles, backups.store(), shared.sources.clone()));
-    let ctx = Context::new(shared, claims);
+    let ctx = Context::new(shared, claims.clone());
     // The other caches are read, never reconciled from: a capture task polls what it waits for.
     // Their streams are handed to the controller only so that they fill.
     let captures = handles.run_as(
@@ -131,6 +133,7 @@ pub fn start(
         },
         ctx,
     );
+    let captures = claims.kept_during(handles.namespace.as_deref(), captures);
     async move {
         futures::join!(captures, async {
             if let Some(run) = scheduled {

@@ -46,6 +46,8 @@ pub struct Shared {
     pub events: plumbing::events::EventPublisher,
     pub nodes: Cache<valkey_api::v1alpha1::ValkeyNode>,
     pub sources: Sources,
+    /// The backup series (`backup_*`): set here, from the backups themselves.
+    pub metrics: plumbing::Metrics,
 }
 
 /// The backup's status as this task last wrote it, and how to write it.
@@ -211,6 +213,9 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
             tracing::warn!(backup = %report.name, reason = %problem.reason, message = %problem.message, "backup failed");
             report.phase(BackupPhase::Failed, &problem).await;
             shared
+                .metrics
+                .backup_failed(&namespace, &source_label(&backup));
+            shared
                 .events
                 .warning(&*backup, &problem.reason, "Capture", &problem.message)
                 .await;
@@ -233,6 +238,15 @@ pub async fn record_success(shared: &Shared, backup: &ValkeyBackup) {
     else {
         return;
     };
+    if let Some(completed) = completed_metrics(backup) {
+        shared
+            .metrics
+            .backup_completed(&plumbing::metrics::CompletedBackup {
+                namespace: &backup.namespace().unwrap_or_default(),
+                source: &source_label(backup),
+                ..completed
+            });
+    }
     let source = match shared.sources.find(backup) {
         Ok(source) => source,
         Err(problem) => {
@@ -291,6 +305,31 @@ pub async fn record_success(shared: &Shared, backup: &ValkeyBackup) {
             tracing::warn!(backup = %backup.name_any(), %error, "could not record the source's last successful backup")
         }
     }
+}
+
+/// The `source` label of a backup's metrics: `<Kind>/<name>`.
+fn source_label(backup: &ValkeyBackup) -> String {
+    format!(
+        "{}/{}",
+        backup.spec.source.kind.as_str(),
+        backup.spec.source.name
+    )
+}
+
+/// A Completed backup's times and size, as its metrics say them (labels left empty); `None`
+/// when its status does not hold parseable times.
+fn completed_metrics(backup: &ValkeyBackup) -> Option<plumbing::metrics::CompletedBackup<'static>> {
+    let status = backup.status.as_ref()?;
+    let seconds = |at: Option<&str>| at?.parse::<Timestamp>().ok().map(|t| t.as_second());
+    let finished = seconds(status.completion_time.as_deref())?;
+    let started = seconds(status.start_time.as_deref()).unwrap_or(finished);
+    Some(plumbing::metrics::CompletedBackup {
+        namespace: "",
+        source: "",
+        finished,
+        bytes: status.bytes.unwrap_or(0),
+        duration_seconds: (finished - started).max(0),
+    })
 }
 
 /// What a backup captures with, once it may start.
@@ -752,4 +791,45 @@ impl Job<'_> {
 enum Attempt {
     Store(Problem),
     Retry(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(status: serde_json::Value) -> ValkeyBackup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1",
+            "kind": "ValkeyBackup",
+            "metadata": {"name": "nightly", "namespace": "prod"},
+            "spec": {
+                "source": {"kind": "ValkeyCluster", "name": "cache"},
+                "store": {"s3": {"bucket": "b", "endpoint": "http://store:9000", "credentials": {"secretName": "s"}}},
+            },
+            "status": status,
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_completed_backup_says_when_how_long_and_how_big() {
+        let done = backup(serde_json::json!({
+            "startTime": "2026-12-04T10:00:00Z",
+            "completionTime": "2026-12-04T10:01:30Z",
+            "bytes": 4096,
+        }));
+        let metrics = completed_metrics(&done);
+        assert_eq!(metrics.as_ref().map(|m| m.duration_seconds), Some(90));
+        assert_eq!(metrics.as_ref().map(|m| m.bytes), Some(4096));
+        assert_eq!(
+            metrics.map(|m| m.finished),
+            "2026-12-04T10:01:30Z"
+                .parse::<Timestamp>()
+                .ok()
+                .map(|t| t.as_second())
+        );
+        assert_eq!(source_label(&done), "ValkeyCluster/cache");
+        let unreadable = backup(serde_json::json!({"completionTime": "yesterday"}));
+        assert_eq!(completed_metrics(&unreadable), None);
+    }
 }

@@ -29,7 +29,7 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (client, api) = mock_client();
     let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
     let (store, writer) = reflector::store();
-    let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
+    let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into(), "cluster");
     let ctx = Context::new(
         client.clone(),
         events,
@@ -47,4 +47,17 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     // No PodMonitor kind: scripted passes make no discovery request (see `monitoring`).
     ctx.pod_monitors.assume(false);
     (ctx, api, writer)
+}
+
+/// The first claim of a scripted pass: the controller's heartbeat in the namespace, created (see
+/// [`plumbing::leader::Claims`]); the object's own Lease follows.
+pub async fn expect_heartbeat(api: &mut ApiServer) {
+    let name = plumbing::leader::heartbeat_name("cluster", "test/prod");
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/prod/leases";
+    api.expect(http::Method::GET, &format!("{leases}/{name}"))
+        .await
+        .not_found();
+    let beat = api.expect(http::Method::POST, leases).await;
+    assert_eq!(beat.body["metadata"]["name"], name.as_str());
+    beat.echo();
 }

@@ -80,6 +80,7 @@ pub fn start(
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
+        "cluster",
     );
     let ctx = Context::new(
         handles.client.clone(),
@@ -93,10 +94,10 @@ pub fn start(
             secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
         },
         settings,
-        claims,
+        claims.clone(),
     );
     let ctx = Context { backups, ..ctx };
-    handles.run_as(
+    let run = handles.run_as(
         CONTROLLER,
         clusters,
         |c| {
@@ -112,5 +113,6 @@ pub fn start(
                 })
         },
         ctx,
-    )
+    );
+    claims.kept_during(handles.namespace.as_deref(), run)
 }

@@ -414,7 +414,7 @@ impl Reconciler for Context {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::fixtures::{CLUSTER, cluster, context};
+    use crate::cluster::fixtures::{CLUSTER, cluster, context, expect_heartbeat};
     use crate::engine::Action;
     use crate::engine::EngineError;
     use crate::parent::pass::{MAX_ACTION_RETRY, failing_problem};
@@ -489,6 +489,7 @@ mod tests {
         let yaml = format!("{CLUSTER}  restoreFrom: {{backup: nightly}}\n");
         let stored = serde_json::to_value(cluster(&yaml)).unwrap_or_default();
         let script = tokio::spawn(async move {
+            expect_heartbeat(&mut api).await;
             api.expect(
                 Method::GET,
                 "/apis/coordination.k8s.io/v1/namespaces/prod/leases/cache-cluster-controller",
@@ -559,7 +560,9 @@ mod tests {
         };
         let stored = serde_json::to_value(recorded()).unwrap_or_default();
         let script = tokio::spawn(async move {
-            // The cluster's Lease first: no other controller holds it, so this one takes it.
+            // The controller's heartbeat, then the cluster's Lease: no other controller holds
+            // it, so this one takes it.
+            expect_heartbeat(&mut api).await;
             api.expect(
                 Method::GET,
                 "/apis/coordination.k8s.io/v1/namespaces/prod/leases/cache-cluster-controller",

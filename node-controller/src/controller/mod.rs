@@ -1,15 +1,17 @@
 //! The ValkeyNode controller: each pass ([`reconcile`]) builds the node's children from its spec,
-//! applies what changed, asks Valkey, and reports what it sees.
+//! asks Valkey and sets its live settings, applies what changed, and reports what it sees.
 //!
 //! | stage | module | Kubernetes? |
 //! | --- | --- | --- |
 //! | what a pass shares, what is kept per node | [`context`] | holds the client and caches |
+//! | the pass, stage by stage | [`reconcile`] | |
 //! | build the children | [`crate::render`] | no |
-//! | the credentials Secret | [`secrets`] | yes |
-//! | apply the children | [`apply`] | yes |
-//! | the data volume: applied, grown, reported | [`volume`] | yes |
+//! | the credentials and TLS Secrets | [`secrets`] | yes |
 //! | the children from the caches | [`observe`] | no (caches) |
 //! | Valkey's own answer | [`crate::probe`] | no (Valkey) |
+//! | Valkey's live settings | [`crate::live`] | no (Valkey) |
+//! | apply the children | [`apply`] | yes |
+//! | the data volume: applied, grown, reported | [`volume`] | yes |
 //! | status and Events | [`report`] ([`crate::status`] computes) | yes |
 //! | the pod's role label | [`label`] | yes |
 //! | what can fail | [`error`] | |

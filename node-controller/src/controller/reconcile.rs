@@ -1,17 +1,33 @@
-//! One pass over a ValkeyNode, stage by stage: build (pure, [`crate::render`]) → secrets (the
-//! credentials to PING with) → apply (ConfigMap, PVC, workload; only what changed; the PVC
-//! through [`super::volume`]) → observe (the children from the caches, and Valkey itself) →
-//! report (status and Events) → label (the pod's role). Each stage is a module of its own.
+//! One pass over a ValkeyNode, as a pipeline whose every stage is a function with a typed result:
+//!
+//! 1. build ([`crate::render`], pure): the children the spec asks for, and the live settings of
+//!    its valkey.conf. A spec the build refuses is reported, and nothing else is done.
+//! 2. observe ([`observe_server`]): the credentials and the TLS CA from the Secrets
+//!    ([`super::secrets`]), the pod that speaks for the node (from the cache, [`super::observe`]),
+//!    and Valkey's answer to PING ([`crate::probe`]).
+//! 3. act ([`act_on_server`]): the live settings set on the running server, and an older TLS
+//!    server told to reload its certificate files.
+//! 4. apply ([`apply_children`]): the ConfigMap, the PVC ([`super::volume`]) and the workload,
+//!    each only when it changed ([`super::apply`]).
+//! 5. report ([`report_status`]): the status ([`crate::status`]) with its Events, the pod's role
+//!    label ([`super::label`]), and when to look again.
+//!
+//! Valkey's live settings go before anything is applied so that a value Valkey refuses changes
+//! nothing else: not even valkey.conf, from which a pod that restarts would fail to start. Such a
+//! pass stops after act and reports the refusal ([`report_refused`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use plumbing::ObjectKey;
-use valkey_api::v1alpha1::ValkeyNode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use valkey_api::v1alpha1::{ValkeyNode, ValkeyNodeStatus};
 
 use super::apply::{self, invalid};
 use super::context::Context;
@@ -20,8 +36,8 @@ use super::{label, observe, report, secrets, volume};
 use crate::live::{self, apply::Outcome};
 use crate::names::ChildNames;
 use crate::probe::{self, Answer};
-use crate::render::{self, Workload};
-use crate::status::{self, Observed, WorkloadState};
+use crate::render::{self, Children, RenderError, Workload};
+use crate::status::{self, CredentialsState, Observed, PvcState, WorkloadState};
 
 /// How often a ready node is re-read: Valkey announces a failover through no Kubernetes event.
 const REREAD_READY: Duration = Duration::from_secs(10);
@@ -29,31 +45,74 @@ const REREAD_READY: Duration = Duration::from_secs(10);
 const REREAD_NOT_READY: Duration = Duration::from_secs(5);
 
 pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<Action, Error> {
-    let namespace = key.namespace();
-    let name = node.name_any();
-    let names = ChildNames::of(&name);
-
-    let mut children = match render::build_with(node, &ctx.render) {
+    let children = match render::build_with(node, &ctx.render) {
         Ok(children) => children,
-        Err(e) => {
-            report::bad_spec(node, ctx, e.reason(), &e.to_string()).await?;
-            return Ok(Action::await_change());
-        }
+        Err(bad_spec) => return report_bad_spec(ctx, node, &bad_spec).await,
     };
+    // One look at the pods serves the whole pass: the pod asked and whether the roll is done
+    // are judged on the same snapshot.
+    let pods = ctx.stores.pods.state();
+    let server = observe_server(ctx, node, key, &pods, &children.revision).await?;
+    let live_config = act_on_server(ctx, key, &server, &children).await;
+    if let Some(refused @ Outcome::Refused { .. }) = live_config {
+        return report_refused(ctx, node, server, &children.revision, refused).await;
+    }
+    let applied = apply_children(ctx, node, key, &pods, children).await?;
+    report_status(ctx, node, server, applied, live_config).await
+}
 
+/// A spec the build refuses: said in the status and an Event; nothing to do until it changes.
+async fn report_bad_spec(
+    ctx: &Context,
+    node: &ValkeyNode,
+    bad_spec: &RenderError,
+) -> Result<Action, Error> {
+    report::bad_spec(node, ctx, bad_spec.reason(), &bad_spec.to_string()).await?;
+    Ok(Action::await_change())
+}
+
+/// What the observe stage sees of the node's server before anything is changed.
+struct ServerView<'p> {
+    /// The pod that speaks for the node (see [`observe::choose_pod`]).
+    pod: Option<&'p Arc<Pod>>,
+    /// For the Credentials condition; `None` when the node names no credentials.
+    credentials_state: Option<CredentialsState>,
+    credentials: Option<probe::Credentials>,
+    /// The CA to verify a TLS server with, when the node serves TLS and its Secret holds one.
+    trust: Option<plumbing::valkey_tls::Trust>,
+    /// The IP asked and Valkey's answer; `None` while no pod runs.
+    answer: Option<(String, Answer)>,
+}
+
+impl ServerView<'_> {
+    /// How to reach the server and what it says of itself, when it answered PING.
+    fn answering(&self) -> Option<(Login<'_>, &probe::Server)> {
+        match &self.answer {
+            Some((ip, Answer::Pong { server, .. })) => Some((
+                Login {
+                    ip,
+                    credentials: self.credentials.as_ref(),
+                    trust: self.trust.as_ref(),
+                },
+                server,
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The observe stage: the credentials, the trust, the pod on `revision` if one is, and what its
+/// Valkey answers.
+async fn observe_server<'p>(
+    ctx: &Context,
+    node: &ValkeyNode,
+    key: &ObjectKey,
+    pods: &'p [Arc<Pod>],
+    revision: &str,
+) -> Result<ServerView<'p>, Error> {
     let mut known = ctx.credentials.read(node, &ctx.stores.secrets).await?;
     let trust = secrets::read_trust(node, &ctx.stores.secrets).await?;
-
-    let stores = &ctx.stores;
-    let pods = stores.pods.state();
-
-    // Valkey first: the live settings go to the running server before anything else is applied,
-    // so that a value Valkey refuses changes nothing else (not even valkey.conf, from which a
-    // restarted pod would fail to start). A pod on an older revision is not sent them: it is to
-    // be replaced, and its server may be an older Valkey that refuses the newer one's values
-    // (Valkey 9's shutdown-on-sigterm failover, on an upgrade from 8), which would hold the roll
-    // that replaces it forever.
-    let pod = observe::choose_pod(&pods, namespace, &name, &children.revision);
+    let pod = observe::choose_pod(pods, key.namespace(), &node.name_any(), revision);
     let mut answer = ask(node, pod, &known, &trust).await;
     if known.remembered
         && answer
@@ -67,126 +126,239 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         known = ctx.credentials.read(node, &ctx.stores.secrets).await?;
         answer = ask(node, pod, &known, &trust).await;
     }
-    let secrets::Read {
-        state: credentials_state,
-        credentials,
-        ..
-    } = known;
-    let trust = trust.and_then(Result::ok);
-    let live_outcome = match &answer {
-        Some((ip, Answer::Pong { server, .. })) => {
-            let login = Login {
-                ip,
-                credentials: credentials.as_ref(),
-                trust: trust.as_ref(),
-            };
-            let running = pod.and_then(|p| status::pod_revision(p));
-            let outcome = match live::apply::awaiting_restart(running, &children.revision) {
-                Some(waiting) => waiting,
-                None => live_settings(ctx, key, &login, server, &children.live).await,
-            };
-            if trust.is_some() && !children.live.contains_key(live::TLS_AUTO_RELOAD) {
-                reload_tls(&login, server).await;
-            }
-            Some(outcome)
-        }
-        _ => None,
+    Ok(ServerView {
+        pod,
+        credentials_state: known.state,
+        credentials: known.credentials,
+        trust: trust.and_then(Result::ok),
+        answer,
+    })
+}
+
+/// The act stage: the live settings go to a server that answered, and an older TLS server is told
+/// to reload its files. `None` when no server answered.
+///
+/// A pod on an older revision is not sent the settings: it is to be replaced, and its server may
+/// be an older Valkey that refuses the newer one's values (Valkey 9's shutdown-on-sigterm
+/// failover, on an upgrade from 8), which would hold the roll that replaces it forever.
+async fn act_on_server(
+    ctx: &Context,
+    key: &ObjectKey,
+    server: &ServerView<'_>,
+    children: &Children,
+) -> Option<Outcome> {
+    let (login, answered) = server.answering()?;
+    let running = server.pod.and_then(|p| status::pod_revision(p));
+    let outcome = match live::apply::awaiting_restart(running, &children.revision) {
+        Some(waiting) => waiting,
+        None => live_settings(ctx, key, &login, answered, &children.live).await,
     };
-    if let Some(refused @ Outcome::Refused { .. }) = &live_outcome {
-        let observed = Observed {
-            generation: node.meta().generation,
-            workload_name: &names.workload,
+    if login.trust.is_some() && !children.live.contains_key(live::TLS_AUTO_RELOAD) {
+        reload_tls(&login, answered).await;
+    }
+    Some(outcome)
+}
+
+/// The children as the pass leaves them, for the status.
+#[derive(Debug, PartialEq)]
+struct AppliedChildren {
+    workload: WorkloadState,
+    /// `None` when the node has no persistence.
+    pvc: Option<PvcState>,
+    /// The revision the pod is to run, and whether the parent lets it run now.
+    desired_revision: String,
+    restart_allowed: bool,
+}
+
+impl AppliedChildren {
+    /// After a refused live setting nothing was applied: the workload as the last status saw it,
+    /// no claim, and the revision the last pass wanted (the built one when none did), held.
+    fn untouched(node: &ValkeyNode, built_revision: &str) -> Self {
+        let previous = node.status.as_ref();
+        Self {
             workload: WorkloadState::Present {
-                ready_replicas: i32::from(node.status.as_ref().is_some_and(|s| s.ready)),
+                ready_replicas: i32::from(previous.is_some_and(|s| s.ready)),
             },
             pvc: None,
-            credentials: credentials_state,
-            pod: pod.map(AsRef::as_ref),
-            valkey: answer.map(|(_, a)| a),
-            desired_revision: node
-                .status
-                .as_ref()
+            desired_revision: previous
                 .and_then(|s| s.desired_revision.as_deref())
-                .unwrap_or(&children.revision),
+                .unwrap_or(built_revision)
+                .to_owned(),
             restart_allowed: false,
-            live_config: Some(refused.clone()),
-            initial_data: initial_data_object(node),
-        };
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let mut new_status = status::compute(node.status.as_ref(), &observed, &now);
-        keep_conditions_of_untouched_children(node, &mut new_status);
-        report::write_status(ctx, node, &new_status).await?;
-        label::sync(ctx, pod.map(AsRef::as_ref), new_status.role).await?;
-        return Ok(Action::requeue(REREAD_NOT_READY));
+        }
     }
+}
 
-    let live_config = stores
-        .config_maps
-        .get(&ObjectRef::new(&names.config_map).within(namespace));
-    render::keep_held_configs(
-        &mut children.config_map,
-        live_config.as_deref(),
-        observe::rolled_out(&pods, namespace, &name, &children.revision),
-    );
-    apply::child(ctx, node, key, &children.config_map, &stores.config_maps).await?;
+/// The apply stage: every child of the bundle, in the order ConfigMap, PVC, workload (the pod
+/// mounts the first two). The bundle is taken apart without `..`, so a child added to
+/// [`Children`] does not compile until it is applied here.
+async fn apply_children(
+    ctx: &Context,
+    node: &ValkeyNode,
+    key: &ObjectKey,
+    pods: &[Arc<Pod>],
+    children: Children,
+) -> Result<AppliedChildren, Error> {
+    let Children {
+        config_map,
+        pvc,
+        workload,
+        revision,
+        // Set on the running server by the act stage; valkey.conf in the ConfigMap holds them too.
+        live: _,
+    } = children;
+    apply_config_map(ctx, node, key, pods, config_map, &revision).await?;
     // A claim the API refuses to change (an immutable field, a class that cannot grow) is said
     // in the status, and the node runs on the volume that is.
-    let pvc_state = match &children.pvc {
+    let pvc = match &pvc {
         None => None,
         Some(pvc) => Some(volume::sync(ctx, node, key, pvc).await?),
     };
-    let applied = match &children.workload {
+    let workload = apply_workload(ctx, node, key, &workload).await?;
+    Ok(AppliedChildren {
+        workload,
+        pvc,
+        restart_allowed: render::restart_allowed(node.spec.allowed_revision.as_deref(), &revision),
+        desired_revision: revision,
+    })
+}
+
+/// The ConfigMap, still holding the valkey.conf of every revision a live pod runs.
+async fn apply_config_map(
+    ctx: &Context,
+    node: &ValkeyNode,
+    key: &ObjectKey,
+    pods: &[Arc<Pod>],
+    mut config_map: ConfigMap,
+    revision: &str,
+) -> Result<(), Error> {
+    let (namespace, name) = (key.namespace(), node.name_any());
+    let store = &ctx.stores.config_maps;
+    let live = store.get(&ObjectRef::new(&ChildNames::of(&name).config_map).within(namespace));
+    let rolled_out = observe::rolled_out(pods, namespace, &name, revision);
+    render::keep_held_configs(&mut config_map, live.as_deref(), rolled_out);
+    apply::child(ctx, node, key, &config_map, store).await
+}
+
+/// The StatefulSet or Deployment, and how many of its pods are ready.
+async fn apply_workload(
+    ctx: &Context,
+    node: &ValkeyNode,
+    key: &ObjectKey,
+    workload: &Workload,
+) -> Result<WorkloadState, Error> {
+    let stores = &ctx.stores;
+    match workload {
         Workload::StatefulSet(sts) => {
-            apply::child(ctx, node, key, sts.as_ref(), &stores.stateful_sets).await
+            apply_and_count(ctx, node, key, sts.as_ref(), &stores.stateful_sets, |s| {
+                s.status.as_ref()?.ready_replicas
+            })
+            .await
         }
         Workload::Deployment(deploy) => {
-            apply::child(ctx, node, key, deploy.as_ref(), &stores.deployments).await
+            apply_and_count(ctx, node, key, deploy.as_ref(), &stores.deployments, |d| {
+                d.status.as_ref()?.ready_replicas
+            })
+            .await
         }
-    };
-    let workload_state = match invalid(applied)? {
-        Some(why) => WorkloadState::Rejected(format!("The API refused {}: {why}", names.workload)),
-        None => match &children.workload {
-            Workload::StatefulSet(_) => observe::ready_replicas(
-                &stores.stateful_sets,
-                namespace,
-                &names.workload,
-                |s: &StatefulSet| s.status.as_ref().and_then(|s| s.ready_replicas),
-            ),
-            Workload::Deployment(_) => observe::ready_replicas(
-                &stores.deployments,
-                namespace,
-                &names.workload,
-                |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas),
-            ),
-        },
-    };
+    }
+}
 
-    let observed = Observed {
-        generation: node.meta().generation,
-        workload_name: &names.workload,
-        workload: workload_state,
-        pvc: pvc_state,
-        credentials: credentials_state,
-        pod: pod.map(AsRef::as_ref),
-        valkey: answer.map(|(_, a)| a),
-        desired_revision: &children.revision,
-        restart_allowed: render::restart_allowed(
-            node.spec.allowed_revision.as_deref(),
-            &children.revision,
-        ),
-        live_config: live_outcome,
-        initial_data: initial_data_object(node),
-    };
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let new_status = status::compute(node.status.as_ref(), &observed, &now);
-    report::write_status(ctx, node, &new_status).await?;
-    label::sync(ctx, pod.map(AsRef::as_ref), new_status.role).await?;
+/// Applies a workload of kind `K` and reads its ready replicas from the cache. A workload the API
+/// refuses as invalid is said in the status rather than retried.
+async fn apply_and_count<K>(
+    ctx: &Context,
+    node: &ValkeyNode,
+    key: &ObjectKey,
+    workload: &K,
+    store: &Store<K>,
+    ready_replicas: impl Fn(&K) -> Option<i32>,
+) -> Result<WorkloadState, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug
+        + 'static,
+{
+    let name = ChildNames::of(&node.name_any()).workload;
+    let applied = apply::child(ctx, node, key, workload, store).await;
+    Ok(match invalid(applied)? {
+        Some(why) => WorkloadState::Rejected(format!("The API refused {name}: {why}")),
+        None => observe::ready_replicas(store, key.namespace(), &name, ready_replicas),
+    })
+}
 
-    Ok(Action::requeue(if new_status.ready {
+/// The report stage: the status of what the pass saw and left, and when to look again.
+async fn report_status(
+    ctx: &Context,
+    node: &ValkeyNode,
+    server: ServerView<'_>,
+    applied: AppliedChildren,
+    live_config: Option<Outcome>,
+) -> Result<Action, Error> {
+    let pod = server.pod.map(AsRef::as_ref);
+    let status = new_status(node, server, applied, live_config);
+    publish(ctx, node, pod, &status).await?;
+    Ok(Action::requeue(if status.ready {
         REREAD_READY
     } else {
         REREAD_NOT_READY
     }))
+}
+
+/// The report of a pass that stopped at a live setting Valkey refused: what the server said, and
+/// the children's conditions as the last pass wrote them, since none was touched.
+async fn report_refused(
+    ctx: &Context,
+    node: &ValkeyNode,
+    server: ServerView<'_>,
+    built_revision: &str,
+    refused: Outcome,
+) -> Result<Action, Error> {
+    let pod = server.pod.map(AsRef::as_ref);
+    let untouched = AppliedChildren::untouched(node, built_revision);
+    let mut status = new_status(node, server, untouched, Some(refused));
+    keep_conditions_of_untouched_children(node, &mut status);
+    publish(ctx, node, pod, &status).await?;
+    Ok(Action::requeue(REREAD_NOT_READY))
+}
+
+/// The status computed from everything the pass saw, starting from the node's last one.
+fn new_status(
+    node: &ValkeyNode,
+    server: ServerView<'_>,
+    applied: AppliedChildren,
+    live_config: Option<Outcome>,
+) -> ValkeyNodeStatus {
+    let names = ChildNames::of(&node.name_any());
+    let observed = Observed {
+        generation: node.meta().generation,
+        workload_name: &names.workload,
+        workload: applied.workload,
+        pvc: applied.pvc,
+        credentials: server.credentials_state,
+        pod: server.pod.map(AsRef::as_ref),
+        valkey: server.answer.map(|(_, answer)| answer),
+        desired_revision: &applied.desired_revision,
+        restart_allowed: applied.restart_allowed,
+        live_config,
+        initial_data: initial_data_object(node),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    status::compute(node.status.as_ref(), &observed, &now)
+}
+
+/// Writes the status (when it changed) and then the role it reports onto the pod.
+async fn publish(
+    ctx: &Context,
+    node: &ValkeyNode,
+    pod: Option<&Pod>,
+    status: &ValkeyNodeStatus,
+) -> Result<(), Error> {
+    report::write_status(ctx, node, status).await?;
+    label::sync(ctx, pod, status.role).await
 }
 
 /// How the node-controller reaches a running server.
@@ -201,7 +373,7 @@ struct Login<'a> {
 /// asked and the answer says why.
 async fn ask(
     node: &ValkeyNode,
-    pod: Option<&std::sync::Arc<k8s_openapi::api::core::v1::Pod>>,
+    pod: Option<&Arc<Pod>>,
     known: &secrets::Read,
     trust: &Option<Result<plumbing::valkey_tls::Trust, String>>,
 ) -> Option<(String, Answer)> {
@@ -347,6 +519,30 @@ mod tests {
         assert_eq!(ctx.remembered_nodes(), 1);
         ctx.forget(&key);
         assert_eq!(ctx.remembered_nodes(), 0);
+    }
+
+    #[test]
+    fn a_refused_live_setting_reports_the_children_as_the_last_status_left_them() {
+        let fresh = node(NODE);
+        let mut served = node(NODE);
+        served.status = Some(valkey_api::v1alpha1::ValkeyNodeStatus {
+            ready: true,
+            desired_revision: Some("wanted".into()),
+            ..Default::default()
+        });
+        // The revision the last pass wanted stays, not the one just built.
+        for (node, ready_replicas, desired_revision) in [(fresh, 0, "built"), (served, 1, "wanted")]
+        {
+            assert_eq!(
+                AppliedChildren::untouched(&node, "built"),
+                AppliedChildren {
+                    workload: WorkloadState::Present { ready_replicas },
+                    pvc: None,
+                    desired_revision: desired_revision.into(),
+                    restart_allowed: false,
+                }
+            );
+        }
     }
 
     #[tokio::test]

@@ -116,223 +116,350 @@ pub fn compute(
     o: &Observed<'_>,
     now: &Time,
 ) -> ValkeyNodeStatus {
-    let mut conditions = Conditions {
-        list: previous
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default(),
-        generation: o.generation,
-        now,
-    };
-
+    // A terminating pod no longer speaks for the node: its address and role are not reported.
     let pod = o.pod.filter(|p| p.metadata.deletion_timestamp.is_none());
-    let pod_ready = pod.is_some_and(pod_is_ready);
-    let role = match &o.valkey {
-        Some(Answer::Pong { role, .. }) if pod.is_some() => *role,
-        _ => None,
-    };
-    let answered = matches!(o.valkey, Some(Answer::Pong { .. })) && pod.is_some();
-    let ready = pod_ready && answered;
+    let role = role(o.valkey.as_ref(), pod);
+    let ready = ready(o, pod, role);
+    let is_ready = ready.holds;
+    let current_revision = pod.and_then(pod_revision);
 
-    let (reason, message) = ready_reason(o, pod, pod_ready, role);
-    conditions.set(READY, ready, &reason, &message);
+    let mut conditions = Conditions::continuing(previous, o.generation, now);
+    conditions.set(READY, ready);
+    conditions.set(WORKLOAD_READY, workload_ready(o.workload_name, &o.workload));
+    conditions.set_or_remove(PVC_READY, o.pvc.as_ref().map(pvc_ready));
+    conditions.set_or_remove(CREDENTIALS, o.credentials.as_ref().map(credentials));
+    // A server not asked this pass leaves the condition as the last pass said it.
+    if let Some(live) = &o.live_config {
+        conditions.set(CONFIG_APPLIED, config_applied(live));
+    }
+    let initial_data = o.initial_data.map(|object| initial_data(object, pod));
+    conditions.set_or_remove(INITIAL_DATA, initial_data);
+    let up_to_date = pod_up_to_date(
+        current_revision.as_deref(),
+        o.desired_revision,
+        o.restart_allowed,
+    );
+    conditions.set(POD_UP_TO_DATE, up_to_date);
 
-    match &o.workload {
-        WorkloadState::Present { ready_replicas } if *ready_replicas >= 1 => conditions.set(
-            WORKLOAD_READY,
-            true,
-            "WorkloadReady",
-            &format!("{} has its pod ready.", o.workload_name),
-        ),
-        WorkloadState::Present { .. } => conditions.set(
-            WORKLOAD_READY,
-            false,
-            "WorkloadNotReady",
-            &format!("{} has no ready pod yet.", o.workload_name),
-        ),
-        WorkloadState::Missing => conditions.set(
-            WORKLOAD_READY,
-            false,
-            "WorkloadMissing",
-            &format!("{} does not exist yet.", o.workload_name),
-        ),
-        WorkloadState::Rejected(why) => {
-            conditions.set(WORKLOAD_READY, false, "WorkloadRejected", why)
+    ValkeyNodeStatus {
+        ready: is_ready,
+        role,
+        pod_ip: pod.and_then(pod_ip),
+        pod_name: pod.and_then(|p| p.metadata.name.clone()),
+        node_name: pod.and_then(node_name),
+        zone: pod.and_then(zone),
+        valkey_version: valkey_version(previous, o.valkey.as_ref()),
+        current_revision,
+        desired_revision: Some(o.desired_revision.to_owned()),
+        conditions: Some(conditions.list),
+        observed_generation: o.generation,
+    }
+}
+
+/// What one condition says: whether it holds, its reason, and its message for a person.
+#[derive(Debug, Clone, PartialEq)]
+struct Verdict {
+    holds: bool,
+    reason: String,
+    message: String,
+}
+
+impl Verdict {
+    fn new(holds: bool, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            holds,
+            reason: reason.into(),
+            message: message.into(),
         }
     }
 
-    match &o.pvc {
-        None => {
-            conditions.remove(PVC_READY);
+    fn met(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(true, reason, message)
+    }
+
+    fn unmet(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(false, reason, message)
+    }
+}
+
+/// The role Valkey reports, while a pod that is not terminating speaks for the node.
+fn role(valkey: Option<&Answer>, pod: Option<&Pod>) -> Option<Role> {
+    match valkey {
+        Some(Answer::Pong { role, .. }) if pod.is_some() => *role,
+        _ => None,
+    }
+}
+
+/// Ready: the pod is ready and Valkey answers PING. The reason is the first thing in the way, from
+/// the pod's own state to what Valkey answered.
+fn ready(o: &Observed<'_>, pod: Option<&Pod>, role: Option<Role>) -> Verdict {
+    let pod_ready = pod.is_some_and(pod_is_ready);
+    let answered = pod.is_some() && matches!(o.valkey, Some(Answer::Pong { .. }));
+    let (reason, message) = match pod {
+        None => no_pod(o),
+        Some(pod) => kept_from_serving(pod, pod_ready)
+            .unwrap_or_else(|| valkey_reason(o.valkey.as_ref(), pod, pod_ready, role)),
+    };
+    Verdict::new(pod_ready && answered, reason, message)
+}
+
+/// Why no pod speaks for the node: the one there is terminating, or there is none yet.
+fn no_pod(o: &Observed<'_>) -> (String, String) {
+    match o.pod {
+        Some(p) => (
+            "PodTerminating".into(),
+            format!(
+                "Pod {} is terminating.",
+                p.metadata.name.as_deref().unwrap_or_default()
+            ),
+        ),
+        None => (
+            "PodMissing".into(),
+            format!("{} has no pod yet.", o.workload_name),
+        ),
+    }
+}
+
+/// What Kubernetes says keeps the pod's server from serving, most fundamental first: the
+/// scheduler, a failed restore, a waiting container, an OOM kill it has not been ready since.
+fn kept_from_serving(pod: &Pod, pod_ready: bool) -> Option<(String, String)> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if let Some((reason, message)) = unschedulable(pod) {
+        return Some((reason, format!("Pod {name} cannot be scheduled: {message}")));
+    }
+    if let RestoreState::Failed(message) = restore_state(pod) {
+        return Some((
+            INITIAL_DATA_FAILED.into(),
+            format!("Pod {name} cannot start Valkey: its initial data failed: {message}"),
+        ));
+    }
+    if let Some(waiting) = container_waiting(pod, name) {
+        return Some(waiting);
+    }
+    if pod_ready {
+        return None;
+    }
+    oom_killed(pod).map(|message| (OOM_KILLED.into(), message))
+}
+
+/// A container of the pod that waits: the kubelet's reason, the last exit, and its message.
+fn container_waiting(pod: &Pod, name: &str) -> Option<(String, String)> {
+    let (container, waiting) = waiting_state(pod)?;
+    let reason = waiting
+        .reason
+        .clone()
+        .unwrap_or_else(|| "ContainerWaiting".into());
+    let detail = waiting.message.clone().unwrap_or_default();
+    let exit = last_exit(pod, container)
+        .map(|(code, reason)| match reason {
+            Some(reason) => format!(" (last exit code {code}, {reason})"),
+            None => format!(" (last exit code {code})"),
+        })
+        .unwrap_or_default();
+    Some((
+        reason.clone(),
+        format!("Container {container} of pod {name} is waiting: {reason}{exit}. {detail}")
+            .trim()
+            .to_owned(),
+    ))
+}
+
+/// The Ready reason of a pod nothing else holds back: what Valkey answered, or why it was not
+/// asked.
+fn valkey_reason(
+    valkey: Option<&Answer>,
+    pod: &Pod,
+    pod_ready: bool,
+    role: Option<Role>,
+) -> (String, String) {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    match (valkey, pod_ready) {
+        (Some(Answer::Pong { .. }), true) => (
+            "ValkeyReady".into(),
+            format!(
+                "Pod {name} is ready and Valkey answers PING{}.",
+                role.map(|r| format!(" as {r}")).unwrap_or_default()
+            ),
+        ),
+        // What Valkey answered is the most useful thing to say, ready pod or not: a server that
+        // refuses the node-controller (protected mode, a wrong password) stays refused.
+        (Some(Answer::Failed(why)), ready) => (
+            refusal_reason(why).into(),
+            format!(
+                "Pod {name} is {}ready; Valkey answered the node-controller's PING with: {why}",
+                if ready { "" } else { "not " }
+            ),
+        ),
+        (_, false) => (
+            "PodNotReady".into(),
+            format!("Pod {name} is not ready yet."),
+        ),
+        (None, true) => (
+            "ValkeyNotResponding".into(),
+            format!("Pod {name} has no IP to ask Valkey on."),
+        ),
+    }
+}
+
+/// WorkloadReady: the StatefulSet or Deployment `name` has its pod ready.
+fn workload_ready(name: &str, workload: &WorkloadState) -> Verdict {
+    match workload {
+        WorkloadState::Present { ready_replicas } if *ready_replicas >= 1 => {
+            Verdict::met("WorkloadReady", format!("{name} has its pod ready."))
         }
-        Some(PvcState::Bound { name, resize: None }) => {
-            conditions.set(PVC_READY, true, "Bound", &format!("{name} is bound."))
+        WorkloadState::Present { .. } => {
+            Verdict::unmet("WorkloadNotReady", format!("{name} has no ready pod yet."))
         }
-        Some(PvcState::Bound {
+        WorkloadState::Missing => {
+            Verdict::unmet("WorkloadMissing", format!("{name} does not exist yet."))
+        }
+        WorkloadState::Rejected(why) => Verdict::unmet("WorkloadRejected", why.as_str()),
+    }
+}
+
+/// PersistentVolumeClaimReady: the data volume is bound, and how far a resize of it is.
+fn pvc_ready(pvc: &PvcState) -> Verdict {
+    match pvc {
+        PvcState::Bound { name, resize: None } => {
+            Verdict::met("Bound", format!("{name} is bound."))
+        }
+        PvcState::Bound {
             name,
             resize: Some(resize),
-        }) => {
-            let (ok, reason, message) = resize_condition(name, resize);
-            conditions.set(PVC_READY, ok, reason, &message)
-        }
-        Some(PvcState::ExpansionNotSupported {
+        } => resize_condition(name, resize),
+        PvcState::ExpansionNotSupported {
             name,
             class,
             wanted,
             holds,
             answer,
-        }) => conditions.set(
-            PVC_READY,
-            false,
+        } => Verdict::unmet(
             EXPANSION_NOT_SUPPORTED,
-            &expansion_not_supported(name, class.as_deref(), wanted, holds, answer),
+            expansion_not_supported(name, class.as_deref(), wanted, holds, answer),
         ),
-        Some(PvcState::Phase { name, phase }) => conditions.set(
-            PVC_READY,
-            false,
-            phase,
-            &format!("{name} is {phase}; the pod starts once its volume is bound."),
+        PvcState::Phase { name, phase } => Verdict::unmet(
+            phase.as_str(),
+            format!("{name} is {phase}; the pod starts once its volume is bound."),
         ),
-        Some(PvcState::Missing) => conditions.set(
-            PVC_READY,
-            false,
-            "Missing",
-            "The data volume does not exist yet.",
-        ),
-        Some(PvcState::Rejected(why)) => conditions.set(PVC_READY, false, "Rejected", why),
+        PvcState::Missing => Verdict::unmet("Missing", "The data volume does not exist yet."),
+        PvcState::Rejected(why) => Verdict::unmet("Rejected", why.as_str()),
     }
+}
 
-    match &o.credentials {
-        None => {
-            conditions.remove(CREDENTIALS);
-        }
-        Some(CredentialsState::Found) => {
-            conditions.set(CREDENTIALS, true, "SecretFound", "The credentials Secret exists and holds the password.")
-        }
-        Some(CredentialsState::SecretMissing { secret }) => conditions.set(
-            CREDENTIALS,
-            false,
+/// Credentials: the Secret the node names exists and holds the password.
+fn credentials(state: &CredentialsState) -> Verdict {
+    match state {
+        CredentialsState::Found => Verdict::met(
+            "SecretFound",
+            "The credentials Secret exists and holds the password.",
+        ),
+        CredentialsState::SecretMissing { secret } => Verdict::unmet(
             "SecretNotFound",
-            &format!("Secret {secret} does not exist in this namespace; the pod cannot start until it does."),
+            format!(
+                "Secret {secret} does not exist in this namespace; the pod cannot start until it \
+                 does."
+            ),
         ),
-        Some(CredentialsState::KeyMissing { secret, key }) => conditions.set(
-            CREDENTIALS,
-            false,
+        CredentialsState::KeyMissing { secret, key } => Verdict::unmet(
             "SecretKeyNotFound",
-            &format!("Secret {secret} has no key {key}; the pod cannot start until it does."),
+            format!("Secret {secret} has no key {key}; the pod cannot start until it does."),
         ),
     }
+}
 
-    match &o.live_config {
-        None => {}
-        Some(Outcome::Applied { settings }) => conditions.set(
-            CONFIG_APPLIED,
-            true,
+/// ConfigApplied: the running server has the live settings of spec.config.
+fn config_applied(live: &Outcome) -> Verdict {
+    match live {
+        Outcome::Applied { settings } => Verdict::met(
             "Applied",
-            &format!("The running server has the {settings} live setting(s) of spec.config."),
+            format!("The running server has the {settings} live setting(s) of spec.config."),
         ),
-        Some(Outcome::NotSet { answer }) => conditions.set(
-            CONFIG_APPLIED,
-            false,
+        Outcome::NotSet { answer } => Verdict::unmet(
             "ConfigNotSet",
-            &format!(
+            format!(
                 "The live settings of spec.config could not be set on the running server: \
                  {answer}. They are tried again; the user of spec.credentials needs CONFIG SET."
             ),
         ),
-        Some(Outcome::AwaitingRestart { running, desired }) => conditions.set(
-            CONFIG_APPLIED,
-            false,
+        Outcome::AwaitingRestart { running, desired } => Verdict::unmet(
             valkey_api::contract::CONFIG_AWAITS_RESTART,
-            &format!(
+            format!(
                 "The pod runs revision {running}; the live settings of spec.config are those of \
                  revision {desired}, and its server starts with them."
             ),
         ),
-        Some(Outcome::Refused { keys, answer }) => conditions.set(
-            CONFIG_APPLIED,
-            false,
+        Outcome::Refused { keys, answer } => Verdict::unmet(
             "ConfigRefused",
-            &format!(
+            format!(
                 "Valkey refused CONFIG SET of {}: {answer}. Nothing else of the node was changed; \
                  correct the value in spec.config.",
                 keys.join(", ")
             ),
         ),
     }
+}
 
-    match o.initial_data {
-        None => conditions.remove(INITIAL_DATA),
-        Some(object) => {
-            let (ok, reason, message) = match pod.map(restore_state) {
-                Some(RestoreState::Done) => (
-                    true,
-                    "Restored".to_owned(),
-                    format!("The snapshot {object} is in the data folder."),
-                ),
-                Some(RestoreState::Failed(message)) => {
-                    (false, INITIAL_DATA_FAILED.to_owned(), message)
-                }
-                Some(RestoreState::Running) => (
-                    false,
-                    "Fetching".to_owned(),
-                    format!("Fetching the snapshot {object}; Valkey starts once it is checked."),
-                ),
-                Some(RestoreState::NotStarted) | None => (
-                    false,
-                    "Pending".to_owned(),
-                    format!("The snapshot {object} is fetched when the pod starts."),
-                ),
-            };
-            conditions.set(INITIAL_DATA, ok, &reason, &message)
+/// InitialData: the snapshot `object` of spec.initialData is in the data folder, as the pod's
+/// restore init container tells it.
+fn initial_data(object: &str, pod: Option<&Pod>) -> Verdict {
+    match pod.map(restore_state) {
+        Some(RestoreState::Done) => Verdict::met(
+            "Restored",
+            format!("The snapshot {object} is in the data folder."),
+        ),
+        Some(RestoreState::Failed(message)) => Verdict::unmet(INITIAL_DATA_FAILED, message),
+        Some(RestoreState::Running) => Verdict::unmet(
+            "Fetching",
+            format!("Fetching the snapshot {object}; Valkey starts once it is checked."),
+        ),
+        Some(RestoreState::NotStarted) | None => Verdict::unmet(
+            "Pending",
+            format!("The snapshot {object} is fetched when the pod starts."),
+        ),
+    }
+}
+
+/// PodUpToDate: the pod runs the desired revision; else whether it is being replaced or waits
+/// for the parent's approval.
+fn pod_up_to_date(current: Option<&str>, desired: &str, restart_allowed: bool) -> Verdict {
+    match current {
+        Some(rev) if rev == desired => {
+            Verdict::met("UpToDate", "The pod runs the desired revision.")
         }
-    }
-
-    let current_revision = pod.and_then(pod_revision);
-    match current_revision.as_deref() {
-        Some(rev) if rev == o.desired_revision => conditions.set(
-            POD_UP_TO_DATE,
-            true,
-            "UpToDate",
-            "The pod runs the desired revision.",
-        ),
-        Some(rev) if !o.restart_allowed => conditions.set(
-            POD_UP_TO_DATE,
-            false,
+        Some(rev) if !restart_allowed => Verdict::unmet(
             "AwaitingRestartApproval",
-            &format!(
-                "The pod runs revision {rev}; {} waits until spec.allowedRevision allows it.",
-                o.desired_revision
+            format!(
+                "The pod runs revision {rev}; {desired} waits until spec.allowedRevision allows it."
             ),
         ),
-        Some(rev) => conditions.set(
-            POD_UP_TO_DATE,
-            false,
+        Some(rev) => Verdict::unmet(
             "Restarting",
-            &format!(
-                "The pod runs revision {rev} and is being replaced by {}.",
-                o.desired_revision
-            ),
+            format!("The pod runs revision {rev} and is being replaced by {desired}."),
         ),
-        None => conditions.set(POD_UP_TO_DATE, false, "NoPod", "No pod runs yet."),
+        None => Verdict::unmet("NoPod", "No pod runs yet."),
     }
+}
 
-    ValkeyNodeStatus {
-        ready,
-        role,
-        pod_ip: pod.and_then(|p| p.status.as_ref()?.pod_ip.clone()),
-        pod_name: pod.and_then(|p| p.metadata.name.clone()),
-        node_name: pod.and_then(|p| p.spec.as_ref()?.node_name.clone()),
-        // The API server copies the node's zone onto the pod at binding, so no Node is read.
-        zone: pod.and_then(|p| p.labels().get(ZONE_LABEL).cloned()),
-        // Kept while the server does not answer: the build needs it to tell live settings apart.
-        valkey_version: match &o.valkey {
-            Some(Answer::Pong { server, .. }) if server.version.is_some() => server.version.clone(),
-            _ => previous.and_then(|s| s.valkey_version.clone()),
-        },
-        current_revision,
-        desired_revision: Some(o.desired_revision.to_owned()),
-        conditions: Some(conditions.list),
-        observed_generation: o.generation,
+fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.pod_ip.clone()
+}
+
+fn node_name(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.clone()
+}
+
+/// The zone of the pod's node: the API server copies it onto the pod at binding, so no Node is
+/// read.
+fn zone(pod: &Pod) -> Option<String> {
+    pod.labels().get(ZONE_LABEL).cloned()
+}
+
+/// The server's version, kept while the server does not answer: the build needs it to tell live
+/// settings apart.
+fn valkey_version(previous: Option<&ValkeyNodeStatus>, valkey: Option<&Answer>) -> Option<String> {
+    match valkey {
+        Some(Answer::Pong { server, .. }) if server.version.is_some() => server.version.clone(),
+        _ => previous.and_then(|s| s.valkey_version.clone()),
     }
 }
 
@@ -342,24 +469,21 @@ pub const RESIZE_FAILED: &str = "VolumeResizeFailed";
 
 /// PersistentVolumeClaimReady while a claim grows: True (the volume serves all along) unless the
 /// storage gave up.
-fn resize_condition(name: &str, r: &Resize) -> (bool, &'static str, String) {
+fn resize_condition(name: &str, r: &Resize) -> Verdict {
     let (from, to) = (&r.from, &r.to);
     match &r.step {
-        ResizeStep::Pending => (
-            true,
+        ResizeStep::Pending => Verdict::met(
             "VolumeResizePending",
             format!(
                 "{name} asks for {to} and its volume holds {from}; waiting for the storage's \
                  resizer to grow it. The pod keeps running on it."
             ),
         ),
-        ResizeStep::Controller => (
-            true,
+        ResizeStep::Controller => Verdict::met(
             "VolumeResizing",
             format!("{name} is growing from {from} to {to}; the pod keeps running on it."),
         ),
-        ResizeStep::FileSystem => (
-            true,
+        ResizeStep::FileSystem => Verdict::met(
             "FileSystemResizePending",
             format!(
                 "The volume of {name} has grown to {to}; the kubelet grows its file system next \
@@ -367,8 +491,7 @@ fn resize_condition(name: &str, r: &Resize) -> (bool, &'static str, String) {
                  operator does not force). Until then the pod sees {from}."
             ),
         ),
-        ResizeStep::Failed(why) => (
-            false,
+        ResizeStep::Failed(why) => Verdict::unmet(
             RESIZE_FAILED,
             format!(
                 "{name} could not grow from {from} to {to}: {why}. It keeps serving at {from}; \
@@ -407,102 +530,43 @@ struct Conditions<'a> {
     now: &'a Time,
 }
 
-impl Conditions<'_> {
-    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
+impl<'a> Conditions<'a> {
+    /// The previous status's conditions, to be brought up to date.
+    fn continuing(
+        previous: Option<&ValkeyNodeStatus>,
+        generation: Option<i64>,
+        now: &'a Time,
+    ) -> Self {
+        Self {
+            list: previous
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default(),
+            generation,
+            now,
+        }
+    }
+
+    fn set(&mut self, type_: &str, verdict: Verdict) {
         set_condition(
             &mut self.list,
             type_,
-            ConditionStatus::from(ok),
-            reason,
-            message,
+            ConditionStatus::from(verdict.holds),
+            &verdict.reason,
+            &verdict.message,
             self.generation,
             self.now,
         );
     }
 
-    fn remove(&mut self, type_: &str) {
-        plumbing::conditions::remove_condition(&mut self.list, type_);
-    }
-}
-
-fn ready_reason(
-    o: &Observed<'_>,
-    pod: Option<&Pod>,
-    pod_ready: bool,
-    role: Option<Role>,
-) -> (String, String) {
-    let Some(pod) = pod else {
-        return match o.pod {
-            Some(p) => (
-                "PodTerminating".into(),
-                format!(
-                    "Pod {} is terminating.",
-                    p.metadata.name.as_deref().unwrap_or_default()
-                ),
-            ),
-            None => (
-                "PodMissing".into(),
-                format!("{} has no pod yet.", o.workload_name),
-            ),
-        };
-    };
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    if let Some((reason, message)) = unschedulable(pod) {
-        return (reason, format!("Pod {name} cannot be scheduled: {message}"));
-    }
-    if let RestoreState::Failed(message) = restore_state(pod) {
-        return (
-            INITIAL_DATA_FAILED.into(),
-            format!("Pod {name} cannot start Valkey: its initial data failed: {message}"),
-        );
-    }
-    if let Some((container, waiting)) = waiting_state(pod) {
-        let reason = waiting
-            .reason
-            .clone()
-            .unwrap_or_else(|| "ContainerWaiting".into());
-        let detail = waiting.message.clone().unwrap_or_default();
-        let exit = last_exit(pod, container)
-            .map(|(code, reason)| match reason {
-                Some(reason) => format!(" (last exit code {code}, {reason})"),
-                None => format!(" (last exit code {code})"),
-            })
-            .unwrap_or_default();
-        return (
-            reason.clone(),
-            format!("Container {container} of pod {name} is waiting: {reason}{exit}. {detail}")
-                .trim()
-                .to_owned(),
-        );
-    }
-    if !pod_ready && let Some(message) = oom_killed(pod) {
-        return (OOM_KILLED.into(), message);
-    }
-    match (&o.valkey, pod_ready) {
-        (Some(Answer::Pong { .. }), true) => (
-            "ValkeyReady".into(),
-            format!(
-                "Pod {name} is ready and Valkey answers PING{}.",
-                role.map(|r| format!(" as {r}")).unwrap_or_default()
-            ),
-        ),
-        // What Valkey answered is the most useful thing to say, ready pod or not: a server that
-        // refuses the node-controller (protected mode, a wrong password) stays refused.
-        (Some(Answer::Failed(why)), ready) => (
-            refusal_reason(why).into(),
-            format!(
-                "Pod {name} is {}ready; Valkey answered the node-controller's PING with: {why}",
-                if ready { "" } else { "not " }
-            ),
-        ),
-        (_, false) => (
-            "PodNotReady".into(),
-            format!("Pod {name} is not ready yet."),
-        ),
-        (None, true) => (
-            "ValkeyNotResponding".into(),
-            format!("Pod {name} has no IP to ask Valkey on."),
-        ),
+    /// Sets the condition, or removes it from a node it does not speak of (`None`: no
+    /// persistence, no credentials, no initial data).
+    fn set_or_remove(&mut self, type_: &str, verdict: Option<Verdict>) {
+        match verdict {
+            Some(verdict) => self.set(type_, verdict),
+            None => {
+                plumbing::conditions::remove_condition(&mut self.list, type_);
+            }
+        }
     }
 }
 

@@ -23,7 +23,7 @@ mod decide;
 mod elector;
 mod record;
 
-pub use claim::{CLAIM_DURATION, Claim, Claims, claim_identity};
+pub use claim::{CLAIM_DURATION, Claim, Claims, claim_identity, heartbeat_name};
 pub use decide::{AcquireReason, Decision, decide, expiry_confirmed, lease_duration};
 pub use elector::{LeaderElector, LeaderError, LeaderState, Leadership, LeaseTiming};
 pub use record::{POD_NAME_ENV, default_identity};

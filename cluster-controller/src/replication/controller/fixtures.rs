@@ -27,7 +27,7 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     let (nodes, writer) = reflector::store();
     let (services, _) = reflector::store();
     let (budgets, _) = reflector::store();
-    let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into());
+    let claims = plumbing::leader::Claims::new(client.clone(), "test/prod".into(), "replication");
     let ctx = Context::new(
         client.clone(),
         events,

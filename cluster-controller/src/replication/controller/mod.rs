@@ -62,6 +62,7 @@ pub fn start(
     let claims = plumbing::leader::Claims::new(
         handles.client.clone(),
         plumbing::leader::claim_identity(handles.namespace.as_deref()),
+        "replication",
     );
     let ctx = Context::new(
         handles.client.clone(),
@@ -73,10 +74,10 @@ pub fn start(
             secrets: SecretCache::watched(handles.client.clone(), secrets.store()),
         },
         settings,
-        claims,
+        claims.clone(),
         handles.metrics.clone(),
     );
-    handles.run_as(
+    let run = handles.run_as(
         CONTROLLER,
         replications,
         |c| {
@@ -91,5 +92,6 @@ pub fn start(
                 })
         },
         ctx,
-    )
+    );
+    claims.kept_during(handles.namespace.as_deref(), run)
 }

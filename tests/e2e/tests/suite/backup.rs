@@ -194,6 +194,16 @@ async fn backed_up(
     Ok(contents)
 }
 
+/// The backup's start time in Unix seconds (0 when it has none).
+fn started_unix(status: &ValkeyBackupStatus) -> u64 {
+    status
+        .start_time
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| u64::try_from(t.timestamp()).ok())
+        .unwrap_or(0)
+}
+
 /// The store's credentials in `ns`, as a user would create them.
 async fn credentials(ns: &e2e::TestNamespace) -> Result<()> {
     ns.apply(&format!(
@@ -396,6 +406,28 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
     check(
         slots == 16384,
         format!("the shards' slots add up to {slots}"),
+    )?;
+    // The cluster-controller's metrics say the same: when, how big.
+    let series = |name: &str| {
+        format!(
+            "{name}{{namespace=\"{}\",source=\"ValkeyCluster/bk\"}}",
+            c.ns.name
+        )
+    };
+    let said_bytes = c
+        .cluster_controller
+        .metric(&series("backup_last_size_bytes"))
+        .await?;
+    let said_finished = c
+        .cluster_controller
+        .metric(&series("backup_last_success_timestamp_seconds"))
+        .await?;
+    check(
+        Some(said_bytes as i64) == status.bytes && said_finished as u64 >= started_unix(&status),
+        format!(
+            "metrics: {said_bytes} bytes finished at {said_finished}; status {:?} started {:?}",
+            status.bytes, status.start_time
+        ),
     )?;
 
     let contents = backed_up(&store, &status, 3, &c.ns.name).await?;

@@ -611,8 +611,9 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
             questions.push((user, verb, resource, elsewhere.into(), false));
         }
         // Leases: any may be created (RBAC cannot limit create by name), only its own updated;
-        // the cluster-controller also holds one Lease per ValkeyCluster it drives, so it may
-        // update any Lease where it watches (every namespace for `all`).
+        // the cluster-controller also claims each parent with a Lease and keeps a heartbeat
+        // Lease per namespace (deleted when it stops, swept by label when long expired), so it
+        // may update, list and delete any Lease where it watches (every namespace for `all`).
         for release in [&all, &one] {
             let user = release.service_account(component);
             let leases = "leases.coordination.k8s.io";
@@ -623,8 +624,8 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
                 ("get", own.clone(), true),
                 ("update", own.clone(), true),
                 ("update", format!("{leases}/someone-else"), per_cluster),
-                ("delete", own, false),
-                ("list", leases.to_owned(), false),
+                ("delete", own, per_cluster),
+                ("list", leases.to_owned(), per_cluster),
             ] {
                 questions.push((user.clone(), verb, resource, ns.name.clone(), allowed));
             }

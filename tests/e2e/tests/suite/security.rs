@@ -730,7 +730,22 @@ async fn two_cluster_controllers_never_drive_one_cluster() -> Result<()> {
     eprintln!("overlap: taken over by {took_over}");
     c.patch_spec(serde_json::json!({"replicas": 1})).await?;
     c.wait_ready(READY).await?;
-    Ok(())
+
+    // The survivor keeps one heartbeat here while it runs, and deletes it when it stops.
+    let beat = plumbing::leader::heartbeat_name("cluster", &took_over);
+    check(
+        leases.get_opt(&beat).await?.is_some(),
+        format!("no heartbeat {beat} of the holder {took_over}"),
+    )?;
+    if second_holds {
+        c.cluster_controller.terminate().await?;
+    } else {
+        second.terminate().await?;
+    }
+    check(
+        leases.get_opt(&beat).await?.is_none(),
+        format!("the heartbeat {beat} outlived its controller's graceful stop"),
+    )
 }
 
 /// The cluster's NetworkPolicy, as the API server holds it: the bus only between members, the
