@@ -45,7 +45,9 @@ fn primaries_share_a_node(members: &BTreeMap<String, (String, bool)>) -> bool {
 async fn primaries_crowded_on_one_node_by_a_failover_are_spread_again() -> Result<()> {
     let _turn = e2e::pool::heavy().await;
     // Two schedulable nodes hold the whole 2x1 cluster: each shard keeps its two members apart,
-    // so each node runs one member of each shard.
+    // so each node runs one member of each shard. A tainted node is no choice: the simulated
+    // nodes other tests of the pool start (tainted NoSchedule) would take the pick and
+    // leave every member on the other node.
     let client = kube::Client::try_default().await?;
     let mut hosts: Vec<String> = Api::<Node>::all(client)
         .list(&ListParams::default())
@@ -53,9 +55,14 @@ async fn primaries_crowded_on_one_node_by_a_failover_are_spread_again() -> Resul
         .items
         .iter()
         .filter(|n| {
-            n.spec
-                .as_ref()
-                .is_none_or(|s| s.unschedulable != Some(true))
+            n.spec.as_ref().is_none_or(|s| {
+                s.unschedulable != Some(true)
+                    && s.taints
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .all(|t| t.effect != "NoSchedule" && t.effect != "NoExecute")
+            })
         })
         .map(|n| n.name_any())
         .collect();
