@@ -58,6 +58,7 @@ fn state(i: u32, upstream: Option<Upstream>, history: ReplicationHistory) -> Ser
         replicas: Vec::new(),
         replication_admitted: None,
         uptime_seconds: 0,
+        aof: None,
     }
 }
 
