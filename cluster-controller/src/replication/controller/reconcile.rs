@@ -1,7 +1,9 @@
-//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → prepare: secrets (the
-//! shared stage) → TLS → desired (every member's ValkeyNode) → apply (member nodes) → then access
-//! (every member's users, live) → the engine (observe Valkey, decide) → record a chosen primary →
-//! act (one Valkey command or Kubernetes action) → the Services → report (Events and status).
+//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → prepare: the restore's
+//! plan (`spec.restoreFrom`, [`crate::parent::restoring`]) → secrets (the shared stage) → TLS →
+//! desired (every member's ValkeyNode, the first given its snapshot in a restore) → apply (member
+//! nodes) → then access (every member's users, live) → the engine (observe Valkey, decide; the
+//! restore's end and append-only file after it) → record a chosen primary → act (one Valkey
+//! command or Kubernetes action) → the Services → report (Events and status).
 //!
 //! When a stage of `prepare` cannot go on (a Secret missing, the API failing), the engine still
 //! runs its data-safety rules ([`protect`]), and the Services still follow the primary.
