@@ -17,8 +17,8 @@ use crate::parent::restore::{self, Aof, ShardRestore};
 use crate::parent::restoring::{self, Restoring};
 use crate::valkey::slots::SlotSet;
 
-/// What the shared restore ([`restoring`]: the plan, the first members' shape) needs of a
-/// ValkeyCluster.
+/// What the shared restore ([`crate::parent::restoring`]: the plan, the first members' shape)
+/// needs of a ValkeyCluster.
 pub fn restoring(cluster: &ValkeyCluster) -> Restoring<'_, ValkeyCluster> {
     Restoring {
         object: cluster,
