@@ -87,6 +87,40 @@ async fn finished_in(
     .await
 }
 
+/// Backs up the `kind` `source` of `ns` as ValkeyBackup `name` (into localkube's store, with
+/// the Secret `store`) and waits for it; its status, once Completed (anything else fails).
+async fn completed_backup(
+    ns: &e2e::TestNamespace,
+    kind: &str,
+    name: &str,
+    source: &str,
+) -> Result<ValkeyBackupStatus> {
+    ns.apply(&backup_of(kind, name, source, STORE_URL, "store"))
+        .await?;
+    let status = finished_in(ns, name, CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!(
+            "{name} did not complete: {:?} {:?}",
+            status.reason, status.message
+        ),
+    )?;
+    Ok(status)
+}
+
+/// Deletes every ValkeyBackup of `ns` (and so their objects), waiting until they are gone.
+async fn delete_backups(ns: &e2e::TestNamespace) -> Result<()> {
+    ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        "--all",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await
+    .map(|_| ())
+}
+
 /// A writer that records when each write was acknowledged.
 struct TimedWriter {
     stop: Arc<AtomicBool>,
@@ -479,22 +513,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = r.write_confirmed("c", 500).await?;
-    r.ns.apply(&backup_of(
-        "ValkeyReplication",
-        "daily",
-        "orders",
-        STORE_URL,
-        "store",
-    ))
-    .await?;
-    let status = finished_in(&r.ns, "daily", CAPTURE).await?;
-    check(
-        status.phase == Some(BackupPhase::Completed),
-        format!(
-            "daily did not complete: {:?} {:?}",
-            status.reason, status.message
-        ),
-    )?;
+    let status = completed_backup(&r.ns, "ValkeyReplication", "daily", "orders").await?;
     r.wait(
         Duration::from_secs(30),
         "status.lastSuccessfulBackup daily",
@@ -536,15 +555,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
         missing.is_empty(),
         format!("confirmed and not in the backup: {missing:?}"),
     )?;
-    r.ns.kubectl(&[
-        "delete",
-        "valkeybackup",
-        "--all",
-        "--wait=true",
-        "--timeout=60s",
-    ])
-    .await
-    .map(|_| ())
+    delete_backups(&r.ns).await
 }
 
 /// A ValkeyBackupSchedule of every minute, keeping one: its backup of the minute is created
@@ -995,16 +1006,7 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let written = c.write_keys("r", 2000).await?;
-    c.ns.apply(&backup_manifest("snap", "src", STORE_URL, "store"))
-        .await?;
-    let status = finished(&c, "snap", CAPTURE).await?;
-    check(
-        status.phase == Some(BackupPhase::Completed),
-        format!(
-            "snap did not complete: {:?} {:?}",
-            status.reason, status.message
-        ),
-    )?;
+    let status = completed_backup(&c.ns, "ValkeyCluster", "snap", "src").await?;
 
     // The new cluster, beside the source (the fixture now speaks of it).
     c.name = "restored".to_owned();
@@ -1127,15 +1129,7 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
             .is_none_or(|s| s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)),
         format!("{:?}", corrupt.status),
     )?;
-    c.ns.kubectl(&[
-        "delete",
-        "valkeybackup",
-        "--all",
-        "--wait=true",
-        "--timeout=60s",
-    ])
-    .await
-    .map(|_| ())
+    delete_backups(&c.ns).await
 }
 
 /// Writes `count` keys of varied sizes (up to 4 KiB) to the replication's primary, through its
@@ -1207,22 +1201,7 @@ async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_a
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = fill_replication(&r, "rr", 3000).await?;
-    r.ns.apply(&backup_of(
-        "ValkeyReplication",
-        "snap",
-        "src",
-        STORE_URL,
-        "store",
-    ))
-    .await?;
-    let status = finished_in(&r.ns, "snap", CAPTURE).await?;
-    check(
-        status.phase == Some(BackupPhase::Completed),
-        format!(
-            "snap did not complete: {:?} {:?}",
-            status.reason, status.message
-        ),
-    )?;
+    completed_backup(&r.ns, "ValkeyReplication", "snap", "src").await?;
 
     // The new replication, beside the source (the fixture now speaks of it), every version of
     // it recorded from its creation on.
@@ -1339,13 +1318,5 @@ async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_a
     r.wait_done(FORM).await?;
     let primary = restored_state("after the roll").await?;
     eprintln!("after the roll: every key there, primary {primary}");
-    r.ns.kubectl(&[
-        "delete",
-        "valkeybackup",
-        "--all",
-        "--wait=true",
-        "--timeout=60s",
-    ])
-    .await
-    .map(|_| ())
+    delete_backups(&r.ns).await
 }
