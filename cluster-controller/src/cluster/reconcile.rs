@@ -139,7 +139,9 @@ async fn prepare(
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
     // Before anything is made: a restore that cannot be done creates no member empty.
-    let plan = restore::plan(ctx, cluster, key, memory).await?;
+    let restoring = restore::restoring(cluster);
+    let plan = crate::parent::restoring::plan(&ctx.client, failures, &restoring, key, memory);
+    let plan = plan.await?;
     let auth = stopped(secrets::ensure(ctx, cluster, memory).await, failures, key)?;
     let served = stopped(tls::ensure(ctx, cluster, memory).await, failures, key)?;
     if let Some(served) = &served {
@@ -166,13 +168,8 @@ async fn prepare(
     let applied = network::ensure(ctx, cluster, key).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
     let mut desired = desired::members(cluster, &node_auth);
-    restore::shape_members(
-        cluster,
-        plan.as_deref().map(Vec::as_slice),
-        memory,
-        &mut desired,
-        existing,
-    );
+    let plan = plan.as_deref().map(Vec::as_slice);
+    crate::parent::restoring::shape_members(&restoring, plan, memory, &mut desired, existing);
     let announced = external::ensure(ctx, cluster, key, &mut desired, existing).await;
     let pending = announced.map_err(|error| Stop::error(error, failures, key))?;
     let lacking = served.as_ref().map(|s| s.lacking_names.as_slice());
@@ -188,7 +185,7 @@ async fn prepare(
         }
     }
     let topology = Desired {
-        restore: restore::slots(plan.as_deref().map(Vec::as_slice)),
+        restore: restore::slots(plan),
         ..desired::topology(cluster).map_err(Stop::problem)?
     };
     Ok(Some(Prepared {
@@ -502,35 +499,14 @@ mod tests {
             )
             .await
             .echo();
-            let list = api
-                .expect(
-                    Method::GET,
-                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeybackups?",
-                )
-                .await;
-            assert!(
-                list.uri.contains("fieldSelector=metadata.name%3Dnightly"),
-                "{}",
-                list.uri
-            );
-            list.answer(
-                http::StatusCode::OK,
-                &serde_json::json!({
-                    "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyBackupList",
-                    "metadata": {}, "items": []
-                }),
-            );
+            crate::parent::restoring::script::no_backup(&mut api, "prod", "nightly").await;
             let status = api
                 .expect(
                     Method::PATCH,
                     "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyclusters/cache/status?",
                 )
                 .await;
-            assert_eq!(status.body["status"]["reason"], "RestoreBackupNotFound");
-            let message = status.body["status"]["message"]
-                .as_str()
-                .unwrap_or_default();
-            assert!(message.contains("ValkeyBackup nightly"), "{message}");
+            crate::parent::restoring::script::names_missing_backup(&status, "nightly");
             status.with_status_of(&stored);
             api.done().await;
         });

@@ -22,6 +22,7 @@
 //! | Ready / Progressing / Degraded, problems in a person's words; progress | [`conditions`], [`progress`] | no |
 //! | what can fail; what stops a pass | [`error`], [`stop`] | |
 //! | `spec.restoreFrom`: the backup, its manifest, each shard's snapshot and slots | [`restore`] | no (the store) |
+//! | `spec.restoreFrom` in a pass: the plan read once, first members shaped, the restore's end recorded, the append-only file turned on | [`restoring`] | yes |
 
 pub mod access;
 pub mod applier;
@@ -39,6 +40,7 @@ pub mod pass;
 pub mod placement;
 pub mod progress;
 pub mod restore;
+pub mod restoring;
 pub mod secret_cache;
 pub mod secrets;
 pub mod serving;

@@ -286,34 +286,7 @@ pub fn every_slot_served(slots_assigned: Option<usize>) -> bool {
 
 /// The append-only file of a first member that loaded a snapshot, as its `INFO persistence`
 /// shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Aof {
-    /// `aof_enabled:0`: it runs on the snapshot alone.
-    Off,
-    /// Turned on and being written (or the last rewrite failed): not yet a file a restart
-    /// could load.
-    Writing,
-    /// On, no rewrite running or scheduled, the last one ok: a restart loads it.
-    Written,
-}
-
-impl Aof {
-    /// From `INFO persistence`'s fields (`None`: the member did not answer).
-    pub fn of(field: impl Fn(&str) -> Option<String>) -> Option<Self> {
-        let is = |key: &str, value: &str| field(key).as_deref() == Some(value);
-        let enabled = field("aof_enabled")?;
-        Some(if enabled != "1" {
-            Self::Off
-        } else if is("aof_rewrite_in_progress", "0")
-            && is("aof_rewrite_scheduled", "0")
-            && is("aof_last_bgrewrite_status", "ok")
-        {
-            Self::Written
-        } else {
-            Self::Writing
-        })
-    }
-}
+pub use crate::valkey::info::Aof;
 
 /// What a shard's first member gets from the restore in this pass.
 #[derive(Debug, Clone, PartialEq)]
@@ -714,55 +687,5 @@ mod tests {
         assert_eq!(config.prefix, "valkey");
         assert!(config.path_style);
         assert!(!format!("{config:?}").contains("very-secret"));
-    }
-}
-
-// Until the kinds restore (docs/design/backup.md): a parent that asks for a restore is not
-// formed at all, rather than formed empty.
-/// The problem of a parent that asks for a restore, naming what it asked for.
-pub fn not_available(
-    restore_from: Option<&RestoreFrom>,
-    kind: &str,
-) -> Option<super::conditions::Problem> {
-    let from = restore_from?;
-    let what = match (&from.backup, &from.path) {
-        (Some(backup), _) => format!("ValkeyBackup {backup}"),
-        (None, Some(path)) => format!("the backup at {path}"),
-        (None, None) => "a backup".to_owned(),
-    };
-    Some(super::conditions::Problem {
-        reason: "RestoreNotAvailable".into(),
-        message: format!(
-            "spec.restoreFrom asks to start from {what}, and this version of the operator cannot restore yet; no member is created, so the {kind} does not start empty. Delete this {kind} and create it without restoreFrom, or restore with an operator version that supports it."
-        ),
-    })
-}
-
-#[cfg(test)]
-mod refused_tests {
-    use super::*;
-
-    #[test]
-    fn no_restore_asked_nothing_to_say() {
-        assert!(not_available(None, "ValkeyCluster").is_none());
-    }
-
-    #[test]
-    fn a_restore_asked_is_refused_naming_the_backup() {
-        let from: RestoreFrom = serde_json::from_value(serde_json::json!({"backup": "nightly"}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let problem =
-            not_available(Some(&from), "ValkeyCluster").unwrap_or_else(|| panic!("taken"));
-        assert_eq!(problem.reason, "RestoreNotAvailable");
-        assert!(
-            problem.message.contains("ValkeyBackup nightly"),
-            "{}",
-            problem.message
-        );
-        assert!(
-            problem.message.contains("does not start empty"),
-            "{}",
-            problem.message
-        );
     }
 }

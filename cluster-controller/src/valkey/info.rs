@@ -17,6 +17,37 @@ pub struct Info {
     sections: BTreeMap<String, Vec<String>>,
 }
 
+/// A server's append-only file, as its `INFO persistence` shows it (a restored member's is
+/// turned on live and must be written before its snapshot is let go: see `parent::restore`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aof {
+    /// `aof_enabled:0`: no append-only file (a restored member runs on its snapshot alone).
+    Off,
+    /// Turned on and being written (or the last rewrite failed): not yet a file a restart
+    /// could load.
+    Writing,
+    /// On, no rewrite running or scheduled, the last one ok: a restart loads it.
+    Written,
+}
+
+impl Aof {
+    /// From `INFO persistence`'s fields (`None`: the member did not answer).
+    pub fn of(field: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let is = |key: &str, value: &str| field(key).as_deref() == Some(value);
+        let enabled = field("aof_enabled")?;
+        Some(if enabled != "1" {
+            Self::Off
+        } else if is("aof_rewrite_in_progress", "0")
+            && is("aof_rewrite_scheduled", "0")
+            && is("aof_last_bgrewrite_status", "ok")
+        {
+            Self::Written
+        } else {
+            Self::Writing
+        })
+    }
+}
+
 /// The role INFO reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

@@ -87,6 +87,7 @@ impl ReplicationLab {
             failover_after: Duration::from_secs(3),
             fence_user: options.fenced.then(|| REPLICATION_USER.to_owned()),
             switchover_timeout: Duration::from_secs(5),
+            restored: None,
         };
         let mut lab = Self {
             binary,

@@ -361,3 +361,69 @@ async fn a_roll_restarts_the_primary_last_after_a_switchover() {
         assert!(lab.missing(i, &confirmed).await.is_empty(), "r-{i}");
     }
 }
+
+/// Makes member `i` hold `count` keys `<prefix>:<n>` in its `dump.rdb` and restarts it parked
+/// on them, as a pod whose volume holds that snapshot (restored, or kept from before).
+async fn parked_with(lab: &mut ReplicationLab, i: u32, prefix: &str, count: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + FORM;
+    while let Err(e) = lab.command(i, &["REPLICAOF", "NO", "ONE"]).await {
+        assert!(std::time::Instant::now() < deadline, "r-{i}: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut keys = Vec::new();
+    for n in 0..count {
+        let key = format!("{prefix}:{n}");
+        lab.command(
+            i,
+            &["SET", &key, &format!("{n}-{}", "v".repeat(n % 32 * 32))],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("r-{i}: {e}"));
+        keys.push(key);
+    }
+    lab.command(i, &["SAVE"])
+        .await
+        .unwrap_or_else(|e| panic!("r-{i}: {e}"));
+    lab.kill_and_restart(i);
+    while lab.command(i, &["DBSIZE"]).await != Ok(redis::Value::Int(count as i64)) {
+        assert!(std::time::Instant::now() < deadline, "r-{i} did not reload");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    keys
+}
+
+/// A restore with real servers: `r-0` starts on the backup's snapshot (300 keys) and `r-1` on a
+/// kept volume with more keys (900 others). Told that `r-0` is the restored member, the engine
+/// makes it the primary (by key count it would take `r-1`), and `r-1` syncs from it: both end
+/// with exactly the restored keys.
+#[tokio::test]
+async fn a_restored_member_becomes_the_primary_and_its_replica_syncs_the_backup() {
+    let options = Options {
+        persistence: false,
+        fenced: false,
+        ..Options::default()
+    };
+    let mut lab = ReplicationLab::start("restored", servers::valkey_9(), 231, 1, options).await;
+    let restored = parked_with(&mut lab, 0, "restored", 300).await;
+    parked_with(&mut lab, 1, "stale", 900).await;
+    lab.spec.restored = Some("r-0".into());
+    let health = lab.converge(FORM).await;
+    assert_eq!(health.primary.as_deref(), Some("r-0"), "{:?}", lab.history);
+    assert_eq!(health.replicas_in_step, 1, "{:?}", lab.history);
+    assert!(
+        lab.history
+            .iter()
+            .find(|h| h.contains("becomes the primary"))
+            .is_some_and(|h| h.contains("r-0") && h.contains("restored backup")),
+        "{:?}",
+        lab.history
+    );
+    for i in 0..=1 {
+        assert_eq!(
+            lab.command(i, &["DBSIZE"]).await,
+            Ok(redis::Value::Int(300)),
+            "r-{i}"
+        );
+        assert!(lab.missing(i, &restored).await.is_empty(), "r-{i}");
+    }
+}

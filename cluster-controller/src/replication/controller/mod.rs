@@ -27,6 +27,7 @@ pub mod fixtures;
 pub mod observe;
 pub mod reconcile;
 pub mod report;
+pub mod restore;
 pub mod services;
 pub mod status;
 

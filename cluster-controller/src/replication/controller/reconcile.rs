@@ -1,7 +1,9 @@
-//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → prepare: secrets (the
-//! shared stage) → TLS → desired (every member's ValkeyNode) → apply (member nodes) → then access
-//! (every member's users, live) → the engine (observe Valkey, decide) → record a chosen primary →
-//! act (one Valkey command or Kubernetes action) → the Services → report (Events and status).
+//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → prepare: the restore's
+//! plan (`spec.restoreFrom`, [`crate::parent::restoring`]) → secrets (the shared stage) → TLS →
+//! desired (every member's ValkeyNode, the first given its snapshot in a restore) → apply (member
+//! nodes) → then access (every member's users, live) → the engine (observe Valkey, decide; the
+//! restore's end and append-only file after it) → record a chosen primary → act (one Valkey
+//! command or Kubernetes action) → the Services → report (Events and status).
 //!
 //! When a stage of `prepare` cannot go on (a Secret missing, the API failing), the engine still
 //! runs its data-safety rules ([`protect`]), and the Services still follow the primary.
@@ -19,7 +21,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::context::Context;
 use super::status::Outcome;
-use super::{desired, observe, report, services};
+use super::{desired, observe, report, restore, services};
 use crate::engine::{Outcome as StepOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
@@ -29,7 +31,7 @@ use crate::parent::pass::{after_step, claim_for, reported_generation, requeue_af
 use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
 use crate::parent::{access, external, members, monitoring, tls};
-use crate::replication::engine::{Action, Decision, decide, decide_in, health};
+use crate::replication::engine::{Action, Decision, Spec, decide, decide_in, health};
 
 /// The field manager of the annotation that asks the node-controller to look at once.
 const OBSERVE_MANAGER: &str = "valkey-replication-controller-observe";
@@ -44,6 +46,9 @@ struct Prepared {
     auth: secrets::Auth,
     served: Option<tls::Served>,
     desired: Vec<crate::parent::node::DesiredMember>,
+    /// The member that loads the restored backup and must become the first primary, while the
+    /// restore runs (`spec.restoreFrom`, not yet served).
+    restored: Option<String>,
     /// A member's ValkeyNode was created or its spec changed: the members this pass observed
     /// (`existing`) are as they were before, so its status cannot speak for the current
     /// generation ([`reported_generation`]).
@@ -79,6 +84,7 @@ pub async fn pass(
         auth,
         served,
         desired,
+        restored,
         members_changed,
     } = match prepared.await {
         Ok(prepared) => prepared,
@@ -92,10 +98,24 @@ pub async fn pass(
     let members = observe::engine_members(&existing);
     let engine = ctx.engine(key, &auth.credentials, trust);
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
-    let spec = desired::spec(replication);
+    let spec = Spec {
+        restored,
+        ..desired::spec(replication)
+    };
     let observed = engine.observe(&members, spec.fence_user.as_deref()).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);
     let health = health(&spec, &members, recorded.as_deref(), &observed);
+    let client = engine.client();
+    restore::after_pass(
+        ctx,
+        replication,
+        &memory,
+        client,
+        recorded.as_deref(),
+        &observed,
+        &existing,
+    )
+    .await;
 
     // The primary after this pass: the one a promotion chooses, else the one the engine sees.
     let primary = match decision.action() {
@@ -202,10 +222,11 @@ async fn prepare(
     forming: bool,
 ) -> Result<Prepared, Stop> {
     let failures = &ctx.stage_failures;
-    let restore = replication.spec.restore_from.as_ref();
-    if let Some(problem) = crate::parent::restore::not_available(restore, "ValkeyReplication") {
-        return Err(Stop::problem(problem));
-    }
+    // Before anything is made: a restore that cannot be done creates no member empty.
+    let restoring = restore::restoring(replication);
+    let plan = crate::parent::restoring::plan(&ctx.client, failures, &restoring, key, memory);
+    let plan = plan.await?;
+    let plan = plan.as_deref().map(Vec::as_slice);
     let tools = Tools {
         client: &ctx.client,
         secrets: &ctx.secrets,
@@ -247,7 +268,8 @@ async fn prepare(
     }
     let mut node_auth = auth.node.clone();
     node_auth.tls = served.as_ref().map(|s| s.node.clone());
-    let desired = desired::members(replication, &node_auth);
+    let mut desired = desired::members(replication, &node_auth);
+    crate::parent::restoring::shape_members(&restoring, plan, memory, &mut desired, existing);
     let members_changed = apply_members(api, &ctx.events, replication, &desired, existing, forming)
         .await
         .map_err(|error| Stop::error(error, failures, key))?;
@@ -255,6 +277,7 @@ async fn prepare(
         auth,
         served,
         desired,
+        restored: restore::restored_member(replication, plan),
         members_changed,
     })
 }
@@ -545,6 +568,69 @@ mod tests {
         assert_eq!(
             recorded_primary(&cached, &memory).as_deref(),
             Some("orders-2")
+        );
+    }
+}
+
+#[cfg(test)]
+mod scripted {
+    use http::Method;
+    use kube::runtime::controller::Action as Requeue;
+    use plumbing::{ObjectKey, Reconciler};
+
+    use crate::replication::controller::fixtures::{REPLICATION, context, replication};
+
+    /// A restore from a backup that is not there stops the pass before anything is made, as for
+    /// a cluster: the backup is looked for with a list by name, no Secret or member is applied,
+    /// and the status names it (the Services, which follow the primary whatever else fails,
+    /// still apply).
+    #[tokio::test]
+    async fn a_restore_from_a_missing_backup_makes_no_member_and_names_it() {
+        let (ctx, mut api, _nodes) = context();
+        let yaml = format!("{REPLICATION}  restoreFrom: {{backup: nightly}}\n");
+        let stored = serde_json::to_value(replication(&yaml)).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            api.expect(
+                Method::GET,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases/orders-replication-controller",
+            )
+            .await
+            .not_found();
+            api.expect(
+                Method::POST,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases",
+            )
+            .await
+            .echo();
+            crate::parent::restoring::script::no_backup(&mut api, "prod", "nightly").await;
+            for service in ["orders", "orders-replicas"] {
+                api.expect(
+                    Method::PATCH,
+                    &format!("/api/v1/namespaces/prod/services/{service}?"),
+                )
+                .await
+                .echo();
+            }
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyreplications/orders/status?",
+                )
+                .await;
+            crate::parent::restoring::script::names_missing_backup(&status, "nightly");
+            status.with_status_of(&stored);
+            api.done().await;
+        });
+        let r = replication(&yaml);
+        let key = ObjectKey::of(&r);
+        let requeue = ctx
+            .reconcile(&r, &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            requeue,
+            Requeue::requeue(crate::parent::stop::RETRY_PROBLEM)
         );
     }
 }

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::engine::safety::{LinkAge, ReplicationHistory};
-use crate::valkey::info::{ConnectedReplica, Info, LinkStatus, Role};
+use crate::valkey::info::{Aof, ConnectedReplica, Info, LinkStatus, Role};
 use crate::valkey::{ParseError, Version};
 
 /// Where every member starts: a replica of an address nothing listens on (`replicaof 127.0.0.1
@@ -85,6 +85,9 @@ pub struct ServerState {
     pub replication_admitted: Option<bool>,
     /// `uptime_in_seconds`: how long this server process has run.
     pub uptime_seconds: u64,
+    /// Its append-only file (`INFO persistence`; `None` when not given): a restored member's is
+    /// turned on live by the parent, and must be written before its snapshot is let go.
+    pub aof: Option<Aof>,
 }
 
 impl ServerState {
@@ -139,6 +142,7 @@ impl ServerState {
                 .get("uptime_in_seconds")
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0),
+            aof: Aof::of(|k| info.get(k).map(str::to_owned)),
         })
     }
 

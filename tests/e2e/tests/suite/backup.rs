@@ -4,9 +4,9 @@
 //! valkey-server of this test, holds every key acknowledged before the backup's start time, with
 //! its value. Faults: the store's credentials Secret missing, and a store nobody answers at, each
 //! give Failed with a reason a person can act on, and the cluster goes on untouched. Deleting the
-//! backup deletes its objects. Restore: a new ValkeyCluster from a backup holds every key, keeps
-//! them across the restart that lets its snapshots go, and a restore that cannot be done makes no
-//! member.
+//! backup deletes its objects. Restore: a new ValkeyCluster or ValkeyReplication from a backup
+//! holds every key, keeps them across the restart that lets its snapshots go and a roll after,
+//! and a restore that cannot be done makes no member.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -85,6 +85,40 @@ async fn finished_in(
         },
     )
     .await
+}
+
+/// Backs up the `kind` `source` of `ns` as ValkeyBackup `name` (into localkube's store, with
+/// the Secret `store`) and waits for it; its status, once Completed (anything else fails).
+async fn completed_backup(
+    ns: &e2e::TestNamespace,
+    kind: &str,
+    name: &str,
+    source: &str,
+) -> Result<ValkeyBackupStatus> {
+    ns.apply(&backup_of(kind, name, source, STORE_URL, "store"))
+        .await?;
+    let status = finished_in(ns, name, CAPTURE).await?;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!(
+            "{name} did not complete: {:?} {:?}",
+            status.reason, status.message
+        ),
+    )?;
+    Ok(status)
+}
+
+/// Deletes every ValkeyBackup of `ns` (and so their objects), waiting until they are gone.
+async fn delete_backups(ns: &e2e::TestNamespace) -> Result<()> {
+    ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        "--all",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await
+    .map(|_| ())
 }
 
 /// A writer that records when each write was acknowledged.
@@ -511,22 +545,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = r.write_confirmed("c", 500).await?;
-    r.ns.apply(&backup_of(
-        "ValkeyReplication",
-        "daily",
-        "orders",
-        STORE_URL,
-        "store",
-    ))
-    .await?;
-    let status = finished_in(&r.ns, "daily", CAPTURE).await?;
-    check(
-        status.phase == Some(BackupPhase::Completed),
-        format!(
-            "daily did not complete: {:?} {:?}",
-            status.reason, status.message
-        ),
-    )?;
+    let status = completed_backup(&r.ns, "ValkeyReplication", "daily", "orders").await?;
     r.wait(
         Duration::from_secs(30),
         "status.lastSuccessfulBackup daily",
@@ -568,15 +587,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
         missing.is_empty(),
         format!("confirmed and not in the backup: {missing:?}"),
     )?;
-    r.ns.kubectl(&[
-        "delete",
-        "valkeybackup",
-        "--all",
-        "--wait=true",
-        "--timeout=60s",
-    ])
-    .await
-    .map(|_| ())
+    delete_backups(&r.ns).await
 }
 
 /// A ValkeyBackupSchedule of every minute, keeping one: its backup of the minute is created
@@ -720,9 +731,9 @@ fn ready_reason(
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-/// A restore that cannot be done makes no member and says why: a ValkeyCluster whose backup
-/// does not exist names it (and would start once it does); a ValkeyReplication, which this
-/// version does not restore yet, says so. Neither is formed empty.
+/// A restore that cannot be done makes no member and says why: a ValkeyCluster or a
+/// ValkeyReplication whose backup does not exist names it (and would start once it does).
+/// Neither is formed empty.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Result<()> {
     let c = ClusterFixture::start_with(
@@ -749,13 +760,13 @@ async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Resul
     let replications = c.ns.api::<valkey_api::v1alpha1::ValkeyReplication>();
     let replication = wait_until(
         Duration::from_secs(60),
-        "ValkeyReplication rr: reason RestoreNotAvailable",
+        "ValkeyReplication rr: reason RestoreBackupNotFound",
         || {
             let api = replications.clone();
             async move {
                 let status = api.get("rr").await?.status.unwrap_or_default();
                 Ok(match status.reason.as_deref() {
-                    Some("RestoreNotAvailable") => Poll::Ready(status),
+                    Some("RestoreBackupNotFound") => Poll::Ready(status),
                     reason => Poll::NotYet(format!("{reason:?}")),
                 })
             }
@@ -975,14 +986,16 @@ async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_captur
 /// Waits until no member of the fixture's cluster has initialData left and each runs its
 /// revision, ready.
 async fn snapshots_let_go(c: &ClusterFixture) -> Result<()> {
-    let nodes = c.ns.api::<valkey_api::v1alpha1::ValkeyNode>();
-    let selector = format!("valkey.io/cluster={}", c.name);
+    members_let_go(&c.ns, "cluster", &c.name).await
+}
+
+/// The same for the members of the `kind` (`cluster`, `replication`) `name`.
+async fn members_let_go(ns: &e2e::TestNamespace, kind: &str, name: &str) -> Result<()> {
+    let nodes = ns.api::<valkey_api::v1alpha1::ValkeyNode>();
+    let selector = format!("valkey.io/{kind}={name}");
     wait_until(
         FORM,
-        &format!(
-            "{}'s members without initialData, each on its revision",
-            c.name
-        ),
+        &format!("{name}'s members without initialData, each on its revision"),
         || {
             let (nodes, selector) = (nodes.clone(), selector.clone());
             async move {
@@ -1025,16 +1038,7 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let written = c.write_keys("r", 2000).await?;
-    c.ns.apply(&backup_manifest("snap", "src", STORE_URL, "store"))
-        .await?;
-    let status = finished(&c, "snap", CAPTURE).await?;
-    check(
-        status.phase == Some(BackupPhase::Completed),
-        format!(
-            "snap did not complete: {:?} {:?}",
-            status.reason, status.message
-        ),
-    )?;
+    let status = completed_backup(&c.ns, "ValkeyCluster", "snap", "src").await?;
 
     // The new cluster, beside the source (the fixture now speaks of it).
     c.name = "restored".to_owned();
@@ -1157,13 +1161,194 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
             .is_none_or(|s| s.state != Some(valkey_api::v1alpha1::ClusterState::Ready)),
         format!("{:?}", corrupt.status),
     )?;
-    c.ns.kubectl(&[
-        "delete",
-        "valkeybackup",
-        "--all",
-        "--wait=true",
-        "--timeout=60s",
-    ])
-    .await
-    .map(|_| ())
+    delete_backups(&c.ns).await
+}
+
+/// Writes `count` keys of varied sizes (up to 4 KiB) to the replication's primary, through its
+/// read/write Service, then waits for a replica to confirm them all (`WAIT 1`); the map of what
+/// was written.
+async fn fill_replication(
+    r: &e2e::replication::ReplicationFixture,
+    tag: &str,
+    count: usize,
+) -> Result<BTreeMap<String, String>> {
+    let ip = r
+        .endpoints(&r.name)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| E2eError::Check("the read/write Service has no endpoint".into()))?;
+    let mut conn = r.connect(&ip).await?;
+    let valkey = |source| E2eError::Valkey {
+        addr: ip.clone(),
+        source,
+    };
+    let written: BTreeMap<String, String> = (0..count)
+        .map(|i| {
+            (
+                format!("{tag}:{i}"),
+                format!("{i}-{}", "z".repeat(i % 64 * 64)),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&String, &String)> = written.iter().collect();
+    for batch in pairs.chunks(200) {
+        let mut pipe = redis::pipe();
+        for (k, v) in batch {
+            pipe.set(*k, *v).ignore();
+        }
+        pipe.query_async::<()>(&mut conn).await.map_err(valkey)?;
+    }
+    let confirmed: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .map_err(valkey)?;
+    check(
+        confirmed >= 1,
+        format!("no replica confirmed the {count} keys"),
+    )?;
+    Ok(written)
+}
+
+/// A ValkeyReplication (a primary and a replica, persistence on) with 3,000 keys of varied
+/// sizes, backed up and restored into a new ValkeyReplication: its first member, which loads
+/// the snapshot, is the first primary it records (never the empty replica); the restore is
+/// recorded as served; each member's snapshot is let go once its append-only file is written,
+/// and after the restart that brings the replication is Ready with every key and its value
+/// (read key by key), one primary and its replica in sync, the append-only file on at every
+/// member; after a rolling restart of both members (a pod label changed) every key is there
+/// still.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_across_a_roll()
+-> Result<()> {
+    use valkey_api::v1alpha1::ValkeyReplication;
+    let mut r = e2e::replication::ReplicationFixture::start(
+        "backup-rrt",
+        "src",
+        "{replicas: 1, persistence: {enabled: true}}",
+    )
+    .await?;
+    r.wait_ready(FORM).await?;
+    credentials(&r.ns).await?;
+    let written = fill_replication(&r, "rr", 3000).await?;
+    completed_backup(&r.ns, "ValkeyReplication", "snap", "src").await?;
+
+    // The new replication, beside the source (the fixture now speaks of it), every version of
+    // it recorded from its creation on.
+    r.name = "restored".to_owned();
+    let versions = e2e::record::Record::start(r.api(), None).await?;
+    r.ns.apply(
+        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyReplication\nmetadata: {name: restored}\n\
+         spec: {replicas: 1, persistence: {enabled: true}, restoreFrom: {backup: snap}}\n",
+    )
+    .await?;
+    r.wait_ready(FORM).await?;
+    members_let_go(&r.ns, "replication", "restored").await?;
+    r.wait_done(FORM).await?;
+
+    // The first primary it recorded is the member that loaded the snapshot.
+    versions.complete()?;
+    let first_primary = versions
+        .versions_of("restored")
+        .iter()
+        .find_map(|v| v.object.status.as_ref().and_then(|s| s.primary.clone()));
+    check(
+        first_primary.as_deref() == Some("restored-0"),
+        format!("the first primary recorded: {first_primary:?}"),
+    )?;
+    let restored: ValkeyReplication = r.get().await?;
+    check(
+        restored
+            .annotations()
+            .get("valkey.io/restore-served")
+            .is_some_and(|v| v == "true"),
+        format!("annotations: {:?}", restored.annotations()),
+    )?;
+
+    // Every key with its value, one primary and its replica in sync, the file on everywhere.
+    let restored_state = |when: &'static str| {
+        let (r, written) = (&r, &written);
+        async move {
+            let missing = r.missing(written.iter()).await?;
+            check(
+                missing.is_empty(),
+                format!(
+                    "{when}: {} of {} keys missing or changed, e.g. {:?}",
+                    missing.len(),
+                    written.len(),
+                    missing.iter().take(5).collect::<Vec<_>>()
+                ),
+            )?;
+            r.check_roles().await?;
+            let (primary, primary_ip) = r.primary().await?;
+            let size = r.command_on(&primary_ip, &["DBSIZE"]).await?;
+            check(
+                size.trim() == written.len().to_string(),
+                format!(
+                    "{when}: {primary} holds {size} keys, {} written",
+                    written.len()
+                ),
+            )?;
+            for node in r.nodes().await? {
+                let name = node.name_any();
+                let ip = r.ip_of(&name).await?;
+                let persistence = r.command_on(&ip, &["INFO", "persistence"]).await?;
+                check(
+                    persistence.contains("aof_enabled:1"),
+                    format!("{when}: {name}: {persistence}"),
+                )?;
+                if name != primary {
+                    let replication = r.command_on(&ip, &["INFO", "replication"]).await?;
+                    check(
+                        replication.contains("master_link_status:up"),
+                        format!("{when}: {name}: {replication}"),
+                    )?;
+                }
+            }
+            Ok::<String, E2eError>(primary)
+        }
+    };
+    let primary = restored_state("restored").await?;
+    eprintln!(
+        "restored: {} keys, first primary restored-0, primary after the snapshot was let go {primary}",
+        written.len()
+    );
+
+    // A rolling restart of both members: every key is there after it.
+    let revision = |n: &valkey_api::v1alpha1::ValkeyNode| {
+        n.status.as_ref().and_then(|s| s.current_revision.clone())
+    };
+    let before: BTreeMap<String, Option<String>> = r
+        .nodes()
+        .await?
+        .iter()
+        .map(|n| (n.name_any(), revision(n)))
+        .collect();
+    r.patch_spec(serde_json::json!({"podLabels": {"rolled": "once"}}))
+        .await?;
+    wait_until(FORM, "both members restarted on a new revision", || async {
+        let nodes = r.nodes().await?;
+        let rolled = nodes
+            .iter()
+            .filter(|n| {
+                let status = n.status.clone().unwrap_or_default();
+                before.get(&n.name_any()).is_some_and(|b| *b != revision(n))
+                    && status.desired_revision.is_some()
+                    && status.current_revision == status.desired_revision
+                    && status.ready
+            })
+            .count();
+        Ok(if rolled == 2 {
+            Poll::Ready(())
+        } else {
+            Poll::NotYet(format!("{rolled} of 2 rolled"))
+        })
+    })
+    .await?;
+    r.wait_done(FORM).await?;
+    let primary = restored_state("after the roll").await?;
+    eprintln!("after the roll: every key there, primary {primary}");
+    delete_backups(&r.ns).await
 }

@@ -503,7 +503,7 @@ async fn service_accounts_can_do_what_the_controllers_need_and_no_more() -> Resu
         e("list", "valkeyreplications.valkey.io", true),
         e("watch", "valkeyreplications.valkey.io", true),
         e("patch", "valkeyreplications.valkey.io/status", true),
-        e("patch", "valkeyreplications.valkey.io", false),
+        e("patch", "valkeyreplications.valkey.io", true),
         e("list", "valkeybackups.valkey.io", true),
         e("create", "valkeybackups.valkey.io", true),
         e("delete", "valkeybackups.valkey.io", true),

@@ -4,7 +4,8 @@
 //!
 //! 1. every wanted member exists;
 //! 2. there is a primary: the one recorded, or the member it handed over to ([`primary`]); when
-//!    there is none, one is chosen: at formation the member with the most data, after a restart
+//!    there is none, one is chosen: at formation the member with the most data (in a restore,
+//!    the member that loaded the backup, once it has, whatever the others hold), after a restart
 //!    the recorded primary again if it kept its data, else (and when it is lost) the replica
 //!    with the most of its writes, under the safety rules below;
 //! 3. the primary may serve replicas (the ACL fence) and every other member replicates it
@@ -49,6 +50,10 @@ pub struct Spec {
     pub fence_user: Option<String>,
     /// How long a planned switchover may pause writes.
     pub switchover_timeout: Duration,
+    /// The member that loads a restored backup (`spec.restoreFrom`: the first member, until the
+    /// restore is served): the first primary is this member, because it holds the backup's data,
+    /// and no other member is promoted or trusted as primary before it has loaded that data.
+    pub restored: Option<String>,
 }
 
 /// Decides the one next step. Pure: the same inputs give the same decision.
@@ -228,10 +233,18 @@ impl<'a> View<'a> {
 
     /// The primary: the recorded one while it says it is primary; the member it handed over to
     /// (it follows that member, which says it is primary: a switchover completed); with nothing
-    /// recorded, the one member that says it is primary. Any other primary is an old one, or a
-    /// stranger's doing: never trusted with the data, only told to follow.
+    /// recorded, the one member that says it is primary (in a restore, only the restored
+    /// member). Any other primary is an old one, or a stranger's doing: never trusted with the
+    /// data, only told to follow.
     pub fn primary(&self) -> Option<Live<'a>> {
-        let masters: Vec<Live<'a>> = self.live().filter(|l| l.state.is_primary()).collect();
+        let masters: Vec<Live<'a>> = self
+            .live()
+            .filter(|l| l.state.is_primary())
+            .filter(|l| {
+                self.recorded.is_some()
+                    || self.spec.restored.as_deref().is_none_or(|r| r == l.name())
+            })
+            .collect();
         match self.recorded.and_then(|name| self.get(name)) {
             Some(recorded) if recorded.state.is_primary() => Some(recorded),
             Some(recorded) => {

@@ -20,8 +20,12 @@ pub(super) fn choose(view: &View) -> Decision {
 
 /// No primary was ever recorded: once every member answers, the one with the most data (all
 /// are empty in a new replication; after the object was recreated over kept volumes, the
-/// fullest) becomes the primary, the member `spec.primary` names or the first on a tie.
+/// fullest) becomes the primary, the member `spec.primary` names or the first on a tie. A
+/// replication restored from a backup is formed on its restored member alone ([`restored`]).
 fn form(view: &View) -> Decision {
+    if let Some(name) = view.spec.restored.as_deref() {
+        return restored(view, name);
+    }
     if let Some(waiting) = waiting_for_members(view, Reason::Forming) {
         return waiting;
     }
@@ -41,6 +45,42 @@ fn form(view: &View) -> Decision {
             "{} becomes the primary ({} keys, the most of any member)",
             first.name(),
             first.state.keys()
+        ),
+    )
+}
+
+/// A replication restored from a backup: the member that loads the backup's snapshot becomes
+/// the primary because it holds the backup, whatever the others hold or `spec.primary` says
+/// (an empty member, or one over a kept volume, promoted first would have it sync from there
+/// and drop the restored data). Nothing is promoted before it answers with the data loaded; the
+/// other members need not answer yet: they start empty and sync from it.
+fn restored(view: &View, name: &str) -> Decision {
+    let Some(member) = view.get(name) else {
+        return Decision::wait(
+            Reason::Forming,
+            format!(
+                "waiting for {name} to start with the backup's snapshot before it becomes the \
+                 primary; no other member is promoted before it"
+            ),
+        );
+    };
+    if member.state.loading {
+        return Decision::wait(
+            Reason::Forming,
+            format!(
+                "waiting for {name} to load the backup's snapshot before it becomes the primary"
+            ),
+        );
+    }
+    Decision::act(
+        Action::Promote {
+            on: member.target(),
+        },
+        Reason::Forming,
+        format!(
+            "{name} becomes the primary: it holds the restored backup ({} keys); the other \
+             members sync from it",
+            member.state.keys()
         ),
     )
 }

@@ -31,6 +31,7 @@ fn spec(replicas: u32) -> Spec {
         failover_after: Duration::from_secs(10),
         fence_user: None,
         switchover_timeout: Duration::from_secs(5),
+        restored: None,
     }
 }
 
@@ -57,6 +58,7 @@ fn state(i: u32, upstream: Option<Upstream>, history: ReplicationHistory) -> Ser
         replicas: Vec::new(),
         replication_admitted: None,
         uptime_seconds: 0,
+        aof: None,
     }
 }
 
@@ -679,4 +681,72 @@ fn a_missing_member_is_waited_for() {
             }
         ) && d.message().contains("member 1")
     );
+}
+
+/// A replication restored from a backup: `r-0` loads the snapshot (`spec.restoreFrom`).
+fn restoring(replicas: u32) -> World {
+    let mut w = World::new(replicas);
+    w.spec.restored = Some(name(0));
+    w
+}
+
+#[test]
+fn no_member_is_promoted_before_the_restored_member_has_loaded_its_data() {
+    // Its init container still fetches the snapshot: the empty replica answers, and waits.
+    let fetching = restoring(1).silent(0).up(1, parked(1, 0));
+    let d = fetching.decide();
+    assert!(
+        matches!(d, Decision::Wait { .. }) && d.message().contains("r-0"),
+        "{d:?}"
+    );
+    assert_eq!(fetching.decide_safely(), Decision::Steady);
+
+    // Loading the snapshot: its key count means nothing yet.
+    let mut state = parked(0, 10);
+    state.loading = true;
+    let loading = restoring(1).up(0, state).up(1, parked(1, 0));
+    let d = loading.decide();
+    assert!(
+        matches!(d, Decision::Wait { .. }) && d.message().contains("r-0"),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn the_restored_member_becomes_the_primary_because_it_is_restored_not_by_its_key_count() {
+    // An empty backup, and spec.primary naming another member: still the restored one.
+    let mut empty = restoring(1).up(0, parked(0, 0)).up(1, parked(1, 0));
+    empty.spec.preferred = Some(name(1));
+    let d = empty.decide();
+    assert_eq!((promoted(&d), d.reason()), ("r-0", Reason::Forming));
+    assert!(d.message().contains("restored"), "{d:?}");
+
+    // A replica over a kept volume with more keys than the backup: it syncs from the restored
+    // member, never the other way round.
+    let fuller = restoring(1).up(0, parked(0, 3000)).up(1, parked(1, 9000));
+    assert_eq!(promoted(&fuller.decide()), "r-0");
+
+    // The choice does not hang on a replica that is not up yet.
+    let alone = restoring(2)
+        .up(0, parked(0, 3000))
+        .up(1, parked(1, 0))
+        .silent(2);
+    assert_eq!(promoted(&alone.decide()), "r-0");
+}
+
+#[test]
+fn an_empty_member_that_says_it_is_primary_is_not_taken_for_the_restored_one() {
+    // Nothing recorded, and the one member that says it is primary is not the restored one:
+    // attaching the restored member to it would drop the backup's data.
+    let w = restoring(1)
+        .up(0, parked(0, 3000))
+        .up(1, primary(1, NEW, ZERO, 0, 0));
+    let d = w.decide();
+    assert_eq!(
+        (promoted(&d), d.reason()),
+        ("r-0", Reason::Forming),
+        "{d:?}"
+    );
+    let h = health(&w.spec, &w.members, w.recorded.as_deref(), &w.observed);
+    assert_eq!(h.primary, None);
 }
