@@ -286,6 +286,7 @@ impl Drop for Loaded {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Result<()> {
+    let _store = e2e::pool::object_store().await;
     let c = ClusterFixture::start("backup", "bk", "{shards: 3, replicas: 1}").await?;
     c.wait_ready(FORM).await?;
     let store = store()?;
@@ -470,6 +471,7 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
 /// from the replica, holds every write a replica confirmed before the backup.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> {
+    let _store = e2e::pool::object_store().await;
     let r = e2e::replication::ReplicationFixture::start(
         "backup-repl",
         "orders",
@@ -554,6 +556,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
 /// and makes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_schedule_makes_a_backup_at_its_time_and_expires_the_older_one() -> Result<()> {
+    let _store = e2e::pool::object_store().await;
     use valkey_api::v1alpha1::ValkeyBackupSchedule;
     let c = ClusterFixture::start("backup-sched", "sc", "{shards: 1, replicas: 0}").await?;
     c.wait_ready(FORM).await?;
@@ -745,7 +748,9 @@ async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Resul
 
 /// localkube's object store, stopped (SIGSTOP) until resumed or dropped: every request to it
 /// waits, so a backup that has started stays mid-capture for as long as a test needs to bring
-/// its fault. Found by its command line (the address it serves, [`STORE_URL`]).
+/// its fault. Found by its command line (the address it serves, [`STORE_URL`]). Every other
+/// test's backups and restores would wait as well: a test that pauses it holds
+/// `e2e::pool::object_store_alone` for its whole life.
 struct PausedStore(nix::unistd::Pid);
 
 impl PausedStore {
@@ -916,6 +921,7 @@ async fn hold(
 /// objects match the manifest, and it holds every key written before it began.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_capture() -> Result<()> {
+    let _store = e2e::pool::object_store_alone().await;
     let mut c = ClusterFixture::start("backup-faults", "bf", "{shards: 2, replicas: 1}").await?;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
@@ -1045,6 +1051,7 @@ async fn snapshots_let_go(c: &ClusterFixture) -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_across_the_roll()
 -> Result<()> {
+    let _store = e2e::pool::object_store().await;
     let mut c = ClusterFixture::start("backup-rt", "src", "{shards: 2, replicas: 1}").await?;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
@@ -1303,6 +1310,7 @@ fn holds_every_key(
 /// confirmed before it began, checked key by key, and so does the cluster.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_backup() -> Result<()> {
+    let _store = e2e::pool::object_store_alone().await;
     let began = Instant::now();
     let c = ClusterFixture::start("backup-primary", "bp", "{shards: 2, replicas: 1}").await?;
     c.wait_ready(FORM).await?;
@@ -1423,6 +1431,7 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_captured() -> Result<()>
 {
+    let _store = e2e::pool::object_store_alone().await;
     let began = Instant::now();
     let c = ClusterFixture::start("backup-scale", "bs", "{shards: 2, replicas: 1}").await?;
     c.wait_ready(FORM).await?;
@@ -1527,6 +1536,7 @@ async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_capt
 /// asks for completes and holds every key; deleting the failed one deletes what it left.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_completes() -> Result<()> {
+    let _store = e2e::pool::object_store_alone().await;
     let began = Instant::now();
     let c = ClusterFixture::start("backup-store", "bo", "{shards: 2, replicas: 1}").await?;
     c.wait_ready(FORM).await?;
