@@ -37,8 +37,9 @@ pub async fn heavy() -> Option<SemaphorePermit<'static>> {
 /// localkube's object store is one process for every test of the binary. A test that stops it
 /// (to hold a backup mid-capture, or to make it unreachable) would fail every other test's backup
 /// or restore meanwhile; so a test that uses the store holds a shared turn for its whole life,
-/// and a test that stops it the only one. Take it before the heavy permit (before forming a
-/// cluster): a test waiting for the store then keeps no permit from a test that could run.
+/// and a test that stops it the only one. Take it after the heavy permit (once the cluster is
+/// formed): a test that holds the store then never waits for a permit, so no two tests wait on
+/// each other.
 static OBJECT_STORE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// A turn to use the object store beside other tests that use it.

@@ -286,8 +286,8 @@ impl Drop for Loaded {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Result<()> {
-    let _store = e2e::pool::object_store().await;
     let c = ClusterFixture::start("backup", "bk", "{shards: 3, replicas: 1}").await?;
+    let _store = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     let store = store()?;
 
@@ -471,13 +471,13 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
 /// from the replica, holds every write a replica confirmed before the backup.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> {
-    let _store = e2e::pool::object_store().await;
     let r = e2e::replication::ReplicationFixture::start(
         "backup-repl",
         "orders",
         "{image: \"valkey/valkey:8.0\", replicas: 1}",
     )
     .await?;
+    let _store = e2e::pool::object_store().await;
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = r.write_confirmed("c", 500).await?;
@@ -556,9 +556,9 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
 /// and makes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_schedule_makes_a_backup_at_its_time_and_expires_the_older_one() -> Result<()> {
-    let _store = e2e::pool::object_store().await;
     use valkey_api::v1alpha1::ValkeyBackupSchedule;
     let c = ClusterFixture::start("backup-sched", "sc", "{shards: 1, replicas: 0}").await?;
+    let _store = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
@@ -750,7 +750,7 @@ async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Resul
 /// waits, so a backup that has started stays mid-capture for as long as a test needs to bring
 /// its fault. Found by its command line (the address it serves, [`STORE_URL`]). Every other
 /// test's backups and restores would wait as well: a test that pauses it holds
-/// `e2e::pool::object_store_alone` for its whole life.
+/// `e2e::pool::object_store_alone` while it is paused and until the backup it held has ended.
 struct PausedStore(nix::unistd::Pid);
 
 impl PausedStore {
@@ -921,8 +921,8 @@ async fn hold(
 /// objects match the manifest, and it holds every key written before it began.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_capture() -> Result<()> {
-    let _store = e2e::pool::object_store_alone().await;
     let mut c = ClusterFixture::start("backup-faults", "bf", "{shards: 2, replicas: 1}").await?;
+    let _store = e2e::pool::object_store_alone().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
@@ -1051,8 +1051,8 @@ async fn snapshots_let_go(c: &ClusterFixture) -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_across_the_roll()
 -> Result<()> {
-    let _store = e2e::pool::object_store().await;
     let mut c = ClusterFixture::start("backup-rt", "src", "{shards: 2, replicas: 1}").await?;
+    let _store = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let written = c.write_keys("r", 2000).await?;
@@ -1310,9 +1310,9 @@ fn holds_every_key(
 /// confirmed before it began, checked key by key, and so does the cluster.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_backup() -> Result<()> {
-    let _store = e2e::pool::object_store_alone().await;
     let began = Instant::now();
     let c = ClusterFixture::start("backup-primary", "bp", "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
@@ -1322,6 +1322,10 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
     // they are the ones a backup across one must hold.
     let written = fill_confirmed(&c, "p", 20_000).await?;
 
+    // The store alone while it is paused and the backup it holds ends (other tests' backups
+    // and restores would be held too).
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
     let (name, paused, status) = hold(&c, "primary-killed").await?;
     let shard = status
         .shards
@@ -1378,6 +1382,8 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
     drop(paused);
 
     let status = finished(&c, &name, CAPTURE).await?;
+    drop(alone);
+    let _store = e2e::pool::object_store().await;
     let outcome;
     let completed = if status.phase == Some(BackupPhase::Completed) {
         outcome = "completed";
@@ -1431,9 +1437,9 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_captured() -> Result<()>
 {
-    let _store = e2e::pool::object_store_alone().await;
     let began = Instant::now();
     let c = ClusterFixture::start("backup-scale", "bs", "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
@@ -1445,6 +1451,10 @@ async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_capt
         format!("two primaries with slots before: {before:?}"),
     )?;
 
+    // The store alone while it is paused and the backup it holds ends (other tests' backups
+    // and restores would be held too).
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
     let (name, paused, _) = hold(&c, "scale").await?;
     c.patch_spec(serde_json::json!({"shards": 3})).await?;
     // Kept paused for less than the 30 s the backup gives a store request: long enough for the
@@ -1485,6 +1495,8 @@ async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_capt
     drop(paused);
 
     let status = finished(&c, &name, CAPTURE).await?;
+    drop(alone);
+    let _store = e2e::pool::object_store().await;
     check(
         status.phase == Some(BackupPhase::Completed),
         format!("{name}: {status:?}"),
@@ -1536,14 +1548,18 @@ async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_capt
 /// asks for completes and holds every key; deleting the failed one deletes what it left.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_completes() -> Result<()> {
-    let _store = e2e::pool::object_store_alone().await;
     let began = Instant::now();
     let c = ClusterFixture::start("backup-store", "bo", "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
     let written = fill(&c, "o", 20_000).await?;
 
+    // The store alone while it is paused and the backup it holds ends (other tests' backups
+    // and restores would be held too).
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
     let (name, paused, status) = hold(&c, "store-down").await?;
     let location = status.location.clone().unwrap_or_default();
     let backups = c.ns.api::<ValkeyBackup>();
@@ -1578,6 +1594,8 @@ async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_complet
         .unwrap_or_else(|e| e.into_inner());
 
     let failed = finished(&c, &name, CAPTURE).await?;
+    drop(alone);
+    let _store = e2e::pool::object_store().await;
     let message = failed.message.clone().unwrap_or_default();
     check(
         failed.phase == Some(BackupPhase::Failed)
