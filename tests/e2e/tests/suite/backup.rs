@@ -3,7 +3,9 @@
 //! store with the SHA-256 the status and the manifest give; each shard's snapshot, loaded into a
 //! valkey-server of this test, holds every key acknowledged before the backup's start time, with
 //! its value. Faults: the store's credentials Secret missing, and a store nobody answers at, each
-//! give Failed with a reason a person can act on, and the cluster goes on untouched. Deleting the
+//! give Failed with a reason a person can act on, and the cluster goes on untouched; so do the
+//! faults mid-capture (the operator, the chosen replica or the shard's primary killed, a
+//! scale-out requested, the store stopped for a minute), each ending as the code says. Deleting the
 //! backup deletes its objects. Restore: a new ValkeyCluster from a backup holds every key, keeps
 //! them across the restart that lets its snapshots go, and a restore that cannot be done makes no
 //! member.
@@ -1297,7 +1299,8 @@ fn holds_every_key(
 
 /// The primary of a shard being captured, its pod deleted while the capture is held mid-stream
 /// (the store paused), and the store kept paused until the replica the shard is captured from
-/// has taken over: the failover happens while the capture is open. What the capture does then
+/// has taken over, or 20 s at most (the old primary's new pod may come back first, as it does on
+/// localkube: then no failover happens and the replica full-syncs from it). What the capture does then
 /// (`cluster-controller/src/backup/run.rs`): the promoted replica drops the link it streams on,
 /// or the check of the shard's slots after the stream cannot reach the old primary; either way
 /// the shard is tried again from its best member, up to three attempts, each needing a replica
@@ -1306,7 +1309,8 @@ fn holds_every_key(
 /// only after its pod is made again and it has synced; so the backup either completes (the old
 /// primary back in step in time) or is Failed, CaptureFailed naming the shard, with no manifest
 /// (never a restorable backup). In that case the new ValkeyBackup its message asks for, created
-/// once the cluster is Ready again, completes. The backup that completed holds every key
+/// once the cluster is Ready again, completes; the failed one stays Failed with its start time
+/// (never captured again once its task wrote Failed). The backup that completed holds every key
 /// confirmed before it began, checked key by key, and so does the cluster.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_backup() -> Result<()> {
@@ -1327,6 +1331,7 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
     drop(store_turn);
     let alone = e2e::pool::object_store_alone().await;
     let (name, paused, status) = hold(&c, "primary-killed").await?;
+    let began_at = status.start_time.clone();
     let shard = status
         .shards
         .iter()
@@ -1387,6 +1392,14 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
     let outcome;
     let completed = if status.phase == Some(BackupPhase::Completed) {
         outcome = "completed";
+        // The capture that began before the kill, not one started again after it had ended.
+        check(
+            status.start_time == began_at,
+            format!(
+                "{name} began at {began_at:?} and completed as begun at {:?}",
+                status.start_time
+            ),
+        )?;
         status
     } else {
         let message = status.message.clone().unwrap_or_default();
@@ -1411,6 +1424,17 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
         check(
             retried.phase == Some(BackupPhase::Completed),
             format!("after-failover: {retried:?}"),
+        )?;
+        // A failed backup stays failed: it is never captured again behind the person's back.
+        let still =
+            c.ns.api::<ValkeyBackup>()
+                .get(&name)
+                .await?
+                .status
+                .unwrap_or_default();
+        check(
+            still.phase == Some(BackupPhase::Failed) && still.start_time == began_at,
+            format!("{name} after it failed: {still:?}"),
         )?;
         retried
     };
@@ -1594,6 +1618,7 @@ async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_complet
         .unwrap_or_else(|e| e.into_inner());
 
     let failed = finished(&c, &name, CAPTURE).await?;
+    let failed_after = back.elapsed();
     drop(alone);
     let _store = e2e::pool::object_store().await;
     let message = failed.message.clone().unwrap_or_default();
@@ -1611,7 +1636,6 @@ async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_complet
         .await
         .map_err(|e| E2eError::Check(e.to_string()))?;
     check(!manifest, format!("the failed {name} wrote a manifest"))?;
-    let failed_after = back.elapsed();
     // The cluster went on, and holds no slot move for a backup that ended.
     c.wait_ready(Duration::from_secs(60)).await?;
 
