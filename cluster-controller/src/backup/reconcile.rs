@@ -5,6 +5,7 @@
 //! the other objects, before the finalizer is removed.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +33,19 @@ struct Running {
     /// `namespace/kind/name` of the source: one capture per source at a time.
     source: String,
     task: tokio::task::JoinHandle<()>,
+    /// The task wrote the backup's last phase (Completed or Failed).
+    ended: Arc<AtomicBool>,
+}
+
+impl Running {
+    /// Whether a pass that still sees the backup unfinished must start its capture again: only
+    /// when its task stopped without writing a last phase (its status could not be written). A
+    /// task that wrote one ended the backup: the cache only has not caught up yet, and a capture
+    /// started from that older copy would turn a Failed backup into another one, or capture a
+    /// Completed one again over its objects.
+    fn start_again(&self) -> bool {
+        self.task.is_finished() && !self.ended.load(Ordering::Acquire)
+    }
 }
 
 pub struct Context {
@@ -149,7 +163,7 @@ impl Reconciler for Context {
         // Decided under the lock, acted on after it (no lock is held across an await).
         let waiting_on = {
             let mut running = self.running();
-            running.retain(|_, r| !r.task.is_finished());
+            running.retain(|_, r| !r.start_again());
             if let Some(mine) = running.get(key) {
                 if mine.uid == uid {
                     return Ok(Requeue::requeue(LOOK_IN));
@@ -158,12 +172,27 @@ impl Reconciler for Context {
                 mine.task.abort();
                 running.remove(key);
             }
-            match running.iter().find(|(_, r)| r.source == source) {
+            match running
+                .iter()
+                .find(|(_, r)| r.source == source && !r.task.is_finished())
+            {
                 Some((other, _)) => Some(other.name().to_owned()),
                 None => {
-                    let task =
-                        tokio::spawn(run::run(self.shared.clone(), Arc::new(backup.clone())));
-                    running.insert(key.clone(), Running { uid, source, task });
+                    let ended = Arc::new(AtomicBool::new(false));
+                    let task = tokio::spawn(run::run(
+                        self.shared.clone(),
+                        Arc::new(backup.clone()),
+                        ended.clone(),
+                    ));
+                    running.insert(
+                        key.clone(),
+                        Running {
+                            uid,
+                            source,
+                            task,
+                            ended,
+                        },
+                    );
                     None
                 }
             }
@@ -279,4 +308,46 @@ async fn delete_objects(shared: &Shared, backup: &ValkeyBackup) -> Result<(), Un
     }
     tracing::info!(backup = %backup.name_any(), %location, "deleted the backup's objects");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task that has finished, having written its backup's last phase or not.
+    async fn finished(ended: bool) -> Running {
+        let task = tokio::spawn(async {});
+        while !task.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        Running {
+            uid: "u".into(),
+            source: "ns/ValkeyCluster/c".into(),
+            task,
+            ended: Arc::new(AtomicBool::new(ended)),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_wrote_the_last_phase_is_never_started_again() {
+        // The cache may still show the backup Running after its task wrote Failed or Completed.
+        assert!(!finished(true).await.start_again());
+    }
+
+    #[tokio::test]
+    async fn a_task_that_stopped_without_writing_it_is_started_again() {
+        assert!(finished(false).await.start_again());
+    }
+
+    #[tokio::test]
+    async fn a_running_task_is_left_to_run() {
+        let running = Running {
+            uid: "u".into(),
+            source: "ns/ValkeyCluster/c".into(),
+            task: tokio::spawn(std::future::pending::<()>()),
+            ended: Arc::new(AtomicBool::new(false)),
+        };
+        assert!(!running.start_again());
+        running.task.abort();
+    }
 }

@@ -60,8 +60,8 @@ struct Report {
 
 impl Report {
     /// Changes the status with `change` and writes it (a failed write is logged: the next one
-    /// carries the same, and the last one is retried).
-    async fn update(&self, change: impl FnOnce(&mut ValkeyBackupStatus)) {
+    /// carries the same, and the last one is retried); whether it was written.
+    async fn update(&self, change: impl FnOnce(&mut ValkeyBackupStatus)) -> bool {
         let mut status = self.status.lock().await;
         change(&mut status);
         status.observed_generation = self.generation;
@@ -83,9 +83,10 @@ impl Report {
         if !written {
             tracing::error!(backup = %self.name, "the status could not be written");
         }
+        written
     }
 
-    async fn phase(&self, phase: BackupPhase, problem: &Problem) {
+    async fn phase(&self, phase: BackupPhase, problem: &Problem) -> bool {
         let generation = self.generation;
         self.update(|s| {
             s.phase = Some(phase);
@@ -130,7 +131,7 @@ impl Report {
                 s.completion_time = Some(rfc3339(now_seconds()));
             }
         })
-        .await;
+        .await
     }
 
     async fn shard(&self, index: u32, change: impl FnOnce(&mut BackupShard)) {
@@ -181,8 +182,14 @@ fn rfc3339(at: Timestamp) -> String {
     at.to_string()
 }
 
-/// Runs the backup to its end: Completed, or Failed with a reason a person can act on.
-pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
+/// Runs the backup to its end: Completed, or Failed with a reason a person can act on. `ended`
+/// is set once that last phase is written: the backup is over, whatever an older copy of it in a
+/// cache still says.
+pub async fn run(
+    shared: Arc<Shared>,
+    backup: Arc<ValkeyBackup>,
+    ended: Arc<std::sync::atomic::AtomicBool>,
+) {
     let namespace = backup.namespace().unwrap_or_default();
     let report = Report {
         api: Api::namespaced(shared.client.clone(), &namespace),
@@ -192,7 +199,7 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
     };
     match capture(&shared, &backup, &report).await {
         Ok(completed) => {
-            report
+            let written = report
                 .phase(
                     BackupPhase::Completed,
                     &Problem {
@@ -201,6 +208,7 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
                     },
                 )
                 .await;
+            ended.store(written, Ordering::Release);
             shared
                 .events
                 .normal(&*backup, "BackupCompleted", "Capture", &completed)
@@ -211,7 +219,8 @@ pub async fn run(shared: Arc<Shared>, backup: Arc<ValkeyBackup>) {
         }
         Err(problem) => {
             tracing::warn!(backup = %report.name, reason = %problem.reason, message = %problem.message, "backup failed");
-            report.phase(BackupPhase::Failed, &problem).await;
+            let written = report.phase(BackupPhase::Failed, &problem).await;
+            ended.store(written, Ordering::Release);
             shared
                 .metrics
                 .backup_failed(&namespace, &source_label(&backup));

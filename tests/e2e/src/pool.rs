@@ -33,3 +33,21 @@ pub async fn heavy() -> Option<SemaphorePermit<'static>> {
     let semaphore = HEAVY.get_or_init(|| Semaphore::new(heavy_permits()));
     semaphore.acquire().await.ok()
 }
+
+/// localkube's object store is one process for every test of the binary. A test that stops it
+/// (to hold a backup mid-capture, or to make it unreachable) would fail every other test's backup
+/// or restore meanwhile; so a test that uses the store holds a shared turn for its whole life,
+/// and a test that stops it the only one. Take it after the heavy permit (once the cluster is
+/// formed): a test that holds the store then never waits for a permit, so no two tests wait on
+/// each other.
+static OBJECT_STORE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A turn to use the object store beside other tests that use it.
+pub async fn object_store() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    OBJECT_STORE.read().await
+}
+
+/// A turn to stop the object store: no other test uses it meanwhile.
+pub async fn object_store_alone() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    OBJECT_STORE.write().await
+}

@@ -3,16 +3,18 @@
 //! store with the SHA-256 the status and the manifest give; each shard's snapshot, loaded into a
 //! valkey-server of this test, holds every key acknowledged before the backup's start time, with
 //! its value. Faults: the store's credentials Secret missing, and a store nobody answers at, each
-//! give Failed with a reason a person can act on, and the cluster goes on untouched. Deleting the
+//! give Failed with a reason a person can act on, and the cluster goes on untouched; so do the
+//! faults mid-capture (the operator, the chosen replica or the shard's primary killed, a
+//! scale-out requested, the store stopped for a minute), each ending as the code says. Deleting the
 //! backup deletes its objects. Restore: a new ValkeyCluster or ValkeyReplication from a backup
 //! holds every key, keeps them across the restart that lets its snapshots go and a roll after,
 //! and a restore that cannot be done makes no member.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use e2e::cluster::ClusterFixture;
 use e2e::{E2eError, Poll, Result, check, localkube_dir, wait_until};
@@ -331,6 +333,7 @@ impl Drop for Loaded {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Result<()> {
     let c = ClusterFixture::start("backup", "bk", "{shards: 3, replicas: 1}").await?;
+    let _store = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     let store = store()?;
 
@@ -441,28 +444,41 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
         slots == 16384,
         format!("the shards' slots add up to {slots}"),
     )?;
-    // The cluster-controller's metrics say the same: when, how big.
+    // The cluster-controller's metrics say the same: when, how big (set just after the phase
+    // is written, so looked at until they are).
     let series = |name: &str| {
         format!(
             "{name}{{namespace=\"{}\",source=\"ValkeyCluster/bk\"}}",
             c.ns.name
         )
     };
-    let said_bytes = c
-        .cluster_controller
-        .metric(&series("backup_last_size_bytes"))
-        .await?;
-    let said_finished = c
-        .cluster_controller
-        .metric(&series("backup_last_success_timestamp_seconds"))
-        .await?;
-    check(
-        Some(said_bytes as i64) == status.bytes && said_finished as u64 >= started_unix(&status),
-        format!(
-            "metrics: {said_bytes} bytes finished at {said_finished}; status {:?} started {:?}",
-            status.bytes, status.start_time
-        ),
-    )?;
+    let (size_series, time_series) = (
+        series("backup_last_size_bytes"),
+        series("backup_last_success_timestamp_seconds"),
+    );
+    let started_at = started_unix(&status);
+    wait_until(
+        Duration::from_secs(30),
+        "the backup metrics saying the backup's size and time",
+        || {
+            let (c, size_series, time_series, status) = (&c, &size_series, &time_series, &status);
+            async move {
+                let said_bytes = c.cluster_controller.metric(size_series).await?;
+                let said_finished = c.cluster_controller.metric(time_series).await?;
+                Ok(
+                    if Some(said_bytes as i64) == status.bytes && said_finished as u64 >= started_at {
+                        Poll::Ready(())
+                    } else {
+                        Poll::NotYet(format!(
+                            "metrics: {said_bytes} bytes finished at {said_finished}; status {:?} started {:?}",
+                            status.bytes, status.start_time
+                        ))
+                    },
+                )
+            }
+        },
+    )
+    .await?;
 
     let contents = backed_up(&store, &status, 3, &c.ns.name).await?;
 
@@ -542,6 +558,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
         "{image: \"valkey/valkey:8.0\", replicas: 1}",
     )
     .await?;
+    let _store = e2e::pool::object_store().await;
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = r.write_confirmed("c", 500).await?;
@@ -599,6 +616,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
 async fn a_schedule_makes_a_backup_at_its_time_and_expires_the_older_one() -> Result<()> {
     use valkey_api::v1alpha1::ValkeyBackupSchedule;
     let c = ClusterFixture::start("backup-sched", "sc", "{shards: 1, replicas: 0}").await?;
+    let _store = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
@@ -788,7 +806,9 @@ async fn a_restore_that_cannot_be_done_creates_no_member_and_says_why() -> Resul
 
 /// localkube's object store, stopped (SIGSTOP) until resumed or dropped: every request to it
 /// waits, so a backup that has started stays mid-capture for as long as a test needs to bring
-/// its fault. Found by its command line (the address it serves, [`STORE_URL`]).
+/// its fault. Found by its command line (the address it serves, [`STORE_URL`]). Every other
+/// test's backups and restores would wait as well: a test that pauses it holds
+/// `e2e::pool::object_store_alone` while it is paused and until the backup it held has ended.
 struct PausedStore(nix::unistd::Pid);
 
 impl PausedStore {
@@ -820,7 +840,30 @@ impl Drop for PausedStore {
 /// Writes `count` keys of varied sizes (up to 4 KiB) through a cluster connection; the map of
 /// what was acknowledged.
 async fn fill(c: &ClusterFixture, tag: &str, count: usize) -> Result<BTreeMap<String, String>> {
-    let conn = c.client().await?;
+    fill_with(c, tag, count, false).await
+}
+
+/// [`fill`], each batch then confirmed by a replica of every primary (`WAIT 1`): what a test
+/// that fails a primary over may count on (see [`fill_with`]).
+async fn fill_confirmed(
+    c: &ClusterFixture,
+    tag: &str,
+    count: usize,
+) -> Result<BTreeMap<String, String>> {
+    fill_with(c, tag, count, true).await
+}
+
+/// With `confirmed`, after each batch `WAIT 1` goes to every primary on the connections the
+/// batch was written on (the cluster client keeps one per node and routes WAIT to all primaries,
+/// answering with the least count), so a count of at least 1 means every write of the batch is on
+/// a replica of its primary.
+async fn fill_with(
+    c: &ClusterFixture,
+    tag: &str,
+    count: usize,
+    confirmed: bool,
+) -> Result<BTreeMap<String, String>> {
+    let mut conn = c.client().await?;
     let mut written = BTreeMap::new();
     let keys: Vec<(String, String)> = (0..count)
         .map(|i| {
@@ -838,13 +881,29 @@ async fn fill(c: &ClusterFixture, tag: &str, count: usize) -> Result<BTreeMap<St
                 done.map(|()| (k.clone(), v.clone()))
             }
         });
+        let mut acked = Vec::with_capacity(batch.len());
         for done in futures::future::join_all(sets).await {
-            let (k, v) = done.map_err(|source| E2eError::Valkey {
+            acked.push(done.map_err(|source| E2eError::Valkey {
                 addr: "the cluster".into(),
                 source,
-            })?;
-            written.insert(k, v);
+            })?);
         }
+        if confirmed {
+            let replicas: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(5000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| E2eError::Valkey {
+                    addr: "the cluster".into(),
+                    source,
+                })?;
+            check(
+                replicas >= 1,
+                format!("WAIT 1 confirmed {replicas} replicas for the batch ending {tag}"),
+            )?;
+        }
+        written.extend(acked);
     }
     Ok(written)
 }
@@ -898,12 +957,30 @@ async fn held_mid_capture(
     Ok((status.phase == Some(BackupPhase::Running) && !all_done).then_some((paused, status)))
 }
 
+/// [`held_mid_capture`] for a backup named `<prefix>-<attempt>`, tried up to three times (a
+/// capture may finish before the store is paused): its name, the pause and its status then.
+async fn hold(
+    c: &ClusterFixture,
+    prefix: &str,
+) -> Result<(String, PausedStore, ValkeyBackupStatus)> {
+    for attempt in 0..3 {
+        let name = format!("{prefix}-{attempt}");
+        if let Some((paused, status)) = held_mid_capture(c, &name).await? {
+            return Ok((name, paused, status));
+        }
+    }
+    Err(E2eError::Check(format!(
+        "three backups {prefix}-* finished before the store could be paused"
+    )))
+}
+
 /// The operator killed mid-backup, then the chosen replica killed mid-backup (each held there by
 /// pausing the object store once the backup is Running): each backup still ends Completed, its
 /// objects match the manifest, and it holds every key written before it began.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_capture() -> Result<()> {
     let mut c = ClusterFixture::start("backup-faults", "bf", "{shards: 2, replicas: 1}").await?;
+    let _store = e2e::pool::object_store_alone().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let store = store()?;
@@ -1035,6 +1112,7 @@ async fn members_let_go(ns: &e2e::TestNamespace, kind: &str, name: &str) -> Resu
 async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_across_the_roll()
 -> Result<()> {
     let mut c = ClusterFixture::start("backup-rt", "src", "{shards: 2, replicas: 1}").await?;
+    let _store = e2e::pool::object_store().await;
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let written = c.write_keys("r", 2000).await?;
@@ -1230,6 +1308,8 @@ async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_a
         "{replicas: 1, persistence: {enabled: true}}",
     )
     .await?;
+    // The store is localkube's one (see `e2e::pool::object_store`).
+    let _store = e2e::pool::object_store().await;
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = fill_replication(&r, "rr", 3000).await?;
@@ -1351,4 +1431,490 @@ async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_a
     let primary = restored_state("after the roll").await?;
     eprintln!("after the roll: every key there, primary {primary}");
     delete_backups(&r.ns).await
+}
+
+/// The slots each primary serves, by node ID, as one member's CLUSTER NODES lists them (a
+/// primary without slots is there with none). Open slots (`[n->-id]`, `[n-<-id]`) are not
+/// counted: [`ClusterFixture::assert_no_open_slots`] looks for those.
+async fn slot_owners(c: &ClusterFixture) -> Result<BTreeMap<String, BTreeSet<u16>>> {
+    let text = c.command_on_any(&["CLUSTER", "NODES"]).await?;
+    let mut owners = BTreeMap::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(id), Some(flags)) = (fields.next(), fields.nth(1)) else {
+            continue;
+        };
+        if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+            continue;
+        }
+        // master ID, ping, pong, epoch, link state; then the slots.
+        let slots = slot_set(&fields.skip(5).collect::<Vec<_>>().join(","));
+        owners.insert(id.to_owned(), slots);
+    }
+    Ok(owners)
+}
+
+/// `0-99,200,300-310` (the status's and CLUSTER NODES' ranges) as a set of slots; anything
+/// else (an open slot's brackets) is left out.
+fn slot_set(ranges: &str) -> BTreeSet<u16> {
+    let mut slots = BTreeSet::new();
+    for range in ranges.split(',').filter(|r| !r.starts_with('[')) {
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
+            slots.extend(a..=b);
+        }
+    }
+    slots
+}
+
+/// The sets of slots that are not empty, in order: what the shards hold, whoever holds them.
+fn held_slot_sets<'a>(sets: impl Iterator<Item = &'a BTreeSet<u16>>) -> Vec<BTreeSet<u16>> {
+    let mut held: Vec<BTreeSet<u16>> = sets.filter(|s| !s.is_empty()).cloned().collect();
+    held.sort();
+    held
+}
+
+/// The member of shard `shard` that Valkey itself says is a primary.
+async fn shard_primary(c: &ClusterFixture, shard: i32) -> Result<valkey_api::v1alpha1::ValkeyNode> {
+    let wanted = shard.to_string();
+    for node in c.nodes().await? {
+        if node.labels().get("valkey.io/shard") != Some(&wanted) {
+            continue;
+        }
+        let Some(ip) = e2e::cluster::ready_pod_ip(&node) else {
+            continue;
+        };
+        let info = c
+            .command_on(&ip, &["INFO", "replication"])
+            .await
+            .unwrap_or_default();
+        if info.lines().any(|l| l.trim() == "role:master") {
+            return Ok(node);
+        }
+    }
+    Err(E2eError::Check(format!(
+        "shard {shard} has no ready primary"
+    )))
+}
+
+/// The Failed condition's status and reason.
+fn failed_condition(status: &ValkeyBackupStatus) -> Option<(String, String)> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Failed")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Checks that `contents` (a backup's keys) holds every key of `written` with its value.
+fn holds_every_key(
+    contents: &BTreeMap<String, String>,
+    written: &BTreeMap<String, String>,
+    what: &str,
+) -> Result<()> {
+    let missing: Vec<&String> = written
+        .iter()
+        .filter(|(k, v)| contents.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .collect();
+    check(
+        missing.is_empty(),
+        format!(
+            "{} of {} keys missing from {what} (or with another value), the first {:?}",
+            missing.len(),
+            written.len(),
+            missing.iter().take(10).collect::<Vec<_>>()
+        ),
+    )
+}
+
+/// The primary of a shard being captured, its pod deleted while the capture is held mid-stream
+/// (the store paused), and the store kept paused until the replica the shard is captured from
+/// has taken over, or 20 s at most (the old primary's new pod may come back first, as it does on
+/// localkube: then no failover happens and the replica full-syncs from it). What the capture does then
+/// (`cluster-controller/src/backup/run.rs`): the promoted replica drops the link it streams on,
+/// or the check of the shard's slots after the stream cannot reach the old primary; either way
+/// the shard is tried again from its best member, up to three attempts, each needing a replica
+/// in step with the shard's primary that has reached the primary's offset of the backup's start.
+/// The shard's only replica is now its primary, and the old primary comes back as a replica
+/// only after its pod is made again and it has synced; so the backup either completes (the old
+/// primary back in step in time) or is Failed, CaptureFailed naming the shard, with no manifest
+/// (never a restorable backup). In that case the new ValkeyBackup its message asks for, created
+/// once the cluster is Ready again, completes; the failed one stays Failed with its start time
+/// (never captured again once its task wrote Failed). The backup that completed holds every key
+/// confirmed before it began, checked key by key, and so does the cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_backup() -> Result<()> {
+    let began = Instant::now();
+    let c = ClusterFixture::start("backup-primary", "bp", "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    // Confirmed by a replica (WAIT 1): a write a primary acknowledged but had not yet sent to
+    // its replica is gone once that replica takes over, from the cluster and so from any backup
+    // taken after. Only writes acknowledged with WAIT are promised to survive a failover, so
+    // they are the ones a backup across one must hold.
+    let written = fill_confirmed(&c, "p", 20_000).await?;
+
+    // The store alone while it is paused and the backup it holds ends (other tests' backups
+    // and restores would be held too).
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
+    let (name, paused, status) = hold(&c, "primary-killed").await?;
+    let began_at = status.start_time.clone();
+    let shard = status
+        .shards
+        .iter()
+        .flatten()
+        .find(|s| s.phase != Some(BackupPhase::Completed))
+        .cloned()
+        .ok_or_else(|| E2eError::Check(format!("no shard left to capture: {status:?}")))?;
+    let captured_from = shard.member.clone().unwrap_or_default();
+    let primary = shard_primary(&c, shard.index).await?;
+    check(
+        primary.name_any() != captured_from,
+        format!(
+            "shard {} is captured from its primary {captured_from}",
+            shard.index
+        ),
+    )?;
+    let pod = primary
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_name.clone())
+        .unwrap_or_default();
+    let replica_ip = c
+        .nodes()
+        .await?
+        .iter()
+        .find(|n| n.name_any() == captured_from)
+        .and_then(e2e::cluster::ready_pod_ip)
+        .ok_or_else(|| E2eError::Check(format!("{captured_from} has no ready pod")))?;
+    c.ns.kubectl(&["delete", "pod", &pod, "--wait=false"])
+        .await?;
+    // Kept paused for less than the 30 s the backup gives a store request (a longer outage
+    // fails the backup for the store, as the store's own test shows).
+    let took_over = wait_until(
+        Duration::from_secs(20),
+        &format!("{captured_from}, captured from, takes over from {pod}"),
+        || {
+            let (c, ip) = (&c, &replica_ip);
+            async move {
+                let info = c
+                    .command_on(ip, &["INFO", "replication"])
+                    .await
+                    .unwrap_or_default();
+                Ok(if info.lines().any(|l| l.trim() == "role:master") {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet("still a replica".into())
+                })
+            }
+        },
+    )
+    .await
+    .is_ok();
+    drop(paused);
+
+    let status = finished(&c, &name, CAPTURE).await?;
+    drop(alone);
+    let _store = e2e::pool::object_store().await;
+    let outcome;
+    let completed = if status.phase == Some(BackupPhase::Completed) {
+        outcome = "completed";
+        // The capture that began before the kill, not one started again after it had ended.
+        check(
+            status.start_time == began_at,
+            format!(
+                "{name} began at {began_at:?} and completed as begun at {:?}",
+                status.start_time
+            ),
+        )?;
+        status
+    } else {
+        let message = status.message.clone().unwrap_or_default();
+        check(
+            status.reason.as_deref() == Some("CaptureFailed")
+                && message.contains(&format!("Shard {}", shard.index))
+                && message.contains("Create a new ValkeyBackup")
+                && failed_condition(&status) == Some(("True".into(), "CaptureFailed".into())),
+            format!("{name} after {pod} was deleted: {status:?}"),
+        )?;
+        let location = status.location.clone().unwrap_or_default();
+        let manifest = store
+            .exists(&format!("{location}/manifest.json"))
+            .await
+            .map_err(|e| E2eError::Check(e.to_string()))?;
+        check(!manifest, format!("the failed {name} wrote a manifest"))?;
+        outcome = "failed, CaptureFailed; a new backup completed";
+        c.wait_ready(FORM).await?;
+        c.ns.apply(&backup_manifest("after-failover", "bp", STORE_URL, "store"))
+            .await?;
+        let retried = finished(&c, "after-failover", CAPTURE).await?;
+        check(
+            retried.phase == Some(BackupPhase::Completed),
+            format!("after-failover: {retried:?}"),
+        )?;
+        // A failed backup stays failed: it is never captured again behind the person's back.
+        let still =
+            c.ns.api::<ValkeyBackup>()
+                .get(&name)
+                .await?
+                .status
+                .unwrap_or_default();
+        check(
+            still.phase == Some(BackupPhase::Failed) && still.start_time == began_at,
+            format!("{name} after it failed: {still:?}"),
+        )?;
+        retried
+    };
+    let contents = backed_up(&store, &completed, 2, &format!("{}-pk", c.ns.name)).await?;
+    holds_every_key(&contents, &written, "the backup")?;
+    c.wait_ready(FORM).await?;
+    c.verify(&written).await?;
+    eprintln!(
+        "primary killed mid-backup: {} keys confirmed, {} in the backup; {name} {outcome}; \
+         the replica took over while the store was paused: {took_over}; {:?} in all",
+        written.len(),
+        contents.len(),
+        began.elapsed()
+    );
+    Ok(())
+}
+
+/// A scale-out requested while a backup of the cluster is captured (held there by pausing the
+/// object store): the new shard's members join, and the engine, whose next step would move
+/// slots, says it waits for the backup (reason BackupRunning) while every slot is where it was
+/// and none is open. The backup captures each shard once (a shard whose slots changed during its
+/// capture is captured again) with the slots it had, and holds every key; then the slots move
+/// and the cluster is Ready with three shards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_captured() -> Result<()>
+{
+    let began = Instant::now();
+    let c = ClusterFixture::start("backup-scale", "bs", "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    let written = fill(&c, "s", 20_000).await?;
+    let before = slot_owners(&c).await?;
+    let slots_before = held_slot_sets(before.values());
+    check(
+        slots_before.len() == 2,
+        format!("two primaries with slots before: {before:?}"),
+    )?;
+
+    // The store alone while it is paused and the backup it holds ends (other tests' backups
+    // and restores would be held too).
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
+    let (name, paused, _) = hold(&c, "scale").await?;
+    c.patch_spec(serde_json::json!({"shards": 3})).await?;
+    // Kept paused for less than the 30 s the backup gives a store request: long enough for the
+    // new shard to join and the engine to come to moving slots.
+    let held = wait_until(
+        Duration::from_secs(22),
+        "the new shard joined and the slot moves held for the backup",
+        || {
+            let c = &c;
+            async move {
+                let reason = c
+                    .api()
+                    .get(&c.name)
+                    .await?
+                    .status
+                    .and_then(|s| s.reason)
+                    .unwrap_or_default();
+                let owners = slot_owners(c).await.unwrap_or_default();
+                Ok(if reason == "BackupRunning" && owners.len() == 3 {
+                    Poll::Ready(owners)
+                } else {
+                    Poll::NotYet(format!("reason {reason}, {} primaries", owners.len()))
+                })
+            }
+        },
+    )
+    .await?;
+    check(
+        held_slot_sets(held.values()) == slots_before,
+        format!("slots moved while the backup ran: before {before:?}, then {held:?}"),
+    )?;
+    c.assert_no_open_slots().await?;
+    let running = c.ns.api::<ValkeyBackup>().get(&name).await?;
+    check(
+        running.status.as_ref().and_then(|s| s.phase) == Some(BackupPhase::Running),
+        format!("{name} was not Running while held: {:?}", running.status),
+    )?;
+    drop(paused);
+
+    let status = finished(&c, &name, CAPTURE).await?;
+    drop(alone);
+    let _store = e2e::pool::object_store().await;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!("{name}: {status:?}"),
+    )?;
+    let shards = status.shards.clone().unwrap_or_default();
+    check(
+        shards.iter().all(|s| s.attempts == Some(1)),
+        format!("a shard was captured more than once: {shards:?}"),
+    )?;
+    let captured: Vec<BTreeSet<u16>> = shards
+        .iter()
+        .map(|s| slot_set(s.slot_ranges.as_deref().unwrap_or_default()))
+        .collect();
+    check(
+        held_slot_sets(captured.iter()) == slots_before,
+        format!("the backup's slots are not those of before: {shards:?}"),
+    )?;
+
+    // Then the scale-out goes on.
+    c.wait_ready(Duration::from_secs(420)).await?;
+    let info = c.cluster_info().await?;
+    check(
+        info.get("cluster_size").map(String::as_str) == Some("3"),
+        format!("{info:?}"),
+    )?;
+    let after = slot_owners(&c).await?;
+    check(
+        held_slot_sets(after.values()).len() == 3,
+        format!("three primaries with slots after: {after:?}"),
+    )?;
+    c.assert_no_open_slots().await?;
+    let contents = backed_up(&store, &status, 2, &format!("{}-so", c.ns.name)).await?;
+    holds_every_key(&contents, &written, &name)?;
+    c.verify(&written).await?;
+    eprintln!(
+        "scale-out mid-backup: {} keys written, {} in the backup; {:?} in all",
+        written.len(),
+        contents.len(),
+        began.elapsed()
+    );
+    Ok(())
+}
+
+/// localkube's object store unreachable (stopped) for a minute while a backup is mid-capture.
+/// The operator gives each store request 30 s (`cluster-controller/src/backup/store.rs`): the
+/// backup does not wait on, it is Failed with reason StoreUnreachable and a message naming the
+/// store (and no secret), its upload left incomplete: no manifest, never a restorable backup.
+/// The cluster goes on Ready. Once the store answers again, the new ValkeyBackup the message
+/// asks for completes and holds every key; deleting the failed one deletes what it left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_completes() -> Result<()> {
+    let began = Instant::now();
+    let c = ClusterFixture::start("backup-store", "bo", "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    let written = fill(&c, "o", 20_000).await?;
+
+    // The store alone while it is paused and the backup it holds ends (other tests' backups
+    // and restores would be held too).
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
+    let (name, paused, status) = hold(&c, "store-down").await?;
+    let location = status.location.clone().unwrap_or_default();
+    let backups = c.ns.api::<ValkeyBackup>();
+    // The fault lasts a minute, whatever the backup does meanwhile; what it says is noted.
+    let down = Instant::now();
+    let failed_while_down = std::sync::Mutex::new(None);
+    wait_until(
+        Duration::from_secs(75),
+        "a minute with the store down",
+        || {
+            let (backups, name) = (backups.clone(), &name);
+            let failed_while_down = &failed_while_down;
+            async move {
+                let phase = backups.get(name).await?.status.and_then(|s| s.phase);
+                if phase == Some(BackupPhase::Failed) {
+                    let mut first = failed_while_down.lock().unwrap_or_else(|e| e.into_inner());
+                    first.get_or_insert(down.elapsed());
+                }
+                Ok(if down.elapsed() >= Duration::from_secs(60) {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{phase:?}"))
+                })
+            }
+        },
+    )
+    .await?;
+    drop(paused);
+    let back = Instant::now();
+    let failed_while_down = failed_while_down
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+
+    let failed = finished(&c, &name, CAPTURE).await?;
+    let failed_after = back.elapsed();
+    drop(alone);
+    let _store = e2e::pool::object_store().await;
+    let message = failed.message.clone().unwrap_or_default();
+    check(
+        failed.phase == Some(BackupPhase::Failed)
+            && failed.reason.as_deref() == Some("StoreUnreachable")
+            && failed_condition(&failed) == Some(("True".into(), "StoreUnreachable".into()))
+            && message.contains("object store")
+            && message.contains(STORE_BUCKET)
+            && !message.contains(STORE_SECRET_KEY),
+        format!("{name} with the store down a minute: {failed:?}"),
+    )?;
+    let manifest = store
+        .exists(&format!("{location}/manifest.json"))
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    check(!manifest, format!("the failed {name} wrote a manifest"))?;
+    // The cluster went on, and holds no slot move for a backup that ended.
+    c.wait_ready(Duration::from_secs(60)).await?;
+
+    c.ns.apply(&backup_manifest("store-back", "bo", STORE_URL, "store"))
+        .await?;
+    let retried = finished(&c, "store-back", CAPTURE).await?;
+    check(
+        retried.phase == Some(BackupPhase::Completed),
+        format!("store-back: {retried:?}"),
+    )?;
+    let contents = backed_up(&store, &retried, 2, &format!("{}-sd", c.ns.name)).await?;
+    holds_every_key(&contents, &written, "store-back")?;
+
+    // Deleting the failed backup deletes what it left in the store.
+    c.ns.kubectl(&[
+        "delete",
+        "valkeybackup",
+        &name,
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .await?;
+    let left = store
+        .list(&location)
+        .await
+        .map_err(|e| E2eError::Check(e.to_string()))?;
+    check(
+        left.is_empty(),
+        format!("objects of {name} left after its deletion: {left:?}"),
+    )?;
+    eprintln!(
+        "store down a minute: {name} Failed {:?} into the outage (seen while down: {failed_while_down:?}), \
+         settled {failed_after:?} after the store returned; {} keys written, {} in store-back; {:?} in all",
+        failed
+            .completion_time
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .zip(
+                status
+                    .start_time
+                    .as_deref()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            )
+            .map(|(end, start)| end - start),
+        written.len(),
+        contents.len(),
+        began.elapsed()
+    );
+    Ok(())
 }

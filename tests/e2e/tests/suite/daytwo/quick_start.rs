@@ -181,6 +181,8 @@ fn parents_in(text: &str) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_quick_start_instruction_works_verbatim_after_the_demo() -> Result<()> {
     let _turn = e2e::pool::heavy().await;
+    // Its examples back up into localkube's object store (see `e2e::pool::object_store`).
+    let _store = e2e::pool::object_store().await;
     let _cleanup = Cleanup;
     let root = repo_root();
     let demo = run(
