@@ -49,10 +49,16 @@ pub fn context() -> (Context, ApiServer, reflector::store::Writer<ValkeyNode>) {
     (ctx, api, writer)
 }
 
-/// The first claim of a scripted pass: the controller's heartbeat in the namespace, created (see
-/// [`plumbing::leader::Claims`]); the object's own Lease follows.
+/// The first claim of a scripted pass of the cluster controller: see [`expect_heartbeat_of`].
 pub async fn expect_heartbeat(api: &mut ApiServer) {
-    let name = plumbing::leader::heartbeat_name("cluster", "test/prod");
+    expect_heartbeat_of(api, "cluster").await;
+}
+
+/// The first claim of a scripted pass of the `kind` controller (`cluster`, `replication`): its
+/// heartbeat in the namespace, created (see [`plumbing::leader::Claims`]); the object's own Lease
+/// follows.
+pub async fn expect_heartbeat_of(api: &mut ApiServer, kind: &str) {
+    let name = plumbing::leader::heartbeat_name(kind, "test/prod");
     let leases = "/apis/coordination.k8s.io/v1/namespaces/prod/leases";
     api.expect(http::Method::GET, &format!("{leases}/{name}"))
         .await

@@ -590,6 +590,7 @@ mod scripted {
         let yaml = format!("{REPLICATION}  restoreFrom: {{backup: nightly}}\n");
         let stored = serde_json::to_value(replication(&yaml)).unwrap_or_default();
         let script = tokio::spawn(async move {
+            crate::cluster::fixtures::expect_heartbeat_of(&mut api, "replication").await;
             api.expect(
                 Method::GET,
                 "/apis/coordination.k8s.io/v1/namespaces/prod/leases/orders-replication-controller",
