@@ -4,6 +4,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -79,7 +80,15 @@ fn private_copy(original: &Path, image: &str) -> PathBuf {
         return copy;
     }
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let partial = dir.join(format!("valkey-server.{}", std::process::id()));
+    // Unique per process *and* per call: the tests of one binary run on parallel threads of
+    // one process, and a partial named by the process alone was truncated by one thread while
+    // another renamed it away (the second rename then found no file).
+    static COPIES: AtomicU64 = AtomicU64::new(0);
+    let partial = dir.join(format!(
+        "valkey-server.{}.{}",
+        std::process::id(),
+        COPIES.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::copy(original, &partial)
         .unwrap_or_else(|e| panic!("copying {}: {e}", original.display()));
     std::fs::rename(&partial, &copy).unwrap_or_else(|e| panic!("{}: {e}", copy.display()));
