@@ -224,3 +224,50 @@ async fn a_two_shard_cluster_takes_over_when_no_election_can_happen() {
     lab.assert_topology().await;
     traffic::verify(&lab.addresses(), &keys).await;
 }
+
+/// A cluster scaled in to one primary, which learnt its address from the other while there
+/// were two, restarted at a new address: with nobody left to tell it, it is told by a MEET
+/// of its own, and clients are sent to where it is (CLUSTER SLOTS names the new address), not
+/// to the old one for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_primary_restarted_on_a_new_address_announces_it() {
+    let (mut lab, keys) = formed("heal-lone", 108, Desired::new(2, 0)).await;
+    lab.scale(Desired::new(1, 0));
+    lab.converge(Duration::from_secs(60)).await;
+    assert_eq!(lab.members.len(), 1, "scaled in to one member");
+    let old = lab.ip_of("c-0-0");
+    let me = lab
+        .cluster_nodes("c-0-0")
+        .await
+        .myself()
+        .expect("myself")
+        .clone();
+    assert_eq!(
+        me.ip.as_deref(),
+        Some(old.to_string().as_str()),
+        "it knew its address"
+    );
+    lab.stop("c-0-0");
+    lab.start("c-0-0", Address::New);
+    let health = lab.converge(Duration::from_secs(60)).await;
+    assert_eq!(health.ready_shards, 1);
+    let new = lab.ip_of("c-0-0");
+    assert_ne!(new, old);
+    let me = lab
+        .cluster_nodes("c-0-0")
+        .await
+        .myself()
+        .expect("myself")
+        .clone();
+    assert_eq!(
+        me.ip.as_deref(),
+        Some(new.to_string().as_str()),
+        "c-0-0 announces its new address"
+    );
+    assert_eq!(
+        lab.cluster_info_field("c-0-0", "cluster_known_nodes").await,
+        "1",
+        "its own MEET left no node behind"
+    );
+    traffic::verify(&lab.addresses(), &keys).await;
+}

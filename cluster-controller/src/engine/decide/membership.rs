@@ -61,15 +61,16 @@ pub(super) fn meet(t: &Topology) -> Option<Decision> {
         if knows_own_address(b) {
             continue;
         }
-        // A node learns its own address from a MEET it receives; pick someone who already
-        // reaches it.
-        let Some(introducer) = group
+        // A node learns its own address from a MEET it receives (Valkey takes it from the
+        // socket the MEET arrives on); pick someone who already reaches it. With nobody (a
+        // primary left alone by a scale-in, restarted elsewhere), it meets itself: the
+        // handshake ends as soon as its own reply names it, and it announces the new address
+        // rather than send every client to the old one for ever.
+        let introducer = group
             .iter()
             .filter(|a| a.id() != b.id())
             .find(|a| a.entry(b.id()).is_some_and(|e| at(e, b.address())))
-        else {
-            continue;
-        };
+            .unwrap_or(b);
         if introducer.handshaking_with(b.address()) {
             pending.get_or_insert_with(|| meeting(introducer, b));
             continue;
