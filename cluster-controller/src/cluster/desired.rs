@@ -84,7 +84,13 @@ fn size(cluster: &ValkeyCluster) -> Desired {
 
 /// Every member the spec wants, shard by shard.
 pub fn members(cluster: &ValkeyCluster, auth: &NodeAuth) -> Vec<DesiredMember> {
-    size(cluster)
+    members_of(cluster, auth, size(cluster).shards)
+}
+
+/// Every member of `shards` shards (the spec's, or a restore's while it is not served: see
+/// [`super::restore::shards_now`]), shard by shard.
+pub fn members_of(cluster: &ValkeyCluster, auth: &NodeAuth, shards: u32) -> Vec<DesiredMember> {
+    Desired::new(shards, size(cluster).replicas)
         .slots_of_members()
         .filter_map(|(shard, index)| {
             let node = desired_node(cluster, shard, index, auth, None)?;

@@ -46,6 +46,9 @@ struct Prepared {
     /// (`existing`) are as they were before, so its status cannot speak for the current
     /// generation ([`reported_generation`]).
     members_changed: bool,
+    /// The cluster is restored at its backup's shard count, not the spec's yet (it reshards once
+    /// the restore is served): Ready now would not be Ready for this generation.
+    restoring_at_other_count: bool,
 }
 
 pub async fn pass(
@@ -73,6 +76,7 @@ pub async fn pass(
         mut topology,
         notice,
         members_changed,
+        restoring_at_other_count,
     } = prepared;
     topology.held_keys = memory.held_keys();
     topology.slot_moves_held = ctx
@@ -107,7 +111,7 @@ pub async fn pass(
     let generation = reported_generation(
         cluster.metadata.generation,
         cluster.status.as_ref().and_then(|s| s.observed_generation),
-        members_changed,
+        members_changed || restoring_at_other_count,
     );
     report::write_status(
         ctx,
@@ -167,8 +171,9 @@ async fn prepare(
     }
     let applied = network::ensure(ctx, cluster, key).await;
     applied.map_err(|error| Stop::error(error, failures, key))?;
-    let mut desired = desired::members(cluster, &node_auth);
     let plan = plan.as_deref().map(Vec::as_slice);
+    let shards = restore::shards_now(cluster, plan.map(<[_]>::len));
+    let mut desired = desired::members_of(cluster, &node_auth, shards);
     crate::parent::restoring::shape_members(&restoring, plan, memory, &mut desired, existing);
     let announced = external::ensure(ctx, cluster, key, &mut desired, existing).await;
     let pending = announced.map_err(|error| Stop::error(error, failures, key))?;
@@ -185,9 +190,11 @@ async fn prepare(
         }
     }
     let topology = Desired {
+        shards,
         restore: restore::slots(plan),
         ..desired::topology(cluster).map_err(Stop::problem)?
     };
+    let restoring_at_other_count = shards != desired::topology_or_safest(cluster).shards;
     Ok(Some(Prepared {
         auth,
         served,
@@ -195,6 +202,7 @@ async fn prepare(
         topology,
         notice,
         members_changed,
+        restoring_at_other_count,
     }))
 }
 

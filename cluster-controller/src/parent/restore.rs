@@ -28,7 +28,6 @@ pub const BACKUP_NOT_FOUND: &str = "RestoreBackupNotFound";
 pub const BACKUP_NOT_COMPLETED: &str = "RestoreBackupNotCompleted";
 pub const MANIFEST_UNREADABLE: &str = "RestoreManifestUnreadable";
 pub const MANIFEST_MISMATCH: &str = "RestoreManifestMismatch";
-pub const SHARD_COUNT_DIFFERS: &str = "RestoreShardCountDiffers";
 
 /// Why a restore cannot go on (yet): a reason for the parent's condition and a message in a
 /// person's words. Never a credential.
@@ -238,24 +237,6 @@ pub fn shards(
         ))),
         _ => Ok(out),
     }
-}
-
-/// Whether the backup's shards are the spec's. Another count would be restored at the backup's
-/// and resharded online after; until that is built it is a problem, never a guess.
-pub fn fits(shards: &[ShardRestore], spec_shards: u32, location: &str) -> Result<(), Problem> {
-    if shards.len() == spec_shards as usize {
-        return Ok(());
-    }
-    Err(Problem::new(
-        SHARD_COUNT_DIFFERS,
-        format!(
-            "the backup at {location} has {} shards and spec.shards is {spec_shards}: restoring \
-             into another shard count is not supported yet; create the object with {} shards, \
-             then change spec.shards",
-            shards.len(),
-            shards.len()
-        ),
-    ))
 }
 
 /// What a shard's first member is given: the snapshot, and `appendonly no` for its first start
@@ -488,13 +469,6 @@ mod tests {
         assert_eq!(shards[0].initial_data.bytes, 1000);
         assert_eq!(shards[0].slots.to_string(), "0-8191");
         assert_eq!(shards[1].slots.to_string(), "8192-16383");
-        assert_eq!(fits(&shards, 2, "l"), Ok(()));
-        let e = fits(&shards, 3, "l").expect_err("another count");
-        assert_eq!(e.reason, SHARD_COUNT_DIFFERS);
-        assert!(
-            e.message.contains("has 2 shards and spec.shards is 3"),
-            "{e:?}"
-        );
 
         let mut spec: ValkeyNodeSpec = serde_json::from_value(serde_json::json!({
             "image": "valkey/valkey:9.1", "config": {"appendonly": "yes", "save": ""}

@@ -37,8 +37,6 @@ pub struct Restoring<'a, K> {
     /// `ValkeyCluster` or `ValkeyReplication`: the kind the manifest must be of.
     pub kind: &'static str,
     pub from: Option<&'a RestoreFrom>,
-    /// The shards the spec wants (1 for a replication).
-    pub shards: u32,
     /// Replicas per shard.
     pub replicas: u32,
     /// `spec.persistence.enabled`.
@@ -54,8 +52,8 @@ impl<K: Resource> Restoring<'_, K> {
 
 /// The restore's plan, from memory or read now; `None` without `restoreFrom`, or once the
 /// restore was served (nothing of it is needed then: the first members keep what they have). A
-/// problem (no such backup, not Completed, the manifest unreadable or of another shape or shard
-/// count) stops the pass, so no member is created empty.
+/// problem (no such backup, not Completed, the manifest unreadable or of another kind's shape)
+/// stops the pass, so no member is created empty.
 pub async fn plan<K: Resource>(
     client: &kube::Client,
     failures: &Backoff,
@@ -96,8 +94,9 @@ pub async fn plan<K: Resource>(
     let manifest = restore::read_manifest(&store, &source.location)
         .await
         .map_err(problem)?;
+    // Any count of shards: a cluster is restored at the backup's and resharded online after
+    // (`crate::cluster::restore::shards_now`); a replication's manifest has one, or is refused.
     let shards = restore::shards(&source, &manifest, parent.kind).map_err(problem)?;
-    restore::fits(&shards, parent.shards.max(1), &source.location).map_err(problem)?;
     tracing::info!(
         location = %source.location,
         shards = shards.len(),

@@ -23,7 +23,6 @@ pub fn restoring(replication: &ValkeyReplication) -> Restoring<'_, ValkeyReplica
         object: replication,
         kind: "ValkeyReplication",
         from: replication.spec.restore_from.as_ref(),
-        shards: 1,
         replicas: u32::try_from(replication.spec.replicas.max(0)).unwrap_or(0),
         persistent: replication.spec.persistence.enabled,
     }

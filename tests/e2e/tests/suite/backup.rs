@@ -1242,6 +1242,83 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
     delete_backups(&c.ns).await
 }
 
+/// A backup of two shards restored into a cluster of three, and into one: each is restored at
+/// the backup's two shards (the manifest's slots, each shard's snapshot on its first member),
+/// then resharded online to the spec's count once every slot was served; it is Ready only then
+/// (with `readyShards` the spec's and its generation observed), its primaries hold every slot
+/// between them, the members a smaller spec does not want are gone, and every key is there with
+/// its value.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backup_restored_into_another_shard_count_reshards_online_and_keeps_every_key()
+-> Result<()> {
+    let mut c = ClusterFixture::start("backup-reshard", "src", "{shards: 2, replicas: 1}").await?;
+    let _store = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let written = fill(&c, "n", 3000).await?;
+    completed_backup(&c.ns, "ValkeyCluster", "two", "src").await?;
+
+    for (name, shards) in [("three", 3usize), ("one", 1)] {
+        c.name = name.to_owned();
+        c.apply(&format!(
+            "{{shards: {shards}, replicas: 0, restoreFrom: {{backup: two}}}}"
+        ))
+        .await?;
+        c.wait_ready(FORM).await?;
+        snapshots_let_go(&c).await?;
+        let ready = c.wait_ready(FORM).await?;
+        let restored = c.api().get(name).await?;
+        check(
+            restored
+                .annotations()
+                .get("valkey.io/restore-served")
+                .is_some_and(|v| v == "true"),
+            format!("{name}: annotations {:?}", restored.annotations()),
+        )?;
+        let owners = slot_owners(&c).await?;
+        let held = held_slot_sets(owners.values());
+        let covered: BTreeSet<u16> = held.iter().flatten().copied().collect();
+        check(
+            held.len() == shards && covered.len() == 16384,
+            format!(
+                "{name}: {} primaries hold slots ({} of 16384), the spec wants {shards}; status {:?}",
+                held.len(),
+                covered.len(),
+                ready.status
+            ),
+        )?;
+        let members = c.nodes().await?;
+        check(
+            members.len() == shards,
+            format!(
+                "{name}: members {:?}",
+                members
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .collect::<Vec<_>>()
+            ),
+        )?;
+        // The primaries hold the backup's keys and no more, then each is read back.
+        let mut held_keys = 0u64;
+        for member in &members {
+            let ip = e2e::cluster::ready_pod_ip(member).ok_or_else(|| {
+                E2eError::Check(format!("{} has no ready pod", member.name_any()))
+            })?;
+            let size = c.admin_command_on(&ip, &["DBSIZE"]).await?;
+            held_keys += size.trim().parse::<u64>().unwrap_or(0);
+        }
+        check(
+            held_keys == written.len() as u64,
+            format!(
+                "{name}: the primaries hold {held_keys} keys, {} written",
+                written.len()
+            ),
+        )?;
+        c.verify(&written).await?;
+    }
+    delete_backups(&c.ns).await
+}
+
 /// Writes `count` keys of varied sizes (up to 4 KiB) to the replication's primary, through its
 /// read/write Service, then waits for a replica to confirm them all (`WAIT 1`); the map of what
 /// was written.
