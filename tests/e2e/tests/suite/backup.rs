@@ -165,6 +165,35 @@ impl TimedWriter {
         self.acked.lock().await.last().map(|(_, _, at)| *at)
     }
 
+    /// Waits until the clock has passed into the second after the newest acknowledged write:
+    /// a backup's start time is a whole second, rounded down, so the writes so far are before
+    /// the start of a backup created from then on.
+    async fn past_the_second_of_its_last_write(&self) -> Result<()> {
+        let last = self
+            .last_acknowledged()
+            .await
+            .unwrap_or_else(SystemTime::now);
+        let unix = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        };
+        let next = unix(last) + 1;
+        wait_until(
+            Duration::from_secs(3),
+            "the second after the newest write",
+            || async move {
+                let now = unix(SystemTime::now());
+                Ok(if now >= next {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{now}"))
+                })
+            },
+        )
+        .await
+    }
+
     async fn stop(self) -> Vec<(String, String, SystemTime)> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
@@ -352,33 +381,7 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
         }
     })
     .await?;
-    // A backup's start time is a whole second, rounded down: the 2,000 are before it only once
-    // the clock has passed into the next second.
-    let last = writer
-        .last_acknowledged()
-        .await
-        .unwrap_or_else(SystemTime::now);
-    let second_after = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs() + 1)
-            .unwrap_or(0)
-    };
-    wait_until(
-        Duration::from_secs(3),
-        "the second after the 2,000th write",
-        || async {
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            Ok(if now >= second_after(last) {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("{now}"))
-            })
-        },
-    )
-    .await?;
+    writer.past_the_second_of_its_last_write().await?;
 
     c.ns.apply(&backup_manifest("nightly", "bk", STORE_URL, "store"))
         .await?;
@@ -1240,6 +1243,120 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
         format!("{:?}", corrupt.status),
     )?;
     delete_backups(&c.ns).await
+}
+
+/// The size: a 3x1 cluster holding 100,000 keys of varied sizes (up to 4 KiB) on
+/// `image`, backed up while a writer runs, restored into a new 3x1 cluster with the
+/// cluster-controller killed mid-restore (its first member created with its snapshot, the
+/// restore not yet served) and started again: the new cluster is Ready with the manifest's
+/// slots shard by shard, and every key written before the backup began (the 100,000 and the
+/// writer's acknowledged before its start time) is there with its value, read key by key.
+async fn restored_at_size_across_an_operator_kill(prefix: &str, image: &str) -> Result<()> {
+    const KEYS: usize = 100_000;
+    let spec = format!("{{image: \"{image}\", shards: 3, replicas: 1}}");
+    let mut c = ClusterFixture::start(prefix, "big", &spec).await?;
+    let _store = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let mut expected = fill(&c, "big", KEYS).await?;
+    let writer = TimedWriter::start(c.client().await?);
+    wait_until(Duration::from_secs(60), "500 writes under way", || {
+        let writer = &writer;
+        async move {
+            let n = writer.count().await;
+            Ok(if n >= 500 {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{n}"))
+            })
+        }
+    })
+    .await?;
+    writer.past_the_second_of_its_last_write().await?;
+    c.ns.apply(&backup_manifest("whole", "big", STORE_URL, "store"))
+        .await?;
+    let status = finished(&c, "whole", CAPTURE).await?;
+    let acked = writer.stop().await;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!("whole: {:?} {:?}", status.reason, status.message),
+    )?;
+    let started = started_unix(&status);
+    let before_start = acked.into_iter().filter(|(_, _, at)| {
+        at.duration_since(SystemTime::UNIX_EPOCH)
+            .is_ok_and(|d| d.as_secs() < started)
+    });
+    expected.extend(before_start.map(|(k, v, _)| (k, v)));
+    check(
+        expected.len() >= KEYS + 500,
+        format!("{} keys expected", expected.len()),
+    )?;
+    let manifest_slots: Vec<BTreeSet<u16>> = held_slot_sets(
+        status
+            .shards
+            .iter()
+            .flatten()
+            .map(|s| slot_set(s.slot_ranges.as_deref().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .iter(),
+    );
+
+    // The restore, and the operator killed in its middle.
+    c.name = "again".to_owned();
+    c.apply(&format!(
+        "{{image: \"{image}\", shards: 3, replicas: 1, restoreFrom: {{backup: whole}}}}"
+    ))
+    .await?;
+    let nodes = c.ns.api::<valkey_api::v1alpha1::ValkeyNode>();
+    wait_until(FORM, "again-0-0 created with its snapshot", || {
+        let nodes = nodes.clone();
+        async move {
+            Ok(match nodes.get_opt("again-0-0").await? {
+                Some(n) if n.spec.initial_data.is_some() => Poll::Ready(()),
+                other => Poll::NotYet(format!("{:?}", other.map(|n| n.spec.initial_data))),
+            })
+        }
+    })
+    .await?;
+    let again = c.api().get("again").await?;
+    check(
+        !again.annotations().contains_key("valkey.io/restore-served"),
+        "the restore was served before the operator could be killed mid-way",
+    )?;
+    c.cluster_controller.kill().await?;
+    c.cluster_controller =
+        e2e::operator::ControllerProcess::start("cluster-controller", &c.ns, &[]).await?;
+    c.wait_ready(FORM).await?;
+    snapshots_let_go(&c).await?;
+    c.wait_ready(FORM).await?;
+    let owners = held_slot_sets(slot_owners(&c).await?.values());
+    check(
+        owners == manifest_slots,
+        format!(
+            "the restored primaries hold {} slot sets, the manifest {}",
+            owners.len(),
+            manifest_slots.len()
+        ),
+    )?;
+    c.verify(&expected).await?;
+    eprintln!(
+        "[{prefix}] {} keys restored on {image}, {} bytes backed up",
+        expected.len(),
+        status.bytes.unwrap_or_default()
+    );
+    delete_backups(&c.ns).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_100000_key_cluster_on_9_1_backed_up_under_writes_is_restored_across_an_operator_kill()
+-> Result<()> {
+    restored_at_size_across_an_operator_kill("backup-big9", "valkey/valkey:9.1").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_100000_key_cluster_on_8_0_backed_up_under_writes_is_restored_across_an_operator_kill()
+-> Result<()> {
+    restored_at_size_across_an_operator_kill("backup-big8", "valkey/valkey:8.0").await
 }
 
 /// A backup of two shards restored into a cluster of three, and into one: each is restored at
