@@ -359,9 +359,107 @@ pub async fn capture(
     options: &CaptureOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Captured, CaptureError> {
+    begin(source, options)
+        .await?
+        .finish(store, name, options, progress)
+        .await
+}
+
+/// A capture whose server has answered `+FULLRESYNC`: its snapshot is fixed (the server forked,
+/// or joined a fork, before it answered), at [`Begun::offset`] of [`Begun::replication_id`];
+/// nothing written to the server from now on is in it. [`Begun::finish`] streams it. Split
+/// from [`capture`] so that a backup can begin every shard's capture while the primaries'
+/// writes are paused, and let them go on as soon as every snapshot is fixed.
+pub struct Begun {
+    conn: Conn,
+    address: String,
+    started: Instant,
+    pub replication_id: String,
+    pub offset: u64,
+}
+
+impl std::fmt::Debug for Begun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Begun")
+            .field("address", &self.address)
+            .field("replication_id", &self.replication_id)
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connects to `source` and asks for its snapshot, up to `+FULLRESYNC` (see [`Begun`]).
+pub async fn begin(source: &Source, options: &CaptureOptions) -> Result<Begun, CaptureError> {
     let started = Instant::now();
-    let address = source.address.clone();
-    let (mut conn, replication_id, offset, header) = handshake(source, options).await?;
+    let (conn, replication_id, offset) = handshake(source, options).await?;
+    Ok(Begun {
+        conn,
+        address: source.address.clone(),
+        started,
+        replication_id,
+        offset,
+    })
+}
+
+impl Begun {
+    /// Streams the begun snapshot into the object `name` (see [`capture`]).
+    pub async fn finish(
+        self,
+        store: &Store,
+        name: &str,
+        options: &CaptureOptions,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<Captured, CaptureError> {
+        let Begun {
+            mut conn,
+            address,
+            started,
+            replication_id,
+            offset,
+        } = self;
+        let header = payload_header_of(&mut conn, &address, options).await?;
+        streamed(
+            conn,
+            Fixed {
+                address,
+                started,
+                replication_id,
+                offset,
+                header,
+            },
+            store,
+            name,
+            options,
+            progress,
+        )
+        .await
+    }
+}
+
+/// What is known of a capture once its payload's header was read.
+struct Fixed {
+    address: String,
+    started: Instant,
+    replication_id: String,
+    offset: u64,
+    header: PayloadHeader,
+}
+
+async fn streamed(
+    mut conn: Conn,
+    fixed: Fixed,
+    store: &Store,
+    name: &str,
+    options: &CaptureOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Captured, CaptureError> {
+    let Fixed {
+        address,
+        started,
+        replication_id,
+        offset,
+        header,
+    } = fixed;
 
     // The upload starts only once the server has agreed to send: a refused handshake leaves
     // nothing in the store.
@@ -456,7 +554,7 @@ type Conn = BufReader<TcpStream>;
 async fn handshake(
     source: &Source,
     options: &CaptureOptions,
-) -> Result<(Conn, String, u64, PayloadHeader), CaptureError> {
+) -> Result<(Conn, String, u64), CaptureError> {
     let address = source.address.clone();
     let connect_error = |detail: String| CaptureError::Connect {
         address: address.clone(),
@@ -512,18 +610,26 @@ async fn handshake(
             }
         }
     })?;
-    let line = read_line(&mut conn, &address, options).await?;
-    let header = payload_header(&line).map_err(|detail| {
+    Ok((conn, replication_id, offset))
+}
+
+/// The payload's first line after `+FULLRESYNC` (past the `\n` keep-alives): its form.
+async fn payload_header_of(
+    conn: &mut Conn,
+    address: &str,
+    options: &CaptureOptions,
+) -> Result<PayloadHeader, CaptureError> {
+    let line = read_line(conn, address, options).await?;
+    payload_header(&line).map_err(|detail| {
         if line.starts_with(b"-") {
-            refused(&address, "PSYNC", &line)
+            refused(address, "PSYNC", &line)
         } else {
             CaptureError::Protocol {
-                address: address.clone(),
+                address: address.to_owned(),
                 detail,
             }
         }
-    })?;
-    Ok((conn, replication_id, offset, header))
+    })
 }
 
 fn refused(address: &str, command: &'static str, line: &[u8]) -> CaptureError {

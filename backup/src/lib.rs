@@ -21,6 +21,8 @@ pub mod rdb;
 pub mod restore;
 pub mod store;
 
-pub use capture::{CaptureError, CaptureOptions, Captured, PayloadForm, Source, capture};
+pub use capture::{
+    Begun, CaptureError, CaptureOptions, Captured, PayloadForm, Source, begin, capture,
+};
 pub use manifest::Manifest;
 pub use store::{Store, StoreConfig, StoreError};

@@ -427,3 +427,67 @@ fn a_replica_hands_its_snapshot_with_every_write_it_has() {
     drop(restored);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A begun capture's snapshot is fixed at its `+FULLRESYNC`: keys written to the server after
+/// [`backup::begin`] returned, before the stream is read, are not in it (the server forked, or
+/// wrote its file from a fork, before it answered). What `consistency: PausedWrites` rests on:
+/// writes may go on once every shard's capture has begun.
+fn fixed_when_begun(binary: Binary, case: Case, subnet: u8, name: &str) {
+    let store_bin = require_objectstore!();
+    let dir = scratch(name);
+    let store_proc = ObjectStore::start(store_bin, ip(subnet, 1), &dir.join("store"));
+    let source = Valkey::start(&binary, ip(subnet, 2), &dir.join("source"), case.sync);
+    data::write(&mut source.connection(), KEYS);
+
+    let rt = runtime();
+    let store = Store::new(&store_proc.config()).expect("store");
+    let options = CaptureOptions {
+        offer_diskless: case.offer_diskless,
+        ..options()
+    };
+    let begun = rt
+        .block_on(backup::begin(
+            &source.source(BACKUP_USER, BACKUP_PASSWORD),
+            &options,
+        ))
+        .unwrap_or_else(|e| panic!("begin: {e}\n{}", source.log_tail()));
+    let mut conn = source.connection();
+    let mut pipe = redis::pipe();
+    for i in 0..2000 {
+        pipe.set(format!("after:{i}"), i).ignore();
+    }
+    let (): () = pipe.query(&mut conn).expect("writes after the begin");
+    let object = format!("{name}/shard-0.rdb");
+    let captured = rt
+        .block_on(begun.finish(&store, &object, &options, &|_| {}))
+        .unwrap_or_else(|e| panic!("finish: {e}\n{}", source.log_tail()));
+    assert_eq!(captured.form, case.form);
+
+    let file = dir.join("restore").join("dump.rdb");
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("restore folder");
+    rt.block_on(async {
+        let mut out = tokio::fs::File::create(&file).await.expect("file");
+        store.fetch_into(&object, &mut out).await
+    })
+    .expect("download");
+    let restored = Valkey::start(&binary, ip(subnet, 3), &dir.join("restore"), case.sync);
+    // Exactly the keys written before the begin (`check` counts them too).
+    data::check(&mut restored.connection(), KEYS);
+    drop(restored);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_diskless_capture_is_fixed_when_begun() {
+    fixed_when_begun(valkey_9(), DISKLESS, 246, "begun-diskless");
+}
+
+#[test]
+fn a_sized_capture_is_fixed_when_begun() {
+    let case = Case {
+        sync: Sync::Disk,
+        offer_diskless: true,
+        form: PayloadForm::Sized,
+    };
+    fixed_when_begun(valkey_8(), case, 245, "begun-sized");
+}
