@@ -18,8 +18,8 @@
 //! its engine starts no slot move (moves under way go on; the capture checks each shard's slots
 //! after it and captures it again if they changed).
 //!
-//! What it does not do yet (docs/design/backup.md): `consistency: PausedWrites` (such a backup
-//! fails, saying so, rather than be captured weaker than asked), TLS sources.
+//! `consistency: PausedWrites` begins every shard's capture under one write pause ([`paused`]).
+//! What it does not do yet (docs/design/backup.md): TLS sources.
 //!
 //! A Completed backup is recorded as its source's `status.lastSuccessfulBackup` under a field
 //! manager of its own ([`run::SOURCE_FIELD_MANAGER`]); the sources' passes never apply that
@@ -27,6 +27,7 @@
 
 pub mod choose;
 pub mod observe;
+pub mod paused;
 pub mod reconcile;
 pub mod run;
 pub mod schedule;

@@ -1,7 +1,9 @@
 //! One backup from start to manifest, as a task of its own (a capture takes minutes; a pass of
 //! the controller only starts it and looks in on it): wait until it may start, choose a member
 //! per shard, wait until each has its primary's writes of the moment the backup began, capture
-//! the shards (two at a time), write the manifest last, and report each step in the status.
+//! the shards (two at a time; with `consistency: PausedWrites` all begun under one write pause,
+//! see [`super::paused`], then all at once), write the manifest last, and report each step in
+//! the status.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +22,7 @@ use valkey_api::v1alpha1::{
 
 use super::choose::{self, Plan, ShardPlan};
 use super::observe::{self, Logins, LoginsRead, Source, Sources};
+use super::paused;
 use super::store::{self, Unopened};
 use crate::client::RedisClient;
 use crate::engine::Member;
@@ -366,13 +369,6 @@ async fn prepare(shared: &Shared, backup: &ValkeyBackup, location: &str) -> Step
         Ok(source) => source,
         Err(problem) => return Step::Fail(problem),
     };
-    if backup.spec.consistency == BackupConsistency::PausedWrites {
-        // Never a backup weaker than asked for: PerShard snapshots are not one instant.
-        return Step::Fail(Problem {
-            reason: "PausedWritesNotSupported".into(),
-            message: "consistency: PausedWrites is not supported by this operator version yet: create the ValkeyBackup with consistency: PerShard (each shard at one point of its history, every write acknowledged before the backup began included).".into(),
-        });
-    }
     if source.tls() {
         return Step::Fail(Problem {
             reason: "TlsNotSupported".into(),
@@ -557,11 +553,16 @@ async fn capture(
         location: &location,
         keys: &keys,
     };
-    let mut captured: Vec<backup::manifest::ShardBackup> = futures::stream::iter(plans)
-        .map(|plan| job.shard(plan))
-        .buffer_unordered(PARALLEL_SHARDS)
-        .try_collect()
-        .await?;
+    let mut captured: Vec<backup::manifest::ShardBackup> =
+        if backup.spec.consistency == BackupConsistency::PausedWrites {
+            job.paused(&plans).await?
+        } else {
+            futures::stream::iter(plans)
+                .map(|plan| job.shard(plan))
+                .buffer_unordered(PARALLEL_SHARDS)
+                .try_collect()
+                .await?
+        };
     captured.sort_by_key(|s| s.index);
 
     let completed_at = now_seconds();
@@ -628,32 +629,10 @@ impl Job<'_> {
                 }
             }
             let member = plan.member.clone();
-            self.report
-                .shard(index, |s| {
-                    s.phase = Some(BackupPhase::Running);
-                    s.member = Some(member.clone());
-                    s.from_primary = Some(plan.from_primary);
-                    s.node_id = plan.node_id.clone();
-                    s.attempts = Some(attempt as i32);
-                    s.start_time = Some(rfc3339(now_seconds()));
-                })
-                .await;
+            self.running(&plan, attempt).await;
             match self.attempt(&plan, target).await {
                 Ok(shard) => {
-                    let done = shard.clone();
-                    self.report
-                        .shard(index, |s| {
-                            s.phase = Some(BackupPhase::Completed);
-                            s.bytes = i64::try_from(done.object.bytes).ok();
-                            s.sha256 = Some(done.object.sha256.clone());
-                            s.keys = i64::try_from(done.keys).ok();
-                            s.replication_id = Some(done.replication_id.clone());
-                            s.replication_offset = i64::try_from(done.replication_offset).ok();
-                            s.rdb_version = i32::try_from(done.rdb_version).ok();
-                            s.object = Some(done.object.name.clone());
-                            s.completion_time = Some(rfc3339(now_seconds()));
-                        })
-                        .await;
+                    self.completed(&shard).await;
                     return Ok(shard);
                 }
                 Err(Attempt::Store(problem)) => return Err(problem),
@@ -670,6 +649,111 @@ impl Job<'_> {
             reason: "CaptureFailed".into(),
             message: format!(
                 "Shard {index} could not be captured in {MAX_ATTEMPTS} attempts; the last failed {last_error}. Create a new ValkeyBackup once the source is healthy."
+            ),
+        })
+    }
+
+    /// The status of a shard whose capture `attempt` starts from `plan`'s member.
+    async fn running(&self, plan: &ShardPlan, attempt: u32) {
+        self.report
+            .shard(plan.shard, |s| {
+                s.phase = Some(BackupPhase::Running);
+                s.member = Some(plan.member.clone());
+                s.from_primary = Some(plan.from_primary);
+                s.node_id = plan.node_id.clone();
+                s.attempts = Some(attempt as i32);
+                s.start_time = Some(rfc3339(now_seconds()));
+            })
+            .await;
+    }
+
+    /// The status of a shard whose object is committed.
+    async fn completed(&self, done: &backup::manifest::ShardBackup) {
+        self.report
+            .shard(done.index, |s| {
+                s.phase = Some(BackupPhase::Completed);
+                s.bytes = i64::try_from(done.object.bytes).ok();
+                s.sha256 = Some(done.object.sha256.clone());
+                s.keys = i64::try_from(done.keys).ok();
+                s.replication_id = Some(done.replication_id.clone());
+                s.replication_offset = i64::try_from(done.replication_offset).ok();
+                s.rdb_version = i32::try_from(done.rdb_version).ok();
+                s.object = Some(done.object.name.clone());
+                s.completion_time = Some(rfc3339(now_seconds()));
+            })
+            .await;
+    }
+
+    /// `consistency: PausedWrites`: every shard begun at one instant under a write pause
+    /// ([`paused`]), then streamed at once (a begun snapshot left unread would keep its fork
+    /// waiting, and the server drops a link it cannot write to for `repl-timeout`). A shard that
+    /// fails takes the whole attempt with it: captured again alone, it would be another instant.
+    async fn paused(
+        &self,
+        plans: &[ShardPlan],
+    ) -> Result<Vec<backup::manifest::ShardBackup>, Problem> {
+        let window = Duration::from_secs(
+            u64::try_from(self.backup.spec.max_write_pause_seconds.clamp(1, 60)).unwrap_or(5),
+        );
+        // Every shard streams at once: smaller parts keep the memory to ~16 MiB per shard.
+        let options = backup::CaptureOptions {
+            part_size: 8 * 1024 * 1024,
+            parts_in_flight: 1,
+            ..backup::CaptureOptions::default()
+        };
+        let source_of = |plan: &ShardPlan| self.capture_source(plan);
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            for plan in plans {
+                self.running(plan, attempt).await;
+            }
+            let begun = paused::begin_all(self.client, plans, &source_of, window, &options).await;
+            let (begun, held) = match begun {
+                Ok(begun) => begun,
+                Err(error) => {
+                    tracing::info!(backup = %self.report.name, attempt, %error, "the shards' captures could not all begin under the write pause; writes resumed, retrying");
+                    last_error = error;
+                    tokio::time::sleep(WAIT).await;
+                    continue;
+                }
+            };
+            tracing::info!(backup = %self.report.name, paused_ms = held.as_millis() as u64, shards = begun.len(), "every shard's snapshot begun at one instant; writes resumed");
+            let options = &options;
+            let streams = begun.into_iter().map(|b| async move {
+                let plan = b.plan;
+                self.stream(&plan, b.capture, b.keys, options).await
+            });
+            let mut done = Vec::new();
+            let mut failed = None;
+            for result in futures::future::join_all(streams).await {
+                match result {
+                    Ok(shard) => done.push(shard),
+                    Err(Attempt::Store(problem)) => return Err(problem),
+                    Err(Attempt::Retry(error)) => failed = Some(error),
+                }
+            }
+            match failed {
+                None => {
+                    for shard in &done {
+                        self.completed(shard).await;
+                    }
+                    return Ok(done);
+                }
+                Some(error) => {
+                    tracing::info!(backup = %self.report.name, attempt, %error, "a shard's capture failed; all are captured again at a new instant");
+                    last_error = error;
+                }
+            }
+        }
+        for plan in plans {
+            self.report
+                .shard(plan.shard, |s| s.phase = Some(BackupPhase::Failed))
+                .await;
+        }
+        Err(Problem {
+            reason: "CaptureFailed".into(),
+            message: format!(
+                "The shards could not be captured at one instant in {MAX_ATTEMPTS} attempts; the last failed: {last_error}. Create a new ValkeyBackup once the source is healthy, or with consistency: PerShard."
             ),
         })
     }
@@ -733,19 +817,40 @@ impl Job<'_> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
-        let keys = self.keys.get(&plan.shard).copied().unwrap_or(0).max(keys);
-        let object = choose::shard_object(plan.shard);
-        let capture_source = backup::Source {
+        let options = backup::CaptureOptions::default();
+        let begun = backup::begin(&self.capture_source(plan), &options)
+            .await
+            .map_err(|error| Attempt::Retry(error.to_string()))?;
+        self.stream(plan, begun, keys, &options).await
+    }
+
+    /// How the backup user reaches `plan`'s member.
+    fn capture_source(&self, plan: &ShardPlan) -> backup::Source {
+        backup::Source {
             address: plan.address.to_string(),
             user: crate::access::rights::BACKUP_USER.to_owned(),
             password: self.logins.backup_password.clone(),
-        };
+        }
+    }
+
+    /// Streams a begun capture of `plan`'s member (`keys`: what it held when it was chosen)
+    /// into the shard's object, showing its progress; a shard whose slots changed meanwhile is
+    /// captured again.
+    async fn stream(
+        &self,
+        plan: &ShardPlan,
+        begun: backup::Begun,
+        keys: u64,
+        options: &backup::CaptureOptions,
+    ) -> Result<backup::manifest::ShardBackup, Attempt> {
+        let cluster = self.source.is_cluster();
+        let keys = self.keys.get(&plan.shard).copied().unwrap_or(0).max(keys);
+        let object = choose::shard_object(plan.shard);
         // The bytes streamed so far, shown in the status every few seconds while it runs.
         let streamed = AtomicU64::new(0);
         let progress = |bytes: u64| streamed.store(bytes, Ordering::Relaxed);
         let name = format!("{}/{object}", self.location);
-        let options = backup::CaptureOptions::default();
-        let capture = backup::capture(&capture_source, self.store, &name, &options, &progress);
+        let capture = begun.finish(self.store, &name, options, &progress);
         tokio::pin!(capture);
         let mut shown = 0;
         let captured = loop {

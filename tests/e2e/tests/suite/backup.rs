@@ -551,6 +551,96 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
     )
 }
 
+/// `consistency: PausedWrites` under a writer that writes one key at a time across every shard
+/// (each key waits for the one before it to be acknowledged): the backup is one instant of the
+/// whole cluster, so no acknowledged write older than a write it holds is missing from it, on
+/// any shard; every write acknowledged before its start is in it; and the writer went on after
+/// it (its writes were paused, not refused).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_writes_backup_is_one_instant_of_every_shard() -> Result<()> {
+    let c = ClusterFixture::start("backup-paused", "pw", "{shards: 3, replicas: 1}").await?;
+    let _store = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    let store = store()?;
+    let writer = TimedWriter::start(c.client().await?);
+    wait_until(Duration::from_secs(60), "1,000 acknowledged writes", || {
+        let writer = &writer;
+        async move {
+            let n = writer.count().await;
+            Ok(if n >= 1000 {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{n}"))
+            })
+        }
+    })
+    .await?;
+    writer.past_the_second_of_its_last_write().await?;
+    c.ns.apply(&format!(
+        "{}  consistency: PausedWrites\n",
+        backup_manifest("instant", "pw", STORE_URL, "store")
+    ))
+    .await?;
+    let status = finished(&c, "instant", CAPTURE).await?;
+    // A little more once it is done: the writer must go on after the pause.
+    let done_at = writer.count().await;
+    wait_until(Duration::from_secs(30), "writes after the backup", || {
+        let writer = &writer;
+        async move {
+            let n = writer.count().await;
+            Ok(if n > done_at + 100 {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{n}"))
+            })
+        }
+    })
+    .await?;
+    let acked = writer.stop().await;
+    check(
+        status.phase == Some(BackupPhase::Completed),
+        format!("instant: {:?} {:?}", status.reason, status.message),
+    )?;
+    let contents = backed_up(&store, &status, 3, &format!("{}-pw", c.ns.name)).await?;
+    let index = |key: &str| key.strip_prefix("t:").and_then(|n| n.parse::<u64>().ok());
+    let newest_held = contents.keys().filter_map(|k| index(k)).max().unwrap_or(0);
+    let started = started_unix(&status);
+    let mut older_missing = Vec::new();
+    let mut before_start = 0;
+    for (key, value, at) in &acked {
+        let n = index(key).unwrap_or(u64::MAX);
+        let before = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .is_ok_and(|d| d.as_secs() < started);
+        before_start += usize::from(before);
+        if (n < newest_held || before) && contents.get(key) != Some(value) {
+            older_missing.push(key.clone());
+        }
+    }
+    check(
+        older_missing.is_empty(),
+        format!(
+            "not one instant: {} acknowledged writes older than t:{newest_held} (which it holds) \
+             or than its start are missing, such as {:?}",
+            older_missing.len(),
+            &older_missing[..older_missing.len().min(5)]
+        ),
+    )?;
+    check(
+        before_start >= 1000 && (acked.len() as u64) > newest_held + 100,
+        format!(
+            "{before_start} writes before the start, {} in all, the newest held t:{newest_held}",
+            acked.len()
+        ),
+    )?;
+    eprintln!(
+        "paused-writes backup: holds up to t:{newest_held}; {before_start} acknowledged before its start, {} in all",
+        acked.len()
+    );
+    delete_backups(&c.ns).await
+}
+
 /// A ValkeyReplication on Valkey 8.0 (which sends a replica the sized form): its one snapshot,
 /// from the replica, holds every write a replica confirmed before the backup.
 #[tokio::test(flavor = "multi_thread")]
