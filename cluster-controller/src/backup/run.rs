@@ -133,6 +133,9 @@ impl Report {
             if done || failed {
                 s.completion_time = Some(rfc3339(now_seconds()));
             }
+            if failed {
+                shards_fail_with_the_backup(s);
+            }
         })
         .await
     }
@@ -315,6 +318,19 @@ pub async fn record_success(shared: &Shared, backup: &ValkeyBackup) {
         }
         Err(error) => {
             tracing::warn!(backup = %backup.name_any(), %error, "could not record the source's last successful backup")
+        }
+    }
+}
+
+/// A failed backup's shards that were still under way (or never started: another shard's
+/// failure ended the capture of all) are Failed too, never left Running in a finished status.
+fn shards_fail_with_the_backup(status: &mut ValkeyBackupStatus) {
+    for shard in status.shards.iter_mut().flatten() {
+        if matches!(
+            shard.phase,
+            None | Some(BackupPhase::Pending | BackupPhase::Running)
+        ) {
+            shard.phase = Some(BackupPhase::Failed);
         }
     }
 }
@@ -923,6 +939,32 @@ mod tests {
             "status": status,
         }))
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_failed_backup_leaves_no_shard_running() {
+        let mut status = backup(serde_json::json!({"shards": [
+            {"index": 0, "phase": "Completed"},
+            {"index": 1, "phase": "Running"},
+            {"index": 2, "phase": "Pending"},
+        ]}))
+        .status
+        .unwrap_or_default();
+        shards_fail_with_the_backup(&mut status);
+        let phases: Vec<Option<BackupPhase>> = status
+            .shards
+            .iter()
+            .flatten()
+            .map(|s| s.phase.clone())
+            .collect();
+        assert_eq!(
+            phases,
+            vec![
+                Some(BackupPhase::Completed),
+                Some(BackupPhase::Failed),
+                Some(BackupPhase::Failed)
+            ]
+        );
     }
 
     #[test]
