@@ -955,7 +955,7 @@ mod tests {
             .shards
             .iter()
             .flatten()
-            .map(|s| s.phase.clone())
+            .map(|s| s.phase)
             .collect();
         assert_eq!(
             phases,
