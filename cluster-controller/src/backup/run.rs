@@ -951,12 +951,8 @@ mod tests {
         .status
         .unwrap_or_default();
         shards_fail_with_the_backup(&mut status);
-        let phases: Vec<Option<BackupPhase>> = status
-            .shards
-            .iter()
-            .flatten()
-            .map(|s| s.phase)
-            .collect();
+        let phases: Vec<Option<BackupPhase>> =
+            status.shards.iter().flatten().map(|s| s.phase).collect();
         assert_eq!(
             phases,
             vec![

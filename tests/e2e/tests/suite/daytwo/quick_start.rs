@@ -144,7 +144,9 @@ impl Drop for Cleanup {
     }
 }
 
-/// Every example but the quick start's own, sorted.
+/// Every example but the quick start's own, in the order a reader applies them: what stands
+/// alone first, then the backups of it, then what is restored from those (a backup of an object
+/// that does not exist yet fails at once, by design), each group by name.
 fn examples() -> Vec<std::path::PathBuf> {
     let dir = repo_root().join("examples");
     let mut found: Vec<_> = std::fs::read_dir(&dir)
@@ -156,7 +158,17 @@ fn examples() -> Vec<std::path::PathBuf> {
                 .collect()
         })
         .unwrap_or_default();
-    found.sort();
+    let stage = |path: &std::path::PathBuf| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains("restoreFrom:") {
+            2
+        } else if text.contains("kind: ValkeyBackup\n") {
+            1
+        } else {
+            0
+        }
+    };
+    found.sort_by_cached_key(|p| (stage(p), p.clone()));
     found
 }
 
