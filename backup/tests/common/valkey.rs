@@ -70,7 +70,7 @@ impl Valkey {
         if let Some(libs) = &binary.libs {
             cmd.env("LD_LIBRARY_PATH", libs);
         }
-        let child = cmd.spawn().expect("starting valkey-server");
+        let child = super::servers::spawn(&mut cmd).expect("starting valkey-server");
         let server = Self {
             dir: dir.to_owned(),
             address: SocketAddr::from((ip, PORT)),

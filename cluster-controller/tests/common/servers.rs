@@ -95,6 +95,24 @@ fn private_copy(original: &Path, image: &str) -> PathBuf {
     copy
 }
 
+/// `cmd.spawn()`, tried again while the binary is "busy" (ETXTBSY): a binary these tests just
+/// copied can still be open for writing in the child of another test's fork (the copy's file
+/// descriptor lives in that child until it execs its own program), and Linux refuses to run a
+/// file open for writing. The window is a fork's length; a few short tries outlast it.
+pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Valkey 9.x: `VALKEY_SERVER_9`, or the image `make localkube-tools` builds.
 pub fn valkey_9() -> Binary {
     binary("VALKEY_SERVER_9", "valkey-9.1")
@@ -255,9 +273,8 @@ impl Server {
         if let Some(libs) = &binary.libs {
             cmd.env("LD_LIBRARY_PATH", libs);
         }
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.path.display()));
+        let child =
+            spawn(&mut cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.path.display()));
         self.child = Some(child);
         self.ip = Some(ip);
     }

@@ -683,7 +683,8 @@ async fn the_exporter_on(binary: Binary, subnet: u8) {
     let metrics_at = SocketAddr::new(ip, 9121);
     let log = one._dir.join("exporter.log");
     let stderr = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
-    let child = std::process::Command::new(exporter_binary(subnet))
+    let mut command = std::process::Command::new(exporter_binary(subnet));
+    command
         .args([
             format!("--web.listen-address={metrics_at}"),
             "--set-client-name=false".to_owned(),
@@ -691,9 +692,9 @@ async fn the_exporter_on(binary: Binary, subnet: u8) {
         .env("REDIS_ADDR", format!("redis://healthcheck:hc-secret@{at}"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting the exporter: {e}"));
+        .stderr(stderr);
+    let child =
+        servers::spawn(&mut command).unwrap_or_else(|e| panic!("starting the exporter: {e}"));
     let exporter = Exporter { child, log };
 
     // Twice: some of what the exporter reads, it reads from the second scrape on.
