@@ -8,6 +8,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use cluster_controller::engine::{Decision, Desired, Reason};
+use cluster_controller::valkey::cluster_info::ClusterState;
 use cluster_controller::valkey::slots::SlotSet;
 use cluster_controller::valkey::value;
 
@@ -632,8 +633,12 @@ async fn a_primary_back_from_its_append_only_file_with_fewer_keys_than_its_repli
     }
 
     lab.restart_in_place("c-0-0");
+    // Back and serving again: until it has heard from the others its cluster state is `fail`
+    // and it answers writes with CLUSTERDOWN (seen under load), which a client retries.
     lab.run_until(Duration::from_secs(30), |pass| {
-        pass.observation.state("c-0-0").is_some()
+        pass.observation
+            .state("c-0-0")
+            .is_some_and(|s| s.cluster_info().state == ClusterState::Ok)
     })
     .await;
     // Writes it acknowledges after its restart, to its own slots.

@@ -165,6 +165,23 @@ impl TimedWriter {
         self.acked.lock().await.last().map(|(_, _, at)| *at)
     }
 
+    /// Waits (a minute at most) until `n` writes were acknowledged.
+    async fn wait_for(&self, n: usize) -> Result<()> {
+        wait_until(
+            Duration::from_secs(60),
+            &format!("{n} acknowledged writes"),
+            || async move {
+                let count = self.count().await;
+                Ok(if count >= n {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{count}"))
+                })
+            },
+        )
+        .await
+    }
+
     /// Waits until the clock has passed into the second after the newest acknowledged write:
     /// a backup's start time is a whole second, rounded down, so the writes so far are before
     /// the start of a backup created from then on.
@@ -369,18 +386,7 @@ async fn a_cluster_backup_holds_every_write_acknowledged_before_it_began() -> Re
     credentials(&c.ns).await?;
 
     let writer = TimedWriter::start(c.client().await?);
-    wait_until(Duration::from_secs(60), "2,000 acknowledged writes", || {
-        let writer = &writer;
-        async move {
-            let n = writer.count().await;
-            Ok(if n >= 2000 {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("{n}"))
-            })
-        }
-    })
-    .await?;
+    writer.wait_for(2000).await?;
     writer.past_the_second_of_its_last_write().await?;
 
     c.ns.apply(&backup_manifest("nightly", "bk", STORE_URL, "store"))
@@ -564,18 +570,7 @@ async fn a_paused_writes_backup_is_one_instant_of_every_shard() -> Result<()> {
     credentials(&c.ns).await?;
     let store = store()?;
     let writer = TimedWriter::start(c.client().await?);
-    wait_until(Duration::from_secs(60), "1,000 acknowledged writes", || {
-        let writer = &writer;
-        async move {
-            let n = writer.count().await;
-            Ok(if n >= 1000 {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("{n}"))
-            })
-        }
-    })
-    .await?;
+    writer.wait_for(1000).await?;
     writer.past_the_second_of_its_last_write().await?;
     c.ns.apply(&format!(
         "{}  consistency: PausedWrites\n",
@@ -1350,18 +1345,7 @@ async fn restored_at_size_across_an_operator_kill(prefix: &str, image: &str) -> 
     credentials(&c.ns).await?;
     let mut expected = fill(&c, "big", KEYS).await?;
     let writer = TimedWriter::start(c.client().await?);
-    wait_until(Duration::from_secs(60), "500 writes under way", || {
-        let writer = &writer;
-        async move {
-            let n = writer.count().await;
-            Ok(if n >= 500 {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("{n}"))
-            })
-        }
-    })
-    .await?;
+    writer.wait_for(500).await?;
     writer.past_the_second_of_its_last_write().await?;
     c.ns.apply(&backup_manifest("whole", "big", STORE_URL, "store"))
         .await?;
