@@ -122,6 +122,8 @@ fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 #[derive(Debug, Clone, Serialize)]
 pub struct Ratio {
     pub operation: &'static str,
+    /// The operator's way.
+    pub of: String,
     pub over: String,
     pub value: f64,
 }
@@ -136,8 +138,9 @@ pub struct OperatorDetail {
     /// From the restored cluster's creation to every one of its pods Ready (the first members
     /// Ready only once their snapshot is fetched, checked and loaded).
     pub restore_pods_ready_s: f64,
-    /// From Ready to every member having let its snapshot go (the append-only file written and
-    /// the member restarted): the restore's tail, after the cluster already serves.
+    /// From the first Ready to Ready with every member having let its snapshot go (the
+    /// append-only file written and the member restarted); about 0 when the members let go
+    /// before the cluster was first Ready. Polled every 0.5 s.
     pub restore_let_go_s: f64,
     /// The empty cluster of the same shape: from creation to every pod Ready, and to Ready.
     pub empty_pods_ready_s: f64,
@@ -182,6 +185,7 @@ pub struct Report {
 pub async fn run(profile: &Profile) -> Result<Report> {
     let data = Dataset::new(profile.keys, profile.value_bytes, profile.seed);
     let within = profile.within();
+    quiet().await;
     let mut c = ClusterFixture::start("bench-backup", "source", &profile.spec()).await?;
     let _store_turn = crate::pool::object_store().await;
     c.wait_ready(within).await?;
@@ -376,9 +380,12 @@ pub async fn run(profile: &Profile) -> Result<Report> {
         direct_parallel.seconds, direct_sequential.seconds
     );
 
-    // 5. The operator's restore: a new cluster from the backup, creation to Ready.
+    // 5. The operator's restore: a new cluster from the backup, creation to Ready, and on until
+    // every member let its snapshot go (the restore's end: the members then hold the data in
+    // their own files). A cluster is first Ready sometimes before, sometimes after the members
+    // restart to let go, so both are reported.
     c.name = "restored".to_owned();
-    let (pods_ready, ready) = formed(
+    let restore = formed(
         &c,
         profile,
         &format!(
@@ -387,28 +394,35 @@ pub async fn run(profile: &Profile) -> Result<Report> {
         ),
     )
     .await?;
-    let restored_at = Instant::now();
-    let operator_restore = Way::new(
-        "restore",
-        "operator",
-        ready,
-        objects
-            .iter()
-            .zip(&shards)
-            .map(|(o, s)| ShardFigure {
-                index: o.index,
-                from: o.object.clone(),
-                bytes: s.bytes.and_then(|b| u64::try_from(b).ok()).unwrap_or(0),
-                seconds: None,
-            })
-            .collect(),
-    );
-    println!(
-        "bench_backup: the restored cluster Ready {ready:.2} s after its creation (every pod Ready after {pods_ready:.2} s)"
-    );
     backups::members_let_go(&c.ns, "cluster", &c.name, within).await?;
     c.wait_ready(within).await?;
-    let let_go = restored_at.elapsed().as_secs_f64();
+    let complete = restore.applied.elapsed().as_secs_f64();
+    let restore_shards: Vec<ShardFigure> = objects
+        .iter()
+        .zip(&shards)
+        .map(|(o, s)| ShardFigure {
+            index: o.index,
+            from: o.object.clone(),
+            bytes: s.bytes.and_then(|b| u64::try_from(b).ok()).unwrap_or(0),
+            seconds: None,
+        })
+        .collect();
+    let operator_ready = Way::new(
+        "restore",
+        "operator, to Ready",
+        restore.ready_s,
+        restore_shards.clone(),
+    );
+    let operator_restore = Way::new(
+        "restore",
+        "operator, to Ready with the snapshots let go",
+        complete,
+        restore_shards,
+    );
+    println!(
+        "bench_backup: the restored cluster Ready {:.2} s after its creation (every pod Ready after {:.2} s), its snapshots let go after {complete:.2} s",
+        restore.ready_s, restore.pods_ready_s
+    );
     // Every key, read back from the restored cluster once it is still (untimed).
     let readback = read_back_as(&data, &view_of(&c).await?, c.password().await?.as_deref()).await?;
     check(
@@ -421,22 +435,46 @@ pub async fn run(profile: &Profile) -> Result<Report> {
 
     // 6. An empty cluster of the same shape, formed.
     c.name = "empty".to_owned();
-    let (empty_pods_ready, empty_ready) = formed(&c, profile, &profile.spec()).await?;
+    let empty = formed(&c, profile, &profile.spec()).await?;
     let formation = Way::new(
         "restore",
         "an empty cluster formed",
-        empty_ready,
+        empty.ready_s,
         Vec::new(),
     );
     println!(
-        "bench_backup: an empty cluster Ready {empty_ready:.2} s after its creation (every pod Ready after {empty_pods_ready:.2} s)"
+        "bench_backup: an empty cluster Ready {:.2} s after its creation (every pod Ready after {:.2} s)",
+        empty.ready_s, empty.pods_ready_s
     );
     backups::delete_backups(&c.ns).await?;
+    // The clusters go, and their pods with them, before the next benchmark starts.
+    c.ns.kubectl(&[
+        "delete",
+        "valkeycluster",
+        "--all",
+        "--wait=true",
+        "--timeout=300s",
+    ])
+    .await?;
+    let pods = c.ns.api::<Pod>();
+    crate::wait_until(within, "the benchmark's pods gone", || {
+        let pods = pods.clone();
+        async move {
+            let left = pods.list(&Default::default()).await?.items.len();
+            Ok(if left == 0 {
+                crate::Poll::Ready(())
+            } else {
+                crate::Poll::NotYet(format!("{left} pods"))
+            })
+        }
+    })
+    .await?;
 
     let ways = vec![
         operator_backup,
         cli_parallel,
         cli_sequential,
+        operator_ready,
         operator_restore,
         direct_parallel,
         direct_sequential,
@@ -474,10 +512,10 @@ pub async fn run(profile: &Profile) -> Result<Report> {
                 .iter()
                 .map(|s| i64::from(s.attempts.unwrap_or(0)))
                 .collect(),
-            restore_pods_ready_s: pods_ready,
-            restore_let_go_s: let_go,
-            empty_pods_ready_s: empty_pods_ready,
-            empty_ready_s: empty_ready,
+            restore_pods_ready_s: restore.pods_ready_s,
+            restore_let_go_s: complete - restore.ready_s,
+            empty_pods_ready_s: empty.pods_ready_s,
+            empty_ready_s: empty.ready_s,
         },
         keys_intact: readback.intact,
         keys_lost: readback.lost,
@@ -487,6 +525,41 @@ pub async fn run(profile: &Profile) -> Result<Report> {
             .unwrap_or(0),
     };
     Ok(report)
+}
+
+/// Waits (up to 5 minutes, then goes on saying so) until no Valkey pod of an earlier test is
+/// still terminating: a run started amid another's teardown shares the machine with it.
+async fn quiet() {
+    let Ok(client) = crate::client().await else {
+        return;
+    };
+    let pods: kube::Api<Pod> = kube::Api::all(client);
+    let params = kube::api::ListParams::default().labels("valkey.io/cluster");
+    let waited = crate::wait_until(
+        Duration::from_secs(300),
+        "no Valkey pod terminating",
+        || {
+            let (pods, params) = (pods.clone(), params.clone());
+            async move {
+                let terminating = pods
+                    .list(&params)
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some())
+                    .count();
+                Ok(if terminating == 0 {
+                    crate::Poll::Ready(())
+                } else {
+                    crate::Poll::NotYet(format!("{terminating} terminating"))
+                })
+            }
+        },
+    )
+    .await;
+    if let Err(e) = waited {
+        println!("bench_backup: starting anyway: {e}");
+    }
 }
 
 /// The fixture's cluster as one ready member's CLUSTER NODES tells it.
@@ -504,9 +577,16 @@ fn between(from: Option<&str>, to: Option<&str>) -> f64 {
     }
 }
 
-/// Applies the fixture's cluster with `spec` and waits until it is Ready; seconds from the apply
-/// to every pod Ready and to the cluster Ready, as watches saw them.
-async fn formed(c: &ClusterFixture, profile: &Profile, spec: &str) -> Result<(f64, f64)> {
+/// A cluster applied and Ready: when it was applied, and seconds from then to every pod Ready
+/// and to the cluster Ready, as watches saw them.
+struct Formed {
+    applied: Instant,
+    pods_ready_s: f64,
+    ready_s: f64,
+}
+
+/// Applies the fixture's cluster with `spec` and waits until it is Ready.
+async fn formed(c: &ClusterFixture, profile: &Profile, spec: &str) -> Result<Formed> {
     let selector = format!("valkey.io/cluster={}", c.name);
     let pods = Record::start(c.ns.api::<Pod>(), Some(&selector)).await?;
     let clusters = Record::start(c.ns.api::<ValkeyCluster>(), None).await?;
@@ -530,10 +610,11 @@ async fn formed(c: &ClusterFixture, profile: &Profile, spec: &str) -> Result<(f6
     let pods_at =
         crate::formation::first_all(&pods.versions(), profile.members(), crate::pod_ready)
             .unwrap_or(ready_at);
-    Ok((
-        pods_at.saturating_duration_since(applied).as_secs_f64(),
-        ready_at.saturating_duration_since(applied).as_secs_f64(),
-    ))
+    Ok(Formed {
+        applied,
+        pods_ready_s: pods_at.saturating_duration_since(applied).as_secs_f64(),
+        ready_s: ready_at.saturating_duration_since(applied).as_secs_f64(),
+    })
 }
 
 /// A member to capture with valkey-cli, and a user of its with every right.
@@ -632,25 +713,29 @@ impl Snapshot {
     }
 }
 
-/// The operator's seconds over each other way's of the same operation.
+/// Whether a way is the operator's (`operator`, `operator, to Ready`, ...).
+pub fn is_operator(way: &Way) -> bool {
+    way.way.starts_with("operator")
+}
+
+/// Each of the operator's ways' seconds over each other way's of the same operation.
 fn ratios(ways: &[Way]) -> Vec<Ratio> {
     let mut out = Vec::new();
     for operation in ["backup", "restore"] {
-        let Some(operator) = ways
-            .iter()
-            .find(|w| w.operation == operation && w.way == "operator")
-        else {
-            continue;
-        };
-        out.extend(
-            ways.iter()
-                .filter(|w| w.operation == operation && w.way != "operator")
-                .map(|other| Ratio {
-                    operation,
-                    over: other.way.clone(),
-                    value: operator.seconds / other.seconds.max(1e-9),
-                }),
-        );
+        let of = |w: &&Way| w.operation == operation;
+        for operator in ways.iter().filter(of).filter(|w| is_operator(w)) {
+            out.extend(
+                ways.iter()
+                    .filter(of)
+                    .filter(|w| !is_operator(w))
+                    .map(|other| Ratio {
+                        operation,
+                        of: operator.way.clone(),
+                        over: other.way.clone(),
+                        value: operator.seconds / other.seconds.max(1e-9),
+                    }),
+            );
+        }
     }
     out
 }
@@ -721,22 +806,23 @@ pub fn markdown(report: &Report) -> String {
         )
     }));
     out.push(String::new());
-    out.push("| operation | the operator's seconds over | ratio |".to_owned());
-    out.push("| --- | --- | ---: |".to_owned());
-    out.extend(
-        report
-            .ratios
-            .iter()
-            .map(|r| format!("| {} | {} | {:.2} |", r.operation, r.over, r.value)),
-    );
+    out.push("| operation | the operator's seconds | over | ratio |".to_owned());
+    out.push("| --- | --- | --- | ---: |".to_owned());
+    out.extend(report.ratios.iter().map(|r| {
+        format!(
+            "| {} | {} | {} | {:.2} |",
+            r.operation, r.of, r.over, r.value
+        )
+    }));
     out.push(String::new());
     out.push(format!(
         "The operator's backup by its status: {:.0} s from its start to its completion (whole \
          seconds); its per-shard capture times in the table are the status's too, in whole \
-         seconds. Capture attempts per shard: {:?}. The restored cluster's pods were all Ready {:.2} s after its creation; \
-         its members let their snapshots go (append-only file written, member restarted) within \
-         {:.2} s of Ready. The empty cluster's pods were Ready after {:.2} s. Keys read back from \
-         the restored cluster: {} intact, {} lost. Writing the keys took {:.1} s.",
+         seconds. Capture attempts per shard: {:?}. The restored cluster's pods were all Ready \
+         {:.2} s after its creation; it was Ready with every member's snapshot let go \
+         (append-only file written, member restarted) {:.2} s after it was first Ready (about 0 \
+         when they let go before). The empty cluster's pods were Ready after {:.2} s. Keys read \
+         back from the restored cluster: {} intact, {} lost. Writing the keys took {:.1} s.",
         o.backup_status_seconds,
         o.backup_attempts,
         o.restore_pods_ready_s,

@@ -514,7 +514,7 @@ fn backup(b: &Backup) -> Result<Vec<Chart>> {
             },
             values: ways
                 .iter()
-                .map(|w| (operator == (w.way == "operator")).then(|| value(w)))
+                .map(|w| (operator == w.way.starts_with("operator")).then(|| value(w)))
                 .collect(),
         };
         (categories, vec![of(true), of(false)])
