@@ -120,7 +120,9 @@ endif
 # Speed and memory figures (bench/README.md; each writes bench/results/ and its section of
 # docs/benchmarks.md): the engine's pass at scale (bench-engine), time to form a cluster, to scale
 # it out with keys (Valkey 9 and 8 migration paths), resharding side by side with valkey-cli and
-# the limit, failover with a writer, a fleet of hundreds of ValkeyNodes at rest (FLEET_* sizes).
+# the limit, failover with a writer, a fleet of hundreds of ValkeyNodes at rest (FLEET_* sizes),
+# backup and restore beside valkey-cli --rdb and valkey-server loading the snapshots
+# (BENCH_BACKUP_KEYS, default 1,000,000; BENCH_BACKUP_VALUE_BYTES, BENCH_BACKUP_SHARDS).
 # On KUBECONFIG, else on localkube.
 bench: localkube-tools build
 	$(MAKE) bench-engine

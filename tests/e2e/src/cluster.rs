@@ -398,6 +398,14 @@ impl ClusterFixture {
     /// the test logs in as the operator, with its password from the cluster's ACL Secret, and
     /// adds a user of its own for the purpose on that server.
     pub async fn admin_command_on(&self, ip: &str, args: &[&str]) -> Result<String> {
+        let (user, password) = self.admin_login(ip).await?;
+        command_as(ip, Some(&user), Some(&password), args).await
+    }
+
+    /// A user with every right on the member at `ip` and its password, for a tool run from the
+    /// host (`valkey-cli --rdb`) or [`Self::admin_command_on`]: the test logs in as the operator,
+    /// with its password from the cluster's ACL Secret, and adds the user on that server.
+    pub async fn admin_login(&self, ip: &str) -> Result<(String, String)> {
         const ADMIN: &str = "e2e-admin";
         let acl = self
             .ns
@@ -426,7 +434,7 @@ impl ClusterFixture {
             ],
         )
         .await?;
-        command_as(ip, Some(ADMIN), Some(&admin_password), args).await
+        Ok((ADMIN.to_owned(), admin_password))
     }
 
     /// Every member's CLUSTER NODES: no slot may be left importing or migrating.

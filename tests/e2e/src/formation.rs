@@ -154,7 +154,7 @@ fn seconds_between(a: Instant, b: Instant) -> f64 {
 }
 
 /// The first moment the record held `members` objects, every one of them `ready`.
-fn first_all<K: kube::Resource + Clone>(
+pub fn first_all<K: kube::Resource + Clone>(
     versions: &[Version<K>],
     members: usize,
     ready: impl Fn(&K) -> bool,

@@ -5,6 +5,8 @@
 //! never start a cluster themselves. Each test works in a namespace of its own ([`TestNamespace`]),
 //! deleted when the guard drops, so independent tests can run in parallel.
 
+pub mod backup_bench;
+pub mod backups;
 pub mod bench;
 pub mod chaos;
 pub mod cluster;

@@ -281,3 +281,18 @@ async fn bench_fleet() -> Result<()> {
     };
     publish(&report::build(&profile, real, simulated))
 }
+
+/// Backup and restore (`e2e::backup_bench`): a ValkeyBackup of a filled 3×1 cluster beside
+/// `valkey-cli --rdb` of each shard, and a cluster restored from it beside a valkey-server of the
+/// host loading each shard's snapshot (and an empty cluster formed), as ratios of one run; every
+/// key read back. Sizes from `BENCH_BACKUP_KEYS` (default 1,000,000; 100,000 for a quick run),
+/// `BENCH_BACKUP_VALUE_BYTES`, `BENCH_BACKUP_SHARDS`, `BENCH_SEED`. Writes
+/// `bench/results/backup.json` and its section of `docs/benchmarks.md`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: make bench"]
+async fn bench_backup() -> Result<()> {
+    use e2e::backup_bench::{Profile, markdown, run, write};
+    let report = run(&Profile::from_env()).await?;
+    println!("{}", markdown(&report));
+    write(&e2e::repo_root(), &report)
+}

@@ -10,12 +10,13 @@ use super::charts::{self, Bars, Goal, Series};
 use crate::{E2eError, Result};
 
 /// The benchmarks whose results have charts, by the name of their results file.
-pub const BENCHMARKS: [&str; 5] = [
+pub const BENCHMARKS: [&str; 6] = [
     "engine-scale",
     "formation",
     "resharding",
     "failover",
     "fleet",
+    "backup",
 ];
 
 /// One chart to write: `docs/charts/<file>.svg`.
@@ -45,6 +46,7 @@ pub fn charts_of(name: &str, json: &str) -> Result<Vec<Chart>> {
         "engine-scale" => engine_scale(&parse(name, json)?),
         "formation" => formation(&parse(name, json)?),
         "fleet" => fleet(&parse(name, json)?),
+        "backup" => backup(&parse(name, json)?),
         _ => Ok(Vec::new()),
     }
 }
@@ -480,6 +482,72 @@ fn fleet(f: &Fleet) -> Result<Vec<Chart>> {
     ])
 }
 
+// ---- backup ------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct Backup {
+    ways: Vec<BackupWay>,
+}
+
+#[derive(Deserialize)]
+struct BackupWay {
+    operation: String,
+    way: String,
+    seconds: f64,
+    bytes: u64,
+    mb_per_s: f64,
+}
+
+/// Seconds and MB/s of each way of each operation, a bar each: the operator's in one colour,
+/// the references' in another. MB/s only for the ways that move snapshots.
+fn backup(b: &Backup) -> Result<Vec<Chart>> {
+    let chart = |ways: Vec<&BackupWay>, value: fn(&BackupWay) -> f64| {
+        let categories: Vec<String> = ways
+            .iter()
+            .map(|w| format!("{}: {}", w.operation, w.way))
+            .collect();
+        let of = |operator: bool| Series {
+            name: if operator {
+                "the operator".into()
+            } else {
+                "by hand (valkey-cli, valkey-server) or an empty cluster".into()
+            },
+            values: ways
+                .iter()
+                .map(|w| (operator == w.way.starts_with("operator")).then(|| value(w)))
+                .collect(),
+        };
+        (categories, vec![of(true), of(false)])
+    };
+    let (categories, series) = chart(b.ways.iter().collect(), |w| w.seconds);
+    let (rate_categories, rate_series) =
+        chart(b.ways.iter().filter(|w| w.bytes > 0).collect(), |w| {
+            w.mb_per_s
+        });
+    Ok(vec![
+        Chart {
+            file: "backup-seconds".into(),
+            bars: Bars {
+                title: "Backup and restore: seconds (less is better)".into(),
+                unit: "seconds".into(),
+                categories,
+                series,
+                goals: Vec::new(),
+            },
+        },
+        Chart {
+            file: "backup-mb-per-s".into(),
+            bars: Bars {
+                title: "Backup and restore: MB of snapshots per second (more is better)".into(),
+                unit: "MB/s".into(),
+                categories: rate_categories,
+                series: rate_series,
+                goals: Vec::new(),
+            },
+        },
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +648,28 @@ mod tests {
         );
         let only_real = r#"{"real": {"valkey_nodes": 3, "at_rest": []}, "simulated": null}"#;
         assert!(charts_of("fleet", only_real).expect("no rows").is_empty());
+    }
+
+    #[test]
+    fn backup_charts_a_bar_per_way_and_rates_only_where_snapshots_moved() {
+        let json = r#"{"ways": [
+            {"operation": "backup", "way": "operator", "seconds": 4.0, "bytes": 100, "mb_per_s": 25.0},
+            {"operation": "backup", "way": "valkey-cli --rdb", "seconds": 2.0, "bytes": 100, "mb_per_s": 50.0},
+            {"operation": "restore", "way": "an empty cluster formed", "seconds": 9.0, "bytes": 0, "mb_per_s": 0.0}]}"#;
+        let charts = charts_of("backup", json).expect("charts");
+        let seconds = &charts[0].bars;
+        assert_eq!(
+            seconds.categories,
+            [
+                "backup: operator",
+                "backup: valkey-cli --rdb",
+                "restore: an empty cluster formed"
+            ]
+        );
+        assert_eq!(seconds.series[0].values, [Some(4.0), None, None]);
+        assert_eq!(seconds.series[1].values, [None, Some(2.0), Some(9.0)]);
+        assert_eq!(charts[1].bars.categories.len(), 2);
+        assert_eq!(charts[1].bars.series[1].values, [None, Some(50.0)]);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use redis::IntoConnectionInfo;
 use redis::aio::MultiplexedConnection;
 
 use super::view::ClusterView;
@@ -132,11 +133,24 @@ fn crc16(bytes: &[u8]) -> u16 {
 /// A connection to one server that waits long for replies: big pipelines take a while, and so
 /// may any command while the machine is busy (the default gives up after half a second).
 pub async fn bulk_connection(ip: &str) -> Result<MultiplexedConnection> {
+    bulk_connection_as(ip, None).await
+}
+
+/// [`bulk_connection`] as the default user with `password` (the clients' password of a cluster
+/// with auth on).
+pub async fn bulk_connection_as(ip: &str, password: Option<&str>) -> Result<MultiplexedConnection> {
     let err = |source| E2eError::Valkey {
         addr: ip.to_owned(),
         source,
     };
-    let client = redis::Client::open(format!("redis://{ip}:6379/")).map_err(err)?;
+    let mut info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
+        .into_connection_info()
+        .map_err(err)?;
+    if let Some(password) = password {
+        info =
+            info.set_redis_settings(redis::RedisConnectionInfo::default().set_password(password));
+    }
+    let client = redis::Client::open(info).map_err(err)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(5)))
         .set_response_timeout(Some(Duration::from_secs(120)));
@@ -173,9 +187,14 @@ fn by_owner(data: &Dataset, view: &ClusterView) -> Result<Vec<(String, Vec<u64>)
 
 /// Writes every key of `data` to its owner in `view`.
 pub async fn load(data: &Dataset, view: &ClusterView) -> Result<()> {
+    load_as(data, view, None).await
+}
+
+/// [`load`] with the clients' `password`.
+pub async fn load_as(data: &Dataset, view: &ClusterView, password: Option<&str>) -> Result<()> {
     let groups = by_owner(data, view)?;
     let servers = groups.into_iter().map(|(ip, keys)| async move {
-        let conn = bulk_connection(&ip).await?;
+        let conn = bulk_connection_as(&ip, password).await?;
         futures::stream::iter(keys.chunks(PIPELINE).map(Ok::<_, E2eError>))
             .try_for_each_concurrent(IN_FLIGHT, |chunk| {
                 let mut conn = conn.clone();
@@ -210,9 +229,18 @@ pub struct Readback {
 
 /// Reads every key of `data` from its owner in `view` and compares it with its value.
 pub async fn read_back(data: &Dataset, view: &ClusterView) -> Result<Readback> {
+    read_back_as(data, view, None).await
+}
+
+/// [`read_back`] with the clients' `password`.
+pub async fn read_back_as(
+    data: &Dataset,
+    view: &ClusterView,
+    password: Option<&str>,
+) -> Result<Readback> {
     let groups = by_owner(data, view)?;
     let servers = groups.into_iter().map(|(ip, keys)| async move {
-        let conn = bulk_connection(&ip).await?;
+        let conn = bulk_connection_as(&ip, password).await?;
         let results: Vec<Readback> = futures::stream::iter(keys.chunks(PIPELINE))
             .map(|chunk| {
                 let mut conn = conn.clone();

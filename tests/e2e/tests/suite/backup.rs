@@ -11,13 +11,16 @@
 //! and a restore that cannot be done makes no member.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use e2e::backups::{
+    PREFIX, STORE_BUCKET, STORE_SECRET_KEY, STORE_URL, backup_of, completed_backup, credentials,
+    delete_backups, finished_in, load, members_let_go, store,
+};
 use e2e::cluster::ClusterFixture;
-use e2e::{E2eError, Poll, Result, check, localkube_dir, wait_until};
+use e2e::{E2eError, Poll, Result, check, wait_until};
 use kube::ResourceExt;
 use redis::AsyncCommands;
 use tokio::sync::Mutex;
@@ -26,101 +29,14 @@ use valkey_api::v1alpha1::{BackupPhase, ValkeyBackup, ValkeyBackupStatus};
 const FORM: Duration = Duration::from_secs(240);
 const CAPTURE: Duration = Duration::from_secs(180);
 
-/// localkube's object store, as the host reaches it (tests/localkube/README.md).
-const STORE_URL: &str = "http://10.213.0.1:20070";
-const STORE_BUCKET: &str = "backups";
-const STORE_ACCESS_KEY: &str = "localkube";
-const STORE_SECRET_KEY: &str = "localkube-objectstore-secret";
-const PREFIX: &str = "e2e";
-
-fn store() -> Result<backup::Store> {
-    let mut config = backup::StoreConfig::s3_compatible(
-        STORE_URL,
-        STORE_BUCKET,
-        STORE_ACCESS_KEY,
-        STORE_SECRET_KEY,
-    );
-    config.prefix = PREFIX.to_owned();
-    backup::Store::new(&config).map_err(|e| E2eError::Check(e.to_string()))
-}
-
 /// A ValkeyBackup of the cluster `source` into `endpoint` with the credentials Secret `secret`.
 fn backup_manifest(name: &str, source: &str, endpoint: &str, secret: &str) -> String {
     backup_of("ValkeyCluster", name, source, endpoint, secret)
 }
 
-/// The same, of a `kind`.
-fn backup_of(kind: &str, name: &str, source: &str, endpoint: &str, secret: &str) -> String {
-    format!(
-        "apiVersion: valkey.io/v1alpha1\nkind: ValkeyBackup\nmetadata: {{name: {name}}}\nspec:\n  \
-         source: {{kind: {kind}, name: {source}}}\n  \
-         store: {{s3: {{endpoint: '{endpoint}', bucket: {STORE_BUCKET}, prefix: {PREFIX}, \
-         credentials: {{secretName: {secret}}}}}}}\n"
-    )
-}
-
 /// Waits until the backup is Completed or Failed; returns its status.
 async fn finished(c: &ClusterFixture, name: &str, within: Duration) -> Result<ValkeyBackupStatus> {
     finished_in(&c.ns, name, within).await
-}
-
-async fn finished_in(
-    ns: &e2e::TestNamespace,
-    name: &str,
-    within: Duration,
-) -> Result<ValkeyBackupStatus> {
-    let api = ns.api::<ValkeyBackup>();
-    wait_until(
-        within,
-        &format!("ValkeyBackup {name} Completed or Failed"),
-        || {
-            let api = api.clone();
-            async move {
-                let status = api.get(name).await?.status.unwrap_or_default();
-                Ok(match status.phase {
-                    Some(BackupPhase::Completed | BackupPhase::Failed) => Poll::Ready(status),
-                    phase => {
-                        Poll::NotYet(format!("{phase:?}: {}", status.message.unwrap_or_default()))
-                    }
-                })
-            }
-        },
-    )
-    .await
-}
-
-/// Backs up the `kind` `source` of `ns` as ValkeyBackup `name` (into localkube's store, with
-/// the Secret `store`) and waits for it; its status, once Completed (anything else fails).
-async fn completed_backup(
-    ns: &e2e::TestNamespace,
-    kind: &str,
-    name: &str,
-    source: &str,
-) -> Result<ValkeyBackupStatus> {
-    ns.apply(&backup_of(kind, name, source, STORE_URL, "store"))
-        .await?;
-    let status = finished_in(ns, name, CAPTURE).await?;
-    check(
-        status.phase == Some(BackupPhase::Completed),
-        format!(
-            "{name} did not complete: {:?} {:?}",
-            status.reason, status.message
-        ),
-    )?;
-    Ok(status)
-}
-
-/// Deletes every ValkeyBackup of `ns` (and so their objects), waiting until they are gone.
-async fn delete_backups(ns: &e2e::TestNamespace) -> Result<()> {
-    ns.kubectl(&[
-        "delete",
-        "valkeybackup",
-        "--all",
-        "--wait=true",
-        "--timeout=60s",
-    ])
-    .await
-    .map(|_| ())
 }
 
 /// A writer that records when each write was acknowledged.
@@ -218,21 +134,6 @@ impl TimedWriter {
     }
 }
 
-/// A valkey-server of this test that loads `rdb` and serves it on loopback; killed when dropped.
-struct Loaded {
-    child: tokio::process::Child,
-    port: u16,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Every key a Completed backup holds, with its value: its manifest read from the store, each
 /// shard's object fetched and checked against the SHA-256 and length the manifest and the status
 /// give, and loaded into a valkey-server of this test.
@@ -284,96 +185,6 @@ fn started_unix(status: &ValkeyBackupStatus) -> u64 {
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .and_then(|t| u64::try_from(t.timestamp()).ok())
         .unwrap_or(0)
-}
-
-/// The store's credentials in `ns`, as a user would create them.
-async fn credentials(ns: &e2e::TestNamespace) -> Result<()> {
-    ns.apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: store}}\nstringData: \
-         {{AWS_ACCESS_KEY_ID: {STORE_ACCESS_KEY}, AWS_SECRET_ACCESS_KEY: {STORE_SECRET_KEY}}}\n"
-    ))
-    .await
-    .map(|_| ())
-}
-
-async fn load(rdb: &[u8], tag: &str) -> Result<Loaded> {
-    let images = localkube_dir().join("images/valkey-9.1");
-    let dir = std::env::temp_dir().join(format!("e2e-backup-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| E2eError::Check(e.to_string()))?;
-    std::fs::write(dir.join("dump.rdb"), rdb).map_err(|e| E2eError::Check(e.to_string()))?;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| E2eError::Check(e.to_string()))?
-        .port();
-    let child = tokio::process::Command::new(images.join("bin/valkey-server"))
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args([
-            "--dir",
-            &dir.display().to_string(),
-            "--dbfilename",
-            "dump.rdb",
-        ])
-        .args(["--save", "", "--appendonly", "no"])
-        .env("LD_LIBRARY_PATH", images.join("lib"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| E2eError::Check(format!("valkey-server: {e}")))?;
-    let loaded = Loaded {
-        child,
-        port,
-        _dir: TempDir(dir),
-    };
-    // Up once it answers PING (not -LOADING).
-    wait_until(
-        Duration::from_secs(60),
-        "the loaded snapshot answers PING",
-        || async move {
-            let Ok(mut conn) = e2e::valkey("127.0.0.1", port).await else {
-                return Ok(Poll::NotYet("not listening".into()));
-            };
-            Ok(
-                match redis::cmd("PING").query_async::<String>(&mut conn).await {
-                    Ok(_) => Poll::Ready(()),
-                    Err(e) => Poll::NotYet(e.to_string()),
-                },
-            )
-        },
-    )
-    .await?;
-    Ok(loaded)
-}
-
-impl Loaded {
-    /// Every key it holds with its value (strings only: the writer writes nothing else).
-    async fn contents(&self) -> Result<BTreeMap<String, String>> {
-        let mut conn = e2e::valkey("127.0.0.1", self.port).await?;
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("*")
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| E2eError::Valkey {
-                addr: format!("127.0.0.1:{}", self.port),
-                source,
-            })?;
-        let mut out = BTreeMap::new();
-        for chunk in keys.chunks(500) {
-            let values: Vec<String> =
-                conn.mget(chunk).await.map_err(|source| E2eError::Valkey {
-                    addr: format!("127.0.0.1:{}", self.port),
-                    source,
-                })?;
-            out.extend(chunk.iter().cloned().zip(values));
-        }
-        Ok(out)
-    }
-}
-
-impl Drop for Loaded {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -650,7 +461,7 @@ async fn a_replication_backup_on_8_0_holds_its_confirmed_writes() -> Result<()> 
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = r.write_confirmed("c", 500).await?;
-    let status = completed_backup(&r.ns, "ValkeyReplication", "daily", "orders").await?;
+    let status = completed_backup(&r.ns, "ValkeyReplication", "daily", "orders", CAPTURE).await?;
     r.wait(
         Duration::from_secs(30),
         "status.lastSuccessfulBackup daily",
@@ -1151,42 +962,7 @@ async fn a_backup_survives_the_operator_and_its_chosen_replica_killed_mid_captur
 /// Waits until no member of the fixture's cluster has initialData left and each runs its
 /// revision, ready.
 async fn snapshots_let_go(c: &ClusterFixture) -> Result<()> {
-    members_let_go(&c.ns, "cluster", &c.name).await
-}
-
-/// The same for the members of the `kind` (`cluster`, `replication`) `name`.
-async fn members_let_go(ns: &e2e::TestNamespace, kind: &str, name: &str) -> Result<()> {
-    let nodes = ns.api::<valkey_api::v1alpha1::ValkeyNode>();
-    let selector = format!("valkey.io/{kind}={name}");
-    wait_until(
-        FORM,
-        &format!("{name}'s members without initialData, each on its revision"),
-        || {
-            let (nodes, selector) = (nodes.clone(), selector.clone());
-            async move {
-                let left: Vec<String> = nodes
-                    .list(&kube::api::ListParams::default().labels(&selector))
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|n| {
-                        let status = n.status.clone().unwrap_or_default();
-                        n.spec.initial_data.is_some()
-                            || status.desired_revision.is_none()
-                            || status.current_revision != status.desired_revision
-                            || !status.ready
-                    })
-                    .map(|n| n.name_any())
-                    .collect();
-                Ok(if left.is_empty() {
-                    Poll::Ready(())
-                } else {
-                    Poll::NotYet(format!("with initialData or not restarted: {left:?}"))
-                })
-            }
-        },
-    )
-    .await
+    members_let_go(&c.ns, "cluster", &c.name, FORM).await
 }
 
 /// A backup of a 2x1 ValkeyCluster restored into a new one of two shards: the new cluster is
@@ -1204,7 +980,7 @@ async fn a_cluster_restored_from_its_backup_holds_every_key_and_keeps_them_acros
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let written = c.write_keys("r", 2000).await?;
-    let status = completed_backup(&c.ns, "ValkeyCluster", "snap", "src").await?;
+    let status = completed_backup(&c.ns, "ValkeyCluster", "snap", "src", CAPTURE).await?;
 
     // The new cluster, beside the source (the fixture now speaks of it).
     c.name = "restored".to_owned();
@@ -1581,7 +1357,7 @@ async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_a
     r.wait_ready(FORM).await?;
     credentials(&r.ns).await?;
     let written = fill_replication(&r, "rr", 3000).await?;
-    completed_backup(&r.ns, "ValkeyReplication", "snap", "src").await?;
+    completed_backup(&r.ns, "ValkeyReplication", "snap", "src", CAPTURE).await?;
 
     // The new replication, beside the source (the fixture now speaks of it), every version of
     // it recorded from its creation on.
@@ -1593,7 +1369,7 @@ async fn a_replication_restored_from_its_backup_holds_every_key_and_keeps_them_a
     )
     .await?;
     r.wait_ready(FORM).await?;
-    members_let_go(&r.ns, "replication", "restored").await?;
+    members_let_go(&r.ns, "replication", "restored", FORM).await?;
     r.wait_done(FORM).await?;
 
     // The first primary it recorded is the member that loaded the snapshot.
