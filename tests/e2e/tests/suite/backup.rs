@@ -1223,7 +1223,7 @@ async fn a_backup_restored_into_another_shard_count_reshards_online_and_keeps_ev
     c.wait_ready(FORM).await?;
     credentials(&c.ns).await?;
     let written = fill(&c, "n", 3000).await?;
-    completed_backup(&c.ns, "ValkeyCluster", "two", "src").await?;
+    completed_backup(&c.ns, "ValkeyCluster", "two", "src", CAPTURE).await?;
 
     for (name, shards) in [("three", 3usize), ("one", 1)] {
         c.name = name.to_owned();
