@@ -23,6 +23,9 @@ pub struct Server {
     pub in_step: bool,
     /// A primary's `master_repl_offset`; a replica's `slave_repl_offset`.
     pub offset: i64,
+    /// The replication histories its offset counts in: `master_replid` (a replica shares its
+    /// primary's) and, after a failover, `master_replid2`, the history it continues.
+    pub history: Vec<String>,
     pub keys: u64,
     pub version: String,
     /// In cluster mode: its node ID and the slots it serves (a primary's).
@@ -46,6 +49,8 @@ pub struct ShardPlan {
     /// The primary's offset when the backup began: the capture waits until its member has
     /// reached it, so that every write acknowledged before then is in the snapshot.
     pub primary_offset: i64,
+    /// The history that offset counts in (the primary's `master_replid` then).
+    pub primary_history: Option<String>,
     pub slots: SlotSet,
 }
 
@@ -152,8 +157,39 @@ pub fn shard_plan(
         primary_address: primary.address,
         primary_node_id: primary.node_id.clone(),
         primary_offset: primary.offset,
+        primary_history: primary.history.first().cloned(),
         slots: primary.slots.clone(),
     }])
+}
+
+/// Where a chosen member stands against the primary's offset of the backup's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// It has every write acknowledged before the start (or it is the primary).
+    Reached,
+    /// Not yet: look again.
+    Behind,
+    /// Its offset counts in another history than the start's (its primary restarted without
+    /// its history, or two failovers since): no offset of it can show it has those writes, and
+    /// waiting would only run out the clock.
+    OtherHistory,
+}
+
+/// Whether `server`, chosen by `plan`, has caught up with the backup's start.
+pub fn catch_up(plan: &ShardPlan, server: &Server) -> CatchUp {
+    if plan.from_primary {
+        return CatchUp::Reached;
+    }
+    if let Some(start) = &plan.primary_history
+        && !server.history.iter().any(|id| id == start)
+    {
+        return CatchUp::OtherHistory;
+    }
+    if server.offset >= plan.primary_offset {
+        CatchUp::Reached
+    } else {
+        CatchUp::Behind
+    }
 }
 
 fn shard_has_unanswered(unanswered: &[String], shard: u32) -> bool {
@@ -220,6 +256,7 @@ mod tests {
 
     fn server(member: &str, shard: u32, ip: u8, primary: bool, offset: i64) -> Server {
         Server {
+            history: vec![HISTORY.to_owned()],
             member: member.into(),
             shard,
             address: SocketAddr::from(([10, 0, 0, ip], 6379)),
@@ -238,6 +275,40 @@ mod tests {
             },
             slots_moving: false,
         }
+    }
+
+    const HISTORY: &str = "8d1c4f0e2b3a49d6a7e5c1b0f9e8d7c6b5a49382";
+
+    /// A replica on the start's history waits for the offset, one that continues it after a
+    /// failover (`master_replid2`) too; one on another history (its primary back without its
+    /// history) cannot show it has the start's writes: the capture gives up on it at once
+    /// instead of waiting out its minute.
+    #[test]
+    fn the_catch_up_compares_offsets_only_within_the_starts_history() {
+        let servers = [
+            server("c-0-0", 0, 10, true, 500),
+            server("c-0-1", 0, 11, false, 500),
+        ];
+        let plan = start(plan(&servers, &[], 1, false)).remove(0);
+        assert_eq!(plan.primary_history.as_deref(), Some(HISTORY));
+        let mut member = server("c-0-1", 0, 11, false, 400);
+        assert_eq!(catch_up(&plan, &member), CatchUp::Behind);
+        member.offset = 500;
+        assert_eq!(catch_up(&plan, &member), CatchUp::Reached);
+        member.history = vec!["f".repeat(40), HISTORY.to_owned()];
+        member.offset = 620;
+        assert_eq!(
+            catch_up(&plan, &member),
+            CatchUp::Reached,
+            "after a failover"
+        );
+        member.history = vec!["e".repeat(40)];
+        member.offset = 9000;
+        assert_eq!(
+            catch_up(&plan, &member),
+            CatchUp::OtherHistory,
+            "a larger offset of another history proves nothing"
+        );
     }
 
     fn start(plan: Plan) -> Vec<ShardPlan> {

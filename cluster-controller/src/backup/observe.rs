@@ -302,6 +302,12 @@ pub async fn server(
         primary_host: info.get("master_host").map(str::to_owned),
         in_step: link_up && !syncing && !loading,
         offset,
+        history: ["master_replid", "master_replid2"]
+            .iter()
+            .filter_map(|field| info.get(field))
+            .filter(|id| !id.is_empty() && !id.bytes().all(|b| b == b'0'))
+            .map(str::to_owned)
+            .collect(),
         keys: keys(&info),
         version: version.to_string(),
         node_id: None,

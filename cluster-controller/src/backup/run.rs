@@ -20,7 +20,7 @@ use valkey_api::v1alpha1::{
     BackupConsistency, BackupPhase, BackupShard, Progress, ValkeyBackup, ValkeyBackupStatus,
 };
 
-use super::choose::{self, Plan, ShardPlan};
+use super::choose::{self, CatchUp, Plan, ShardPlan};
 use super::observe::{self, Logins, LoginsRead, Source, Sources};
 use super::paused;
 use super::store::{self, Unopened};
@@ -796,6 +796,7 @@ impl Job<'_> {
                 .filter(|p| p.shard == first.shard)
                 .map(|mut p| {
                     p.primary_offset = first.primary_offset;
+                    p.primary_history = first.primary_history.clone();
                     p
                 })
                 .ok_or_else(|| Problem {
@@ -821,8 +822,15 @@ impl Job<'_> {
             let server = observe::server(self.client, &member, cluster)
                 .await
                 .map_err(Attempt::Retry)?;
-            if plan.from_primary || server.offset >= target {
-                break server.keys;
+            match choose::catch_up(plan, &server) {
+                CatchUp::Reached => break server.keys,
+                CatchUp::Behind => {}
+                CatchUp::OtherHistory => {
+                    return Err(Attempt::Retry(format!(
+                        "it is on another replication history than its primary when the backup began (a restart without its history, or failovers since): its offset cannot show it has every write acknowledged before the start (it is at {} of {:?}, the start at {target})",
+                        server.offset, server.history
+                    )));
+                }
             }
             if Instant::now() > deadline {
                 return Err(Attempt::Retry(format!(
