@@ -630,7 +630,6 @@ impl Job<'_> {
     /// One shard, retried from the best member then (up to [`MAX_ATTEMPTS`]).
     async fn shard(&self, first: ShardPlan) -> Result<backup::manifest::ShardBackup, Problem> {
         let index = first.shard;
-        let target = first.primary_offset;
         let mut plan = first.clone();
         let mut last_error = String::new();
         for attempt in 1..=MAX_ATTEMPTS {
@@ -646,7 +645,7 @@ impl Job<'_> {
             }
             let member = plan.member.clone();
             self.running(&plan, attempt).await;
-            match self.attempt(&plan, target).await {
+            match self.attempt(&plan).await {
                 Ok(shard) => {
                     self.completed(&shard).await;
                     return Ok(shard);
@@ -807,16 +806,14 @@ impl Job<'_> {
         }
     }
 
-    /// One capture of `plan`'s member, once it has its primary's writes up to `target`.
-    async fn attempt(
-        &self,
-        plan: &ShardPlan,
-        target: i64,
-    ) -> Result<backup::manifest::ShardBackup, Attempt> {
+    /// One capture of `plan`'s member, once it has its primary's writes up to the offset of the
+    /// backup's start (`plan.primary_offset`, kept across re-plans).
+    async fn attempt(&self, plan: &ShardPlan) -> Result<backup::manifest::ShardBackup, Attempt> {
         let mut member = Member::new(plan.shard, 0, plan.member.clone());
         member.address = Some(plan.address);
         member.ready = true;
         let cluster = self.source.is_cluster();
+        let target = plan.primary_offset;
         let deadline = Instant::now() + CATCH_UP;
         let keys = loop {
             let server = observe::server(self.client, &member, cluster)

@@ -194,7 +194,7 @@ async fn prepare(
         restore: restore::slots(plan),
         ..desired::topology(cluster).map_err(Stop::problem)?
     };
-    let restoring_at_other_count = shards != desired::topology_or_safest(cluster).shards;
+    let restoring_at_other_count = shards != restore::shards_now(cluster, None);
     Ok(Some(Prepared {
         auth,
         served,
