@@ -873,6 +873,42 @@ async fn hold(
     )))
 }
 
+/// The set-up of the tests that stop the store: a 2x1 cluster `prefix`/`name` Ready, the store's
+/// credentials, the shared turn at the store (see [`hold_alone`]) and a client of the store.
+async fn store_fault_cluster(
+    prefix: &str,
+    name: &str,
+) -> Result<(
+    ClusterFixture,
+    tokio::sync::RwLockReadGuard<'static, ()>,
+    backup::Store,
+)> {
+    let c = ClusterFixture::start(prefix, name, "{shards: 2, replicas: 1}").await?;
+    let store_turn = e2e::pool::object_store().await;
+    c.wait_ready(FORM).await?;
+    credentials(&c.ns).await?;
+    Ok((c, store_turn, store()?))
+}
+
+/// [`hold`], with the store to this test alone while it is paused and until the backup it holds
+/// ends (other tests' backups and restores would be held too): the shared turn is given up for
+/// the exclusive one, which the caller keeps until then.
+async fn hold_alone(
+    c: &ClusterFixture,
+    store_turn: tokio::sync::RwLockReadGuard<'static, ()>,
+    prefix: &str,
+) -> Result<(
+    tokio::sync::RwLockWriteGuard<'static, ()>,
+    String,
+    PausedStore,
+    ValkeyBackupStatus,
+)> {
+    drop(store_turn);
+    let alone = e2e::pool::object_store_alone().await;
+    let (name, paused, status) = hold(c, prefix).await?;
+    Ok((alone, name, paused, status))
+}
+
 /// The operator killed mid-backup, then the chosen replica killed mid-backup (each held there by
 /// pausing the object store once the backup is Running): each backup still ends Completed, its
 /// objects match the manifest, and it holds every key written before it began.
@@ -1591,22 +1627,14 @@ fn holds_every_key(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_backup() -> Result<()> {
     let began = Instant::now();
-    let c = ClusterFixture::start("backup-primary", "bp", "{shards: 2, replicas: 1}").await?;
-    let store_turn = e2e::pool::object_store().await;
-    c.wait_ready(FORM).await?;
-    credentials(&c.ns).await?;
-    let store = store()?;
+    let (c, store_turn, store) = store_fault_cluster("backup-primary", "bp").await?;
     // Confirmed by a replica (WAIT 1): a write a primary acknowledged but had not yet sent to
     // its replica is gone once that replica takes over, from the cluster and so from any backup
     // taken after. Only writes acknowledged with WAIT are promised to survive a failover, so
     // they are the ones a backup across one must hold.
     let written = fill_confirmed(&c, "p", 20_000).await?;
 
-    // The store alone while it is paused and the backup it holds ends (other tests' backups
-    // and restores would be held too).
-    drop(store_turn);
-    let alone = e2e::pool::object_store_alone().await;
-    let (name, paused, status) = hold(&c, "primary-killed").await?;
+    let (alone, name, paused, status) = hold_alone(&c, store_turn, "primary-killed").await?;
     let began_at = status.start_time.clone();
     let shard = status
         .shards
@@ -1738,11 +1766,7 @@ async fn a_shards_primary_killed_mid_backup_loses_no_confirmed_key_from_the_back
 async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_captured() -> Result<()>
 {
     let began = Instant::now();
-    let c = ClusterFixture::start("backup-scale", "bs", "{shards: 2, replicas: 1}").await?;
-    let store_turn = e2e::pool::object_store().await;
-    c.wait_ready(FORM).await?;
-    credentials(&c.ns).await?;
-    let store = store()?;
+    let (c, store_turn, store) = store_fault_cluster("backup-scale", "bs").await?;
     let written = fill(&c, "s", 20_000).await?;
     let before = slot_owners(&c).await?;
     let slots_before = held_slot_sets(before.values());
@@ -1751,11 +1775,7 @@ async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_capt
         format!("two primaries with slots before: {before:?}"),
     )?;
 
-    // The store alone while it is paused and the backup it holds ends (other tests' backups
-    // and restores would be held too).
-    drop(store_turn);
-    let alone = e2e::pool::object_store_alone().await;
-    let (name, paused, _) = hold(&c, "scale").await?;
+    let (alone, name, paused, _) = hold_alone(&c, store_turn, "scale").await?;
     c.patch_spec(serde_json::json!({"shards": 3})).await?;
     // Kept paused for less than the 30 s the backup gives a store request: long enough for the
     // new shard to join and the engine to come to moving slots.
@@ -1849,18 +1869,10 @@ async fn a_scale_out_requested_mid_backup_moves_no_slot_until_the_backup_is_capt
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_unreachable_for_a_minute_fails_the_backup_and_a_new_one_completes() -> Result<()> {
     let began = Instant::now();
-    let c = ClusterFixture::start("backup-store", "bo", "{shards: 2, replicas: 1}").await?;
-    let store_turn = e2e::pool::object_store().await;
-    c.wait_ready(FORM).await?;
-    credentials(&c.ns).await?;
-    let store = store()?;
+    let (c, store_turn, store) = store_fault_cluster("backup-store", "bo").await?;
     let written = fill(&c, "o", 20_000).await?;
 
-    // The store alone while it is paused and the backup it holds ends (other tests' backups
-    // and restores would be held too).
-    drop(store_turn);
-    let alone = e2e::pool::object_store_alone().await;
-    let (name, paused, status) = hold(&c, "store-down").await?;
+    let (alone, name, paused, status) = hold_alone(&c, store_turn, "store-down").await?;
     let location = status.location.clone().unwrap_or_default();
     let backups = c.ns.api::<ValkeyBackup>();
     // The fault lasts a minute, whatever the backup does meanwhile; what it says is noted.
