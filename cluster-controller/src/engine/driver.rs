@@ -145,6 +145,9 @@ impl<C: ValkeyClient> Engine<C> {
         let mut members = members.to_vec();
         let mut earlier = Vec::new();
         let mut timing = Timing::default();
+        // The slots left to move at the pass's first look: a job watched to its end does not
+        // keep the pass once some of them have landed, so the status says so before the others.
+        let mut first_slots_to_move = None;
         loop {
             let look = Instant::now();
             let observation = observe_fenced(
@@ -163,6 +166,10 @@ impl<C: ValkeyClient> Engine<C> {
                 health,
             } = judge_in(scope, desired, &members, &observation);
             timing.decide += observed.elapsed();
+            let slots_left = health.as_ref().and_then(|h| h.slots_to_move);
+            if timing.looks == 1 {
+                first_slots_to_move = slots_left;
+            }
             let budget = if earlier.is_empty() {
                 self.config.settle_budget
             } else {
@@ -190,7 +197,8 @@ impl<C: ValkeyClient> Engine<C> {
                     if (time_left && settles_soon(*reason))
                         || (*reason == Reason::MigratingSlots
                             && earlier.is_empty()
-                            && started.elapsed() < self.config.job_watch_budget) =>
+                            && started.elapsed() < self.config.job_watch_budget
+                            && !slots_landed(first_slots_to_move, slots_left)) =>
                 {
                     // A running job is watched longer than a short wait: it ends once its keys
                     // have moved, and what follows (the next job, a leaving shard's removal) is
@@ -249,6 +257,13 @@ impl<C: ValkeyClient> Engine<C> {
     }
 }
 
+/// Whether some of the slots left at a pass's first look have landed since: several jobs run
+/// at once, and the status reports each one's end (`status.progress`) instead of waiting for
+/// the last.
+fn slots_landed(first: Option<usize>, now: Option<usize>) -> bool {
+    matches!((first, now), (Some(first), Some(now)) if now < first)
+}
+
 /// Waits that end within moments by themselves: a handshake, gossip spreading a change, a
 /// replica's first sync of a small data set, cluster_state turning ok.
 pub fn settles_soon(reason: Reason) -> bool {
@@ -297,5 +312,22 @@ mod tests {
         let desired = Desired::new(1, 0);
         let pass = engine.pass(&desired, &[]);
         assert_send(&pass);
+    }
+
+    /// A pass watching three jobs ends when the first lands, so `status.progress` shows a step
+    /// between the start and the end (it did not, when every job ended within one watch).
+    #[test]
+    fn a_watch_ends_once_some_slots_landed() {
+        assert!(!slots_landed(Some(6553), Some(6553)), "nothing landed yet");
+        assert!(
+            slots_landed(Some(6553), Some(4369)),
+            "one job of three landed"
+        );
+        assert!(!slots_landed(None, Some(10)), "no figure at the first look");
+        assert!(!slots_landed(Some(10), None), "no figure now");
+        assert!(
+            !slots_landed(Some(10), Some(12)),
+            "more to move is not progress"
+        );
     }
 }

@@ -13,7 +13,7 @@ const FORM: Duration = Duration::from_secs(240);
 async fn a_scale_out_reports_slots_moved_growing_to_complete() -> Result<()> {
     let c = ClusterFixture::start("d2-progress", "prog", "{shards: 3, replicas: 0}").await?;
     c.wait_ready(FORM).await?;
-    let before = c.write_keys("pre", 2_000).await?;
+    let before = c.write_keys("pre", 10_000).await?;
     // Every version of the cluster from here on: a poll could miss the steps between.
     let record = Record::start(c.api(), None).await?;
     c.patch_spec(serde_json::json!({"shards": 5})).await?;
