@@ -1,5 +1,5 @@
 //! A ValkeyCluster's external access, on the floor's [`crate::parent::external`]: a Service of
-//! type LoadBalancer per member (`<member>-external`, selecting that member's pod alone), the
+//! type LoadBalancer or NodePort per member (`<member>-external`, selecting that member's pod alone), the
 //! address each member announces to clients, and the names its certificate must carry.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,6 +42,7 @@ pub fn certificate_names(ctx: &Context, cluster: &ValkeyCluster) -> Vec<String> 
     external::certificate_names(
         cluster.spec.external_access.as_ref(),
         &services(&ctx.services, cluster),
+        &super::observe::member_nodes(&ctx.nodes, cluster),
     )
 }
 
@@ -74,6 +75,7 @@ pub fn wanted(
                 external::member_service_name(&member),
                 selector,
                 access,
+                &member,
             )
         })
         .collect()

@@ -31,10 +31,11 @@ pub struct Member {
     /// when known: primaries are kept apart by them.
     pub node_name: Option<String>,
     pub zone: Option<String>,
-    /// The address the member tells clients outside Kubernetes (its ValkeyNode's
-    /// `cluster-announce-client-ipv4`), which Valkey shows in place of its pod IP: the engine
-    /// reads it back as the member's (see `with_internal_addresses`).
-    pub announced: Option<std::net::IpAddr>,
+    /// The address and port the member tells clients outside Kubernetes (its ValkeyNode's
+    /// `cluster-announce-client-ipv4` and, behind a NodePort, `cluster-announce-client-port`),
+    /// which Valkey shows in place of its pod IP and port: the engine reads them back as the
+    /// member's (see `with_internal_addresses`).
+    pub announced: Option<std::net::SocketAddr>,
 }
 
 impl Member {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -276,9 +276,9 @@ pub async fn observe_fenced(
     fence_user: Option<&str>,
 ) -> Observation {
     let lines = LineCache::new();
-    let internal: BTreeMap<IpAddr, IpAddr> = members
+    let internal: BTreeMap<SocketAddr, SocketAddr> = members
         .iter()
-        .filter_map(|m| Some((m.announced?, m.address?.ip())))
+        .filter_map(|m| Some((m.announced?, m.address?)))
         .collect();
     Observation {
         members: read_every(members, |address| {
@@ -295,7 +295,7 @@ async fn read_node(
     timeout: Duration,
     fence_user: Option<&str>,
     lines: &LineCache,
-    internal: &BTreeMap<IpAddr, IpAddr>,
+    internal: &BTreeMap<SocketAddr, SocketAddr>,
 ) -> Result<NodeState, String> {
     let run = |args: &'static [&'static str]| async move {
         let mut cmd = redis::Cmd::new();

@@ -81,6 +81,19 @@ pub fn member(node: &ValkeyNode) -> Option<Member> {
     Some(member_at(node, shard, index))
 }
 
+/// Where a member tells clients it is (its ValkeyNode's client-only announce settings): the
+/// address, and the port when one other than [`VALKEY_PORT`] is announced (a NodePort).
+fn announced(node: &ValkeyNode) -> Option<SocketAddr> {
+    let config = node.spec.config.as_ref()?;
+    let ip = config.get(super::external::ANNOUNCE)?.parse().ok()?;
+    let port = config
+        .get(super::external::ANNOUNCE_PORTS[0])
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|p| *p != 0)
+        .unwrap_or(VALKEY_PORT);
+    Some(SocketAddr::new(ip, port))
+}
+
 /// The engine's view of a ValkeyNode at `(shard, index)` (a replication's members are shard 0):
 /// its address, whether it is ready for the spec it has, its revisions and restart gate.
 pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
@@ -100,12 +113,7 @@ pub fn member_at(node: &ValkeyNode, shard: u32, index: u32) -> Member {
     member.allowed_revision = node.spec.allowed_revision.clone().filter(|r| !r.is_empty());
     member.node_name = status.and_then(|s| s.node_name.clone());
     member.zone = status.and_then(|s| s.zone.clone());
-    member.announced = node
-        .spec
-        .config
-        .as_ref()
-        .and_then(|c| c.get(super::external::ANNOUNCE))
-        .and_then(|ip| ip.parse().ok());
+    member.announced = announced(node);
     member
 }
 

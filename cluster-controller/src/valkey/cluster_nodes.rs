@@ -311,13 +311,15 @@ impl LineCache {
 /// `CLUSTER NODES` as the members reach each other. A node that announces an address to clients
 /// (`cluster-announce-client-ipv4`, for clients outside Kubernetes) is shown at that address to
 /// every client over IPv4, the operator included, while the cluster bus and replication use its
-/// pod IP. `internal` maps each announced address back to the pod IP of the member that
-/// announces it (what the operator set, not what it read), so the rules that compare addresses
-/// judge the addresses the cluster itself uses. Lines with no announced address are left as
-/// they are.
+/// pod IP; behind a NodePort its announced client port (`cluster-announce-client-port`) stands
+/// in for its port too. `internal` maps each announced address and port back to the pod IP and
+/// port of the member that announces them (what the operator set, not what it read: members on
+/// one Kubernetes node share its address and differ by port), so the rules that compare
+/// addresses judge the addresses the cluster itself uses. Lines with no announced address are
+/// left as they are.
 pub fn with_internal_addresses<'a>(
     text: &'a str,
-    internal: &std::collections::BTreeMap<IpAddr, IpAddr>,
+    internal: &std::collections::BTreeMap<std::net::SocketAddr, std::net::SocketAddr>,
 ) -> std::borrow::Cow<'a, str> {
     if internal.is_empty() {
         return std::borrow::Cow::Borrowed(text);
@@ -329,9 +331,9 @@ pub fn with_internal_addresses<'a>(
             out.push_str(line);
             continue;
         };
-        let mapped = address.split_once(':').and_then(|(ip, tail)| {
-            let to = internal.get(&ip.parse::<IpAddr>().ok()?)?;
-            Some(format!("{to}:{tail}"))
+        let mapped = address.split_once('@').and_then(|(client, bus)| {
+            let to = internal.get(&client.parse::<std::net::SocketAddr>().ok()?)?;
+            Some(format!("{to}@{bus}"))
         });
         match (mapped, rest) {
             (Some(address), Some(rest)) => {
@@ -558,8 +560,8 @@ bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb 10.213.255.9:6379@20001,host master - 0
 cccccccccccccccccccccccccccccccccccccccc 10.213.1.5:6379@20001 slave aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 0 1 1 connected
 ";
         let internal = std::collections::BTreeMap::from([
-            (ip("10.213.255.7"), ip("10.213.1.3")),
-            (ip("10.213.255.9"), ip("10.213.2.4")),
+            (at("10.213.255.7:6379"), at("10.213.1.3:6379")),
+            (at("10.213.255.9:6379"), at("10.213.2.4:6379")),
         ]);
         let nodes = parse(&with_internal_addresses(text, &internal)).unwrap_or_default();
         let ips: Vec<_> = nodes.nodes().iter().map(|n| n.ip_addr()).collect();
@@ -583,6 +585,37 @@ cccccccccccccccccccccccccccccccccccccccc 10.213.1.5:6379@20001 slave aaaaaaaaaaa
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    fn at(text: &str) -> std::net::SocketAddr {
+        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    /// Behind NodePorts two members on one Kubernetes node announce its address with their own
+    /// node ports (as Valkey 9.1 shows them): each maps back to its own pod, port included.
+    #[test]
+    fn members_sharing_a_node_address_map_back_by_their_announced_ports() {
+        let text = "\
+aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 10.213.1.1:30123@16379 myself,master - 0 0 1 connected 0-8191
+bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb 10.213.1.1:30124@16379 master - 0 1 2 connected 8192-16383
+";
+        let internal = std::collections::BTreeMap::from([
+            (at("10.213.1.1:30123"), at("10.213.1.7:6379")),
+            (at("10.213.1.1:30124"), at("10.213.1.8:6379")),
+        ]);
+        let nodes = parse(&with_internal_addresses(text, &internal)).unwrap_or_default();
+        let found: Vec<_> = nodes
+            .nodes()
+            .iter()
+            .map(|n| (n.ip_addr(), n.port, n.bus_port))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (Some(ip("10.213.1.7")), 6379, 16379),
+                (Some(ip("10.213.1.8")), 6379, 16379)
+            ]
+        );
     }
 
     const ID_A: &str = "cafe8f0ee03094df09eaac79907865f1b906ad6e";

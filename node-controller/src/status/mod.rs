@@ -147,6 +147,7 @@ pub fn compute(
         pod_ip: pod.and_then(pod_ip),
         pod_name: pod.and_then(|p| p.metadata.name.clone()),
         node_name: pod.and_then(node_name),
+        host_ip: pod.and_then(host_ip),
         zone: pod.and_then(zone),
         valkey_version: valkey_version(previous, o.valkey.as_ref()),
         current_revision,
@@ -442,6 +443,10 @@ fn pod_up_to_date(current: Option<&str>, desired: &str, restart_allowed: bool) -
 
 fn pod_ip(pod: &Pod) -> Option<String> {
     pod.status.as_ref()?.pod_ip.clone()
+}
+
+fn host_ip(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.host_ip.clone()
 }
 
 fn node_name(pod: &Pod) -> Option<String> {

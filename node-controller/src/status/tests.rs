@@ -12,6 +12,7 @@ spec: {nodeName: localkube-b, containers: [{name: valkey}]}
 status:
   phase: Running
   podIP: 10.213.2.7
+  hostIP: 10.213.2.1
   conditions: [{type: Ready, status: "True"}]
   containerStatuses: [{name: valkey, image: valkey/valkey:9.1, imageID: "", ready: true, restartCount: 0, state: {running: {}}}]
 "#;
@@ -66,6 +67,11 @@ fn a_ready_pod_whose_valkey_answers_is_ready_with_its_role() {
     assert_eq!(s.pod_ip.as_deref(), Some("10.213.2.7"));
     assert_eq!(s.pod_name.as_deref(), Some("valkey-n-0"));
     assert_eq!(s.node_name.as_deref(), Some("localkube-b"));
+    assert_eq!(
+        s.host_ip.as_deref(),
+        Some("10.213.2.1"),
+        "where a NodePort reaches it"
+    );
     assert_eq!(s.observed_generation, Some(3));
     assert_eq!(condition(&s, READY).reason, "ValkeyReady");
     assert_eq!(condition(&s, POD_UP_TO_DATE).status, "True");

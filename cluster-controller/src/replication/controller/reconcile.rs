@@ -457,7 +457,11 @@ fn external_names(ctx: &Context, replication: &ValkeyReplication) -> Vec<String>
         .into_iter()
         .filter_map(|s| Some((s.metadata.name.clone()?, (*s).clone())))
         .collect();
-    external::certificate_names(replication.spec.external_access.as_ref(), &services)
+    external::certificate_names(
+        replication.spec.external_access.as_ref(),
+        &services,
+        &observe::member_nodes(&ctx.nodes, replication),
+    )
 }
 
 /// The read/write and read-only Services, applied when they differ from what the cache holds.

@@ -81,12 +81,14 @@ pub fn services(replication: &ValkeyReplication, primary: Option<&str>) -> Optio
             external_service_name(&name),
             read_write,
             access,
+            "primary",
         ));
         wanted.push(external::service(
             &owner,
             external_service_name(&replicas_service_name(&name)),
             read_only,
             access,
+            "replicas",
         ));
     }
     Some(wanted)

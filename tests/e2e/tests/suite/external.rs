@@ -275,7 +275,7 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
 
     // valkey-py's cluster client, as an application outside would use it: every key written
     // (WAIT 1) and read back, and the nodes it learnt are the external addresses only.
-    let learnt = valkey_py_cluster(&first, password.as_deref(), 200).await?;
+    let learnt = valkey_py_cluster(&first, 6379, password.as_deref(), 200).await?;
     let external: std::collections::BTreeSet<String> =
         addresses.values().map(|a| format!("{a}:6379")).collect();
     let nodes: Vec<String> = learnt["nodes"]
@@ -313,6 +313,7 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
 /// Runs tests/clients/valkey_py_cluster.py from outside through `seed`; its JSON line.
 async fn valkey_py_cluster(
     seed: &str,
+    port: u16,
     password: Option<&str>,
     keys: usize,
 ) -> Result<serde_json::Value> {
@@ -321,7 +322,7 @@ async fn valkey_py_cluster(
     cmd.env("PYTHONPATH", e2e::localkube_dir().join("python"))
         .env("VALKEY_PASSWORD", password.unwrap_or_default())
         .arg(&script)
-        .args([seed, "6379", &keys.to_string()]);
+        .args([seed, &port.to_string(), &keys.to_string()]);
     let out = cmd
         .output()
         .await
@@ -554,4 +555,255 @@ async fn a_replications_external_address_follows_a_failover() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The node port fixed for the first member in the NodePort test: in the API server's default
+/// range, and used by no other test.
+const FIXED_NODE_PORT: u16 = 31379;
+
+/// Every member's external address behind NodePorts: the address of the Kubernetes node its pod
+/// runs on and its Service's node port, as its ValkeyNode announces them and its server answers
+/// CONFIG GET with.
+async fn node_port_addresses(c: &ClusterFixture) -> Result<BTreeMap<String, (String, u16)>> {
+    let services = c.ns.api::<Service>();
+    let mut out = BTreeMap::new();
+    for node in c.nodes().await? {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let spec = services
+            .get(&format!("{name}-external"))
+            .await?
+            .spec
+            .unwrap_or_default();
+        let port = spec
+            .ports
+            .as_ref()
+            .and_then(|p| p.first().and_then(|p| p.node_port))
+            .unwrap_or_default();
+        check(
+            spec.type_.as_deref() == Some("NodePort") && port > 0,
+            format!("{name}-external is {:?} with node port {port}", spec.type_),
+        )?;
+        let status = node.status.clone().unwrap_or_default();
+        let host = status.host_ip.clone().unwrap_or_default();
+        let config = node.spec.config.clone().unwrap_or_default();
+        let setting = |key: &str| config.get(key).cloned().unwrap_or_default();
+        check(
+            setting("cluster-announce-client-ipv4") == host
+                && setting("cluster-announce-client-port") == port.to_string()
+                && setting("cluster-announce-client-tls-port") == port.to_string(),
+            format!("ValkeyNode {name} announces {config:?}; its node is {host}, its port {port}"),
+        )?;
+        let pod_ip = status.pod_ip.unwrap_or_default();
+        let live = c
+            .admin_command_on(&pod_ip, &["CONFIG", "GET", "cluster-announce-client-port"])
+            .await?;
+        check(
+            live.contains(&port.to_string()),
+            format!("{name} announces port {live:?}, its Service has {port}"),
+        )?;
+        out.insert(name, (host, u16::try_from(port).unwrap_or_default()));
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_node_ports_an_outside_client_reaches_every_shard_at_node_addresses_across_a_failover()
+-> Result<()> {
+    let c = ClusterFixture::start(
+        "external-nodeport",
+        "np",
+        &format!(
+            "{{shards: 3, replicas: 1, image: 'valkey/valkey:9.1', externalAccess: {{type: NodePort, fixed: {{np-0-0: {{nodePort: {FIXED_NODE_PORT}}}}}}}}}"
+        ),
+    )
+    .await?;
+    c.wait_ready(FORM).await?;
+    let addresses = node_port_addresses(&c).await?;
+    check(
+        addresses.len() == 6 && addresses.get("np-0-0").map(|a| a.1) == Some(FIXED_NODE_PORT),
+        format!("{addresses:?}"),
+    )?;
+    replicas_follow_pod_ips(&c).await?;
+    let password = c.password().await?;
+
+    // valkey-cli -c from outside, through one node address and port: MOVED sends it on to the
+    // others' node addresses and ports.
+    let cli = e2e::localkube_dir().join("images/valkey-9.1/bin/valkey-cli");
+    let (host, port) = addresses.values().next().cloned().unwrap_or_default();
+    for key in ["a", "b", "c", "d", "e", "f"] {
+        let mut cmd = outside::command(&cli.to_string_lossy());
+        cmd.args([
+            "-c",
+            "-h",
+            &host,
+            "-p",
+            &port.to_string(),
+            "--no-auth-warning",
+        ]);
+        if let Some(password) = &password {
+            cmd.args(["-a", password]);
+        }
+        let out = cmd
+            .args(["SET", &format!("np:{key}"), key])
+            .output()
+            .await
+            .map_err(|e| E2eError::Check(format!("valkey-cli: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        check(
+            out.status.success() && text.trim() == "OK",
+            format!(
+                "valkey-cli -c SET np:{key} from outside: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )?;
+    }
+
+    // A cluster client outside writes with WAIT 1 while a primary's pod is deleted.
+    let seeds: Vec<String> = addresses
+        .values()
+        .map(|(host, port)| format!("redis://{host}:{port}/"))
+        .collect();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let acked = Arc::new(AtomicUsize::new(0));
+    let (seen, pw) = (acked.clone(), password.clone());
+    let outside_client = tokio::spawn(outside::run(move || async move {
+        let conn = connect(seeds.clone(), pw.clone()).await?;
+        let again: Connect = Arc::new(move || {
+            let (seeds, pw) = (seeds.clone(), pw.clone());
+            Box::pin(async move { connect(seeds, pw).await.ok() })
+        });
+        let writer = ReplicatedWriter::start("np", conn, again.clone());
+        let mut stopped = stopped;
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    seen.store(writer.acked().await, Ordering::Relaxed);
+                }
+            }
+        }
+        let acks = writer.stop().await;
+        let mut reader = again()
+            .await
+            .ok_or_else(|| E2eError::Check("no cluster connection for reading back".into()))?;
+        let mut missing = Vec::new();
+        for (key, value) in &acks.replicated {
+            let got: Option<String> = reader.get(key).await.ok().flatten();
+            if got.as_deref() != Some(value.as_str()) {
+                missing.push(key.clone());
+            }
+        }
+        Ok::<_, E2eError>(OutsideRun { acks, missing })
+    }));
+    let wait_acked = |at_least: usize| {
+        let acked = acked.clone();
+        wait_until(
+            Duration::from_secs(60),
+            "the outside writer's acknowledged writes",
+            move || {
+                let acked = acked.clone();
+                async move {
+                    let now = acked.load(Ordering::Relaxed);
+                    Ok(if now >= at_least {
+                        Poll::Ready(())
+                    } else {
+                        Poll::NotYet(format!("{now} of {at_least}"))
+                    })
+                }
+            },
+        )
+    };
+    wait_acked(100).await?;
+    let primary = c.member_with_role(Role::Primary).await?;
+    let pod = primary
+        .status
+        .and_then(|s| s.pod_name)
+        .ok_or_else(|| E2eError::Check("the primary has no pod".into()))?;
+    c.ns.kubectl(&["delete", "pod", &pod, "--wait=false"])
+        .await?;
+    c.wait_status(FORM, "Ready after the failover", |s| {
+        s.state == Some(ClusterState::Ready) && s.ready_shards == 3
+    })
+    .await?;
+    wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
+    let _ = stop.send(());
+    let run = outside_client
+        .await
+        .map_err(|e| E2eError::Check(format!("the outside client: {e}")))???;
+    check(
+        run.missing.is_empty() && run.acks.replicated.len() >= 200,
+        format!(
+            "{} of {} WAIT-acknowledged writes are not read back from outside: {:?}",
+            run.missing.len(),
+            run.acks.replicated.len(),
+            run.missing.iter().take(10).collect::<Vec<_>>()
+        ),
+    )?;
+
+    // Every member announces its node's address and port again (a pod that moved to another
+    // node included), and valkey-py's cluster client learns those and nothing else.
+    let addresses = wait_until(
+        FORM,
+        "every member announcing its node and port",
+        || async {
+            Ok(match node_port_addresses(&c).await {
+                Ok(found) => Poll::Ready(found),
+                Err(e) => Poll::NotYet(e.to_string()),
+            })
+        },
+    )
+    .await?;
+    let learnt = valkey_py_cluster(&host, port, password.as_deref(), 200).await?;
+    let external: std::collections::BTreeSet<String> = addresses
+        .values()
+        .map(|(host, port)| format!("{host}:{port}"))
+        .collect();
+    let nodes: Vec<String> = learnt["nodes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    check(
+        learnt["written"] == 200
+            && learnt["read"] == 200
+            && !nodes.is_empty()
+            && nodes.iter().all(|n| external.contains(n)),
+        format!("valkey-py from outside: {learnt}; the node addresses and ports {external:?}"),
+    )?;
+    replicas_follow_pod_ips(&c).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn valkey_8_0_behind_node_ports_is_refused_with_a_reason() -> Result<()> {
+    let c = ClusterFixture::start(
+        "external-nodeport-80",
+        "np8",
+        "{shards: 1, replicas: 0, image: 'valkey/valkey:8.0', externalAccess: {type: NodePort}}",
+    )
+    .await?;
+    let status = c
+        .wait_status(FORM, "the reason NodePorts need Valkey 9", |s| {
+            s.reason.as_deref() == Some("ExternalNodePortNeedsValkey9")
+        })
+        .await?
+        .status
+        .unwrap_or_default();
+    check(
+        status.state != Some(ClusterState::Ready)
+            && status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("np8-0-0") && m.contains("LoadBalancer")),
+        format!("{status:?}"),
+    )?;
+    // Nothing announced: the server runs (8.0 would not start with a client port setting).
+    let node = c.nodes().await?.into_iter().next();
+    let config = node.and_then(|n| n.spec.config).unwrap_or_default();
+    check(
+        !config.contains_key("cluster-announce-client-port"),
+        format!("the 8.0 member is given {config:?}"),
+    )
 }
