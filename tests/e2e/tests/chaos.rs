@@ -31,6 +31,13 @@ const SPEC_SLOW_TIMEOUT: &str = "{shards: 3, replicas: 1, config: {cluster-node-
 /// promote it and lose what it missed.
 const SPEC_STALE_REPLICAS: &str =
     "{shards: 3, replicas: 1, config: {cluster-replica-validity-factor: '1', repl-timeout: '10'}}";
+/// External access on: every member announces its load balancer's address (or its node's
+/// address and node port) to clients, so the scenario's writers, seeded with pod IPs, are sent
+/// to the external addresses by CLUSTER SLOTS and MOVED and write through the load balancers
+/// (or NodePorts) and kube-proxy, as clients outside would.
+const SPEC_EXTERNAL_3X1: &str = "{shards: 3, replicas: 1, externalAccess: {}}";
+const SPEC_EXTERNAL_4X1: &str = "{shards: 4, replicas: 1, externalAccess: {}}";
+const SPEC_NODE_PORT_3X1: &str = "{shards: 3, replicas: 1, externalAccess: {type: NodePort}}";
 /// A replication's primary and one or two replicas.
 const REPLICATION_1: &str = "{replicas: 1}";
 const REPLICATION_2: &str = "{replicas: 2}";
@@ -78,6 +85,61 @@ fn operations() -> Operations {
             "upgrade-8-to-9",
             SPEC_8,
             Operation::Image("valkey/valkey:9.1"),
+            Duration::from_secs(60),
+        ),
+    ]
+}
+
+/// The operations on a cluster with external access through load balancers (`external.`).
+fn external_operations() -> Operations {
+    vec![
+        (
+            "idle",
+            SPEC_EXTERNAL_3X1,
+            Operation::Idle,
+            Duration::from_secs(5),
+        ),
+        (
+            "scale-out",
+            SPEC_EXTERNAL_3X1,
+            Operation::Shards(4),
+            Duration::from_secs(30),
+        ),
+        (
+            "scale-in",
+            SPEC_EXTERNAL_4X1,
+            Operation::Shards(3),
+            Duration::from_secs(30),
+        ),
+        (
+            "roll",
+            SPEC_EXTERNAL_3X1,
+            Operation::Image("valkey/valkey:9.1.2"),
+            Duration::from_secs(60),
+        ),
+    ]
+}
+
+/// The operations on a cluster behind NodePorts (`external-nodeport.`), which need Valkey 9: no
+/// run on 8.0.
+fn node_port_operations() -> Operations {
+    vec![
+        (
+            "idle",
+            SPEC_NODE_PORT_3X1,
+            Operation::Idle,
+            Duration::from_secs(5),
+        ),
+        (
+            "scale-out",
+            SPEC_NODE_PORT_3X1,
+            Operation::Shards(4),
+            Duration::from_secs(30),
+        ),
+        (
+            "roll",
+            SPEC_NODE_PORT_3X1,
+            Operation::Image("valkey/valkey:9.1.2"),
             Duration::from_secs(60),
         ),
     ]
@@ -255,13 +317,10 @@ fn named() -> Vec<Scenario> {
     ]
 }
 
-/// Every operation of `kind` crossed with every fault that applies to it. Cluster scenarios are
-/// named `<operation>.<fault>`, replication ones `replication.<operation>.<fault>`.
-fn cross(kind: Kind, operations: Operations) -> Vec<Scenario> {
-    let prefix = match kind {
-        Kind::Cluster => "",
-        Kind::Replication => "replication.",
-    };
+/// Every operation of `kind` crossed with every fault that applies to it, named
+/// `<prefix><operation>.<fault>`: no prefix for a cluster, `replication.` for a replication,
+/// `external.` and `external-nodeport.` for a cluster with external access.
+fn cross(prefix: &str, kind: Kind, operations: Operations) -> Vec<Scenario> {
     let mut all = Vec::new();
     for (op_name, spec, operation, window) in operations {
         for (fault_name, fault) in faults() {
@@ -296,9 +355,14 @@ fn cross(kind: Kind, operations: Operations) -> Vec<Scenario> {
 }
 
 fn matrix() -> Vec<Scenario> {
-    let mut all = cross(Kind::Cluster, operations());
+    let mut all = cross("", Kind::Cluster, operations());
     all.extend(named());
-    all.extend(cross(Kind::Replication, replication_operations()));
+    all.extend(cross(
+        "replication.",
+        Kind::Replication,
+        replication_operations(),
+    ));
+    all.extend(cross("external.", Kind::Cluster, external_operations()));
     // Every scenario again on Valkey 8.0, but the upgrade from 8.0, which is on both already.
     let on_8: Vec<Scenario> = all
         .iter()
@@ -306,6 +370,11 @@ fn matrix() -> Vec<Scenario> {
         .map(Scenario::on_valkey_8)
         .collect();
     all.extend(on_8);
+    all.extend(cross(
+        "external-nodeport.",
+        Kind::Cluster,
+        node_port_operations(),
+    ));
     all
 }
 
@@ -360,6 +429,7 @@ async fn quick_faults_of_one_cluster() -> Result<()> {
             "idle.delete-secret",
             "named.member-out-90-seconds",
             "named.partial-partition.on-8.0",
+            "external.roll.delete-primary",
         ],
         11,
     )
