@@ -53,13 +53,18 @@ pub struct Server {
     pub run_id: Option<String>,
 }
 
-/// Asks the Valkey at `ip` for PING and its role (over TLS, verified against `trust`, when the
-/// node serves TLS).
-pub async fn ask(ip: &str, credentials: Option<&Credentials>, trust: Option<&Trust>) -> Answer {
-    match tokio::time::timeout(TIMEOUT * 2, ask_inner(ip, credentials, trust)).await {
+/// Asks the Valkey (or Sentinel) at `ip`:`port` for PING and its role (over TLS, verified
+/// against `trust`, when the node serves TLS).
+pub async fn ask(
+    ip: &str,
+    port: u16,
+    credentials: Option<&Credentials>,
+    trust: Option<&Trust>,
+) -> Answer {
+    match tokio::time::timeout(TIMEOUT * 2, ask_inner(ip, port, credentials, trust)).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => Answer::Failed(describe(ip, &e)),
-        Err(_) => Answer::Failed(no_answer(ip)),
+        Ok(Err(e)) => Answer::Failed(describe_at(ip, port, &e)),
+        Err(_) => Answer::Failed(no_answer_at(ip, port)),
     }
 }
 
@@ -68,17 +73,20 @@ pub async fn ask(ip: &str, credentials: Option<&Credentials>, trust: Option<&Tru
 /// (its neighbour lookup gives up after about as long), whichever comes first; quoting either
 /// would change the status on every look, a write each time for nothing a person can use.
 pub fn no_answer(ip: &str) -> String {
-    format!(
-        "no answer from {ip}:{VALKEY_PORT} (the connection timed out or the host is unreachable)"
-    )
+    no_answer_at(ip, VALKEY_PORT)
+}
+
+fn no_answer_at(ip: &str, port: u16) -> String {
+    format!("no answer from {ip}:{port} (the connection timed out or the host is unreachable)")
 }
 
 async fn ask_inner(
     ip: &str,
+    port: u16,
     credentials: Option<&Credentials>,
     trust: Option<&Trust>,
 ) -> redis::RedisResult<Answer> {
-    let mut connection = connect(ip, credentials, trust).await?;
+    let mut connection = connect_at(ip, port, credentials, trust).await?;
     let pong: String = redis::cmd("PING").query_async(&mut connection).await?;
     if pong != "PONG" {
         return Ok(Answer::Failed(format!("PING answered {pong:?}")));
@@ -102,8 +110,17 @@ pub async fn connect(
     credentials: Option<&Credentials>,
     trust: Option<&Trust>,
 ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    connect_at(ip, VALKEY_PORT, credentials, trust).await
+}
+
+async fn connect_at(
+    ip: &str,
+    port: u16,
+    credentials: Option<&Credentials>,
+    trust: Option<&Trust>,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
     let settings = RedisConnectionInfo::default().set_skip_set_lib_name();
-    let client = valkey_tls::client(ip, VALKEY_PORT, trust, settings)?;
+    let client = valkey_tls::client(ip, port, trust, settings)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(TIMEOUT))
         .set_response_timeout(Some(TIMEOUT));
@@ -120,9 +137,15 @@ pub async fn connect(
     Ok(connection)
 }
 
-/// `role:master` / `role:slave` in `INFO replication` (newer servers may say primary/replica).
+/// `role:master` / `role:slave` in `INFO replication` (newer servers may say primary/replica);
+/// a Sentinel says `redis_mode:sentinel` (and `server_mode:sentinel` from Valkey 8) in
+/// `INFO server`, and has no replication section.
 pub fn parse_role(info: &str) -> Option<Role> {
-    let role = info.lines().find_map(|l| l.trim().strip_prefix("role:"))?;
+    let field = |name: &str| info.lines().find_map(|l| l.trim().strip_prefix(name));
+    if field("server_mode:").or_else(|| field("redis_mode:")) == Some("sentinel") {
+        return Some(Role::Sentinel);
+    }
+    let role = field("role:")?;
     match role {
         "master" | "primary" => Some(Role::Primary),
         "slave" | "replica" => Some(Role::Replica),
@@ -146,11 +169,15 @@ pub fn parse_server(info: &str) -> Server {
 /// A redis error as a sentence; the redis crate never puts passwords in its errors. A server
 /// that cannot be reached gets one sentence however the attempt ended (see [`no_answer`]).
 pub fn describe(ip: &str, e: &redis::RedisError) -> String {
+    describe_at(ip, VALKEY_PORT, e)
+}
+
+fn describe_at(ip: &str, port: u16, e: &redis::RedisError) -> String {
     let text = e.to_string();
     if text.contains("WRONGPASS") || text.contains("NOAUTH") || text.contains("NOPERM") {
         format!("{REFUSED}: {text}")
     } else if e.is_timeout() || UNREACHABLE.iter().any(|words| text.contains(words)) {
-        no_answer(ip)
+        no_answer_at(ip, port)
     } else {
         text
     }

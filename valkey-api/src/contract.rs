@@ -6,6 +6,10 @@
 /// cluster bus is this plus 10000.
 pub const VALKEY_PORT: u16 = 6379;
 
+/// The port a Sentinel (`server: Sentinel`) listens on: Sentinel's customary port, the one
+/// Sentinel clients are configured with by default.
+pub const SENTINEL_PORT: u16 = 26379;
+
 /// The label that ties a pod, its workload and its PVC to their ValkeyNode (the value is the
 /// node's name).
 pub const NODE_LABEL: &str = "valkey.io/node";

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Affinity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use valkey_api::v1alpha1::{
-    NodeCredentials, NodeExporter, NodeTls, ServerSettings, ValkeyNode, ValkeyNodeSpec,
+    NodeCredentials, NodeExporter, NodeServer, NodeTls, ServerSettings, ValkeyNode, ValkeyNodeSpec,
 };
 
 use super::auth::{
@@ -141,6 +141,7 @@ pub fn server_node(
             ..Default::default()
         },
         spec: ValkeyNodeSpec {
+            server: NodeServer::Valkey,
             workload_type: settings.workload_type,
             image: settings.image.clone(),
             image_pull_policy: settings.image_pull_policy,

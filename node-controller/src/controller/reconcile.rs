@@ -27,7 +27,8 @@ use kube::{Resource, ResourceExt};
 use plumbing::ObjectKey;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use valkey_api::v1alpha1::{ValkeyNode, ValkeyNodeStatus};
+use valkey_api::contract::{SENTINEL_PORT, VALKEY_PORT};
+use valkey_api::v1alpha1::{NodeServer, Role, ValkeyNode, ValkeyNodeStatus};
 
 use super::apply::{self, invalid};
 use super::context::Context;
@@ -153,7 +154,18 @@ async fn act_on_server(
         Some(waiting) => waiting,
         None => live_settings(ctx, key, &login, answered, &children.live).await,
     };
-    if login.trust.is_some() && !children.live.contains_key(live::TLS_AUTO_RELOAD) {
+    // A Sentinel takes no CONFIG SET; it reads its certificate files when it starts.
+    let sentinel = matches!(
+        &server.answer,
+        Some((
+            _,
+            Answer::Pong {
+                role: Some(Role::Sentinel),
+                ..
+            }
+        ))
+    );
+    if !sentinel && login.trust.is_some() && !children.live.contains_key(live::TLS_AUTO_RELOAD) {
         reload_tls(&login, answered).await;
     }
     Some(outcome)
@@ -381,7 +393,11 @@ async fn ask(
         (Some(_), Some(Err(why))) => Some((String::new(), Answer::Failed(why.clone()))),
         (Some(ip), _) if known.credentials.is_some() || node.spec.credentials.is_none() => {
             let trust = trust.as_ref().and_then(|t| t.as_ref().ok());
-            let answer = probe::ask(&ip, known.credentials.as_ref(), trust).await;
+            let port = match node.spec.server {
+                NodeServer::Valkey => VALKEY_PORT,
+                NodeServer::Sentinel => SENTINEL_PORT,
+            };
+            let answer = probe::ask(&ip, port, known.credentials.as_ref(), trust).await;
             Some((ip, answer))
         }
         (Some(_), _) => Some((

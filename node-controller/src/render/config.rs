@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use askama::Template;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use valkey_api::contract::{
-    PLAINTEXT_PORT, TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT,
+    PLAINTEXT_PORT, SENTINEL_PORT, TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT,
 };
-use valkey_api::v1alpha1::NodeTls;
+use valkey_api::v1alpha1::{NodeServer, NodeTls};
 
 use super::{RenderError, memory};
 
@@ -24,6 +24,8 @@ struct ValkeyConf<'a> {
     dataset_percent: u64,
     port: u16,
     tls: Option<TlsLines>,
+    /// A Sentinel: no cluster bus to secure.
+    sentinel: bool,
 }
 
 /// What valkey.conf says when the server speaks TLS.
@@ -57,6 +59,7 @@ impl TlsLines {
 pub fn render_valkey_conf(
     name: &str,
     namespace: &str,
+    server: NodeServer,
     config: Option<&BTreeMap<String, String>>,
     resources: Option<&ResourceRequirements>,
     tls: Option<&NodeTls>,
@@ -75,7 +78,9 @@ pub fn render_valkey_conf(
         }
         entries.push((key.as_str(), value.as_str()));
     }
-    let maxmemory = if entries.iter().any(|(key, _)| *key == "maxmemory") {
+    let sentinel = server == NodeServer::Sentinel;
+    // A Sentinel holds no data set: no memory to bound.
+    let maxmemory = if sentinel || entries.iter().any(|(key, _)| *key == "maxmemory") {
         None
     } else {
         memory::default_maxmemory(resources)
@@ -86,8 +91,9 @@ pub fn render_valkey_conf(
         config: entries,
         maxmemory,
         dataset_percent: memory::DATASET_PERCENT,
-        port: VALKEY_PORT,
+        port: if sentinel { SENTINEL_PORT } else { VALKEY_PORT },
         tls: tls.map(TlsLines::of),
+        sentinel,
     }
     .render()
     .map_err(|e| RenderError::Template {

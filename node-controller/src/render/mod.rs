@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use valkey_api::v1alpha1::{ValkeyNode, WorkloadType};
+use valkey_api::v1alpha1::{NodeServer, ValkeyNode, WorkloadType};
 
 use crate::live;
 use crate::names::{ChildNames, REVISION_ANNOTATION, labels, selector};
@@ -173,9 +173,11 @@ pub fn build_with(node: &ValkeyNode, options: &Options) -> Result<Children, Rend
     let labels = labels(name);
     let selector = selector(name);
 
+    let sentinel = spec.server == NodeServer::Sentinel;
     let valkey_conf = render_valkey_conf(
         name,
         namespace,
+        spec.server,
         spec.config.as_ref(),
         spec.resources.as_ref(),
         spec.tls.as_ref(),
@@ -187,16 +189,23 @@ pub fn build_with(node: &ValkeyNode, options: &Options) -> Result<Children, Rend
         .as_ref()
         .and_then(|s| s.valkey_version.as_deref())
         .and_then(live::Version::parse);
-    let (restart_only, mut live_settings) = live::split(spec.config.as_ref(), version);
+    // A Sentinel takes no CONFIG SET: every setting of its is restart-only.
+    let (restart_only, mut live_settings) = if sentinel {
+        (spec.config.clone().unwrap_or_default(), BTreeMap::new())
+    } else {
+        live::split(spec.config.as_ref(), version)
+    };
     if let Some(bytes) = memory::default_maxmemory(spec.resources.as_ref())
         .filter(|_| {
-            !live_settings.contains_key("maxmemory") && !restart_only.contains_key("maxmemory")
+            !sentinel
+                && !live_settings.contains_key("maxmemory")
+                && !restart_only.contains_key("maxmemory")
         })
         .filter(|_| live::is_live(version, "maxmemory"))
     {
         live_settings.insert("maxmemory".to_owned(), bytes.to_string());
     }
-    if spec.tls.is_some() && live::is_live(version, live::TLS_AUTO_RELOAD) {
+    if !sentinel && spec.tls.is_some() && live::is_live(version, live::TLS_AUTO_RELOAD) {
         // Set on the running server only, never written to valkey.conf: an older image that a
         // pod might restart with would refuse the directive and not start.
         live_settings.insert(
@@ -207,6 +216,7 @@ pub fn build_with(node: &ValkeyNode, options: &Options) -> Result<Children, Rend
     let restart_conf = render_valkey_conf(
         name,
         namespace,
+        spec.server,
         Some(&restart_only),
         None,
         spec.tls.as_ref(),

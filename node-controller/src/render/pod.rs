@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
 use serde::Serialize;
 use serde_json::{Value, json};
-use valkey_api::contract::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT};
-use valkey_api::v1alpha1::ValkeyNodeSpec;
+use valkey_api::contract::{
+    SENTINEL_PORT, TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, VALKEY_PORT,
+};
+use valkey_api::v1alpha1::{NodeServer, ValkeyNodeSpec};
 
 use super::exporter::Exporter;
 use super::restore::Restore;
@@ -33,6 +35,10 @@ pub struct PodTemplate {
     /// which the revision already covers, and a new field must not restart every running pod.
     #[serde(skip)]
     pub bus_port: u16,
+    /// The pod runs a Sentinel (`spec.server`, which never changes on a node): its command and
+    /// port. Left out of the fingerprint, as `bus_port` is.
+    #[serde(skip)]
+    pub sentinel: bool,
     pub env: Vec<Value>,
     pub resources: Option<ResourceRequirements>,
     /// The probe command: Valkey's own `PING`, authenticated when the node has credentials.
@@ -64,10 +70,12 @@ impl PodTemplate {
         debug_assert!(pod_labels.contains_key(NODE_LABEL));
 
         let mut env = Vec::new();
+        let sentinel = spec.server == NodeServer::Sentinel;
+        let port = if sentinel { SENTINEL_PORT } else { VALKEY_PORT };
         let mut ping: Vec<String> = ["valkey-cli", "-h", "127.0.0.1", "-p"]
             .into_iter()
             .map(str::to_owned)
-            .chain([VALKEY_PORT.to_string()])
+            .chain([port.to_string()])
             .collect();
         let mut mounts = vec![
             json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}),
@@ -149,6 +157,7 @@ impl PodTemplate {
                 .and_then(|c| c.get("cluster-port"))
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(VALKEY_PORT + 10000),
+            sentinel,
             env,
             resources: spec.resources.clone(),
             ping,

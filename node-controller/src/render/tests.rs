@@ -986,3 +986,75 @@ fn without_initial_data_there_is_no_init_container_and_the_revision_is_as_before
         Some(DEFAULT_RESTORE_IMAGE)
     );
 }
+
+const SENTINEL: &str = r#"
+apiVersion: valkey.io/v1alpha1
+kind: ValkeyNode
+metadata: {name: orders-sentinel-0, namespace: prod, uid: 7f9d2c1e-0000-4000-8000-000000000003}
+spec:
+  server: Sentinel
+  image: valkey/valkey:9.1
+  config: {sentinel: "resolve-hostnames no"}
+  resources: {limits: {memory: 64Mi}}
+  tls: {secretName: orders-tls}
+"#;
+
+#[test]
+fn a_sentinel_runs_on_a_writable_copy_of_its_config_on_port_26379() {
+    let children = build(&node(SENTINEL)).unwrap_or_else(|e| panic!("{e}"));
+    let conf = valkey_conf(&children);
+    assert!(conf.contains("sentinel resolve-hostnames no\n"), "{conf}");
+    assert!(
+        conf.contains("tls-port 26379\n") && conf.contains("port 0\n"),
+        "{conf}"
+    );
+    assert!(conf.contains("tls-replication yes"), "{conf}");
+    assert!(!conf.contains("tls-cluster"), "no cluster bus: {conf}");
+    assert!(
+        !conf.contains("maxmemory"),
+        "a Sentinel holds no data set: {conf}"
+    );
+    assert!(
+        children.live.is_empty(),
+        "a Sentinel takes no CONFIG SET: {:?}",
+        children.live
+    );
+    let spec = pod_template(&children)
+        .spec
+        .clone()
+        .unwrap_or_else(|| panic!("no pod spec"));
+    let valkey = &spec.containers[0];
+    let command = valkey.command.clone().unwrap_or_default().join(" ");
+    assert!(
+        command.contains("cp /etc/valkey/config/valkey.conf /data/sentinel.conf")
+            && command.contains("exec valkey-server /data/sentinel.conf --sentinel"),
+        "{command}"
+    );
+    let ports: Vec<i32> = valkey
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.container_port)
+        .collect();
+    assert_eq!(ports, [26379]);
+    let probe = valkey
+        .readiness_probe
+        .as_ref()
+        .and_then(|p| p.exec.as_ref())
+        .and_then(|e| e.command.clone())
+        .unwrap_or_default()
+        .join(" ");
+    assert!(probe.contains("-p 26379"), "{probe}");
+    // Its data volume is an emptyDir: the copy is made afresh at every start.
+    assert!(children.pvc.is_none());
+}
+
+#[test]
+fn a_server_keeps_its_revision_now_that_nodes_may_run_sentinels() {
+    let mut explicit = node(STATEFUL);
+    explicit.spec.server = valkey_api::v1alpha1::NodeServer::Valkey;
+    let before = build(&node(STATEFUL)).unwrap_or_else(|e| panic!("{e}"));
+    let after = build(&explicit).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(before.revision, after.revision);
+    assert_golden("statefulset.yaml", &after);
+}

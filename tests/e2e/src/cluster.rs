@@ -153,6 +153,9 @@ impl ClusterFixture {
         let wanted = match role {
             Role::Primary => "role:master",
             Role::Replica => "role:slave",
+            Role::Sentinel => {
+                return Err(E2eError::Check("a cluster has no Sentinel member".into()));
+            }
         };
         wait_until(
             Duration::from_secs(60),

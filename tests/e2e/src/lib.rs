@@ -154,6 +154,10 @@ impl TestNamespace {
                 .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
                 .collect()
         };
+        // A namespace name is at most 63 characters: long prefixes (the chaos scenarios') are
+        // cut to fit beside "e2e-" and the suffix, and the label keeps the same cut prefix.
+        let prefix =
+            prefix[..prefix.len().min(52)].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
         let name = format!("e2e-{prefix}-{suffix}");
         let ns = Namespace {
             metadata: ObjectMeta {

@@ -1775,3 +1775,101 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
         format!("the password leaked into: {leaks:?}"),
     )
 }
+
+// ---- server: Sentinel ---------------------------------------------------------------------------
+
+/// What a Sentinel answers `SENTINEL GET-MASTER-ADDR-BY-NAME name` with (nil when it monitors
+/// no such primary).
+async fn sentinel_primary(sentinel_ip: &str, name: &str) -> Result<String> {
+    let mut conn = valkey(sentinel_ip, valkey_api::contract::SENTINEL_PORT).await?;
+    valkey_cmd(&mut conn, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_clean() -> Result<()> {
+    let _took =
+        Took::start("a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_clean");
+    let ns = TestNamespace::create("nc-sentinel").await?;
+    let _controller = start_controller(&ns).await?;
+    create_node(&ns, "watched", json!({})).await?;
+    create_node(
+        &ns,
+        "sentinel",
+        json!({"server": "Sentinel", "config": {"sentinel": "resolve-hostnames no"}}),
+    )
+    .await?;
+    let is_ready_sentinel = |n: &ValkeyNode| {
+        n.status.as_ref().is_some_and(|s| {
+            s.ready
+                && s.role == Some(Role::Sentinel)
+                && s.pod_ip.is_some()
+                && s.valkey_version.is_some()
+        })
+    };
+    let (watched, sentinel) = tokio::try_join!(
+        wait_ready(&ns, "watched"),
+        wait_node(
+            &ns,
+            "sentinel",
+            READY,
+            "a ready Sentinel",
+            is_ready_sentinel
+        ),
+    )?;
+    let (watched_ip, sentinel_ip) = (pod_ip_of(&watched)?, pod_ip_of(&sentinel)?);
+
+    // Told what to monitor, it rewrites its own file (it refuses to run on one it cannot write).
+    let mut conn = valkey(&sentinel_ip, valkey_api::contract::SENTINEL_PORT).await?;
+    let answer = valkey_cmd(
+        &mut conn,
+        &["SENTINEL", "MONITOR", "orders", &watched_ip, "6379", "1"],
+    )
+    .await?;
+    check(answer.contains("OK"), format!("SENTINEL MONITOR: {answer}"))?;
+    let primary = sentinel_primary(&sentinel_ip, "orders").await?;
+    check(
+        primary.contains(&watched_ip),
+        format!("the Sentinel names {primary:?} for orders, not {watched_ip}"),
+    )?;
+    let pod = pod_name_of(&sentinel)?;
+    check(
+        role_label(&ns, &pod).await?.as_deref() == Some("sentinel"),
+        "the Sentinel's pod is not labelled role sentinel",
+    )?;
+    let (_, rows) = valkeynode_rows(&ns).await?;
+    check(
+        rows.iter().any(|r| {
+            r.first().map(String::as_str) == Some("sentinel")
+                && r.get(2).map(String::as_str) == Some("sentinel")
+        }),
+        format!("kubectl get valkeynode does not show the Sentinel's role: {rows:?}"),
+    )?;
+
+    // Its pod replaced, it starts from the ConfigMap again: what it was told is gone, for its
+    // parent to tell it again.
+    let old_uid = uid(&ns.pod(&pod).await?);
+    ns.kubectl(&["delete", "pod", &pod, "--wait=true"]).await?;
+    let ip = wait_until(READY, "a new, ready Sentinel pod", || async {
+        let node = ns.api::<ValkeyNode>().get("sentinel").await?;
+        let replaced = match node.status.as_ref().and_then(|s| s.pod_name.clone()) {
+            Some(name) => ns.pod(&name).await.is_ok_and(|p| uid(&p) != old_uid),
+            None => false,
+        };
+        Ok(match pod_ip_of(&node) {
+            Ok(ip) if replaced && is_ready_sentinel(&node) => Poll::Ready(ip),
+            _ => Poll::NotYet(format!("{:?}", node.status)),
+        })
+    })
+    .await?;
+    let after = wait_until(READY, "the new Sentinel answering", || async {
+        Ok(match sentinel_primary(&ip, "orders").await {
+            Ok(answer) => Poll::Ready(answer),
+            Err(e) => Poll::NotYet(e.to_string()),
+        })
+    })
+    .await?;
+    check(
+        !after.contains(&watched_ip),
+        format!("the restarted Sentinel still monitors orders: {after:?}"),
+    )
+}

@@ -63,7 +63,7 @@ async fn scrape_member(
                     role_line.contains("role=\"slave\"")
                         && value_of(&s, "redis_master_link_up") == Some("1")
                 }
-                None => false,
+                Some(Role::Sentinel) | None => false,
             };
             Ok(if up && info && settled {
                 Poll::Ready(body)
