@@ -451,9 +451,13 @@ mod tests {
             "two failures are noise"
         );
         let third = failing_problem(&action, &error, 3);
-        assert!(third.as_ref().is_some_and(|p| p.reason == "ActionFailing"
-            && p.message.contains("CLUSTER MEET")
-            && p.message.contains("NOPERM")));
+        assert!(
+            third
+                .as_ref()
+                .is_some_and(|p| p.reason.as_str() == "ActionFailing"
+                    && p.message.contains("CLUSTER MEET")
+                    && p.message.contains("NOPERM"))
+        );
         assert_eq!(
             third,
             failing_problem(&action, &error, 9),
