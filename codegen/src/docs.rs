@@ -14,7 +14,23 @@ struct ApiDoc {
     group_version: String,
     intro: &'static str,
     kinds: Vec<KindDoc>,
+    /// The status vocabulary, kind by kind (empty: no section).
+    reasons: Vec<KindReasons>,
     types: Vec<TypeDoc>,
+}
+
+/// The reasons one kind's status can carry.
+struct KindReasons {
+    kind: String,
+    /// The field the state column names (`state`, `phase`), empty for a kind without one.
+    state_field: String,
+    rows: Vec<ReasonRow>,
+}
+
+struct ReasonRow {
+    name: String,
+    state: String,
+    description: String,
 }
 
 struct KindDoc {
@@ -79,6 +95,11 @@ pub fn generate(api: &Api) -> Result<String, askama::Error> {
         group_version,
         intro: INTRO,
         kinds: api.kinds.iter().map(kind_doc).collect(),
+        reasons: api
+            .kinds
+            .iter()
+            .filter_map(|k| kind_reasons(api, k))
+            .collect(),
         types: api.emitted_types().map(|t| type_doc(api, t)).collect(),
     };
     let mut text = doc.render()?;
@@ -117,6 +138,29 @@ fn kind_doc(k: &crate::ir::Kind) -> KindDoc {
         columns,
         wide_columns: wide.join(", "),
     }
+}
+
+fn kind_reasons(api: &Api, k: &crate::ir::Kind) -> Option<KindReasons> {
+    let rows: Vec<ReasonRow> = api
+        .reasons_of(&k.name)
+        .map(|r| ReasonRow {
+            name: r.name.clone(),
+            state: r
+                .state
+                .as_deref()
+                .map(|s| format!("`{s}`"))
+                .unwrap_or_default(),
+            description: cell(&r.description),
+        })
+        .collect();
+    (!rows.is_empty()).then(|| KindReasons {
+        kind: k.name.clone(),
+        state_field: api
+            .state_enum(k)
+            .map(|(field, _)| field.to_owned())
+            .unwrap_or_default(),
+        rows,
+    })
 }
 
 fn type_doc(api: &Api, t: &crate::ir::TypeDef) -> TypeDoc {

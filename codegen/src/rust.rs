@@ -36,9 +36,76 @@ pub fn generate(api: &Api) -> Result<String, syn::Error> {
     for t in api.types.iter().filter(|t| t.fragment) {
         items.push(fragment_item(t));
     }
+    if !api.reasons.is_empty() {
+        items.push(reasons_item(api));
+    }
     items.push(crds_fn(api));
     let file: syn::File = syn::parse2(quote! { #(#items)* })?;
     Ok(format!("{HEADER}{}", prettyplease::unparse(&file)))
+}
+
+/// The status vocabulary as one enum, `StatusReason`: a controller writes a reason only through
+/// it, so a word the schema does not declare (and the reference does not explain) cannot reach a
+/// status. It has no serde: the status fields stay strings, which also hold the words of older
+/// versions and those Kubernetes itself gives a pod.
+fn reasons_item(api: &Api) -> TokenStream {
+    let variants = api.reasons.iter().map(|r| {
+        let ident = variant_ident(&r.name);
+        let docs = doc(&r.description);
+        quote! { #docs #ident }
+    });
+    let idents: Vec<_> = api.reasons.iter().map(|r| variant_ident(&r.name)).collect();
+    let names = api.reasons.iter().map(|r| r.name.as_str());
+    let kinds = api.reasons.iter().map(|r| {
+        let kinds = &r.kinds;
+        quote! { &[#(#kinds),*] }
+    });
+    let states = api.reasons.iter().map(|r| match &r.state {
+        Some(state) => quote! { ::std::option::Option::Some(#state) },
+        None => quote! { ::std::option::Option::None },
+    });
+    let names_again = api.reasons.iter().map(|r| r.name.as_str());
+    quote! {
+        /// Every reason a person can see in a kind's `status.reason` and in its conditions'
+        /// reasons, declared in `schema/` and explained in the API reference.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum StatusReason { #(#variants,)* }
+
+        impl StatusReason {
+            /// Every reason, in the order the schema declares them.
+            pub const ALL: &'static [StatusReason] = &[#(StatusReason::#idents),*];
+
+            /// The word as the status carries it.
+            pub const fn as_str(&self) -> &'static str {
+                match self { #(StatusReason::#idents => #names,)* }
+            }
+
+            /// The kinds whose status can carry it.
+            pub const fn kinds(&self) -> &'static [&'static str] {
+                match self { #(StatusReason::#idents => #kinds,)* }
+            }
+
+            /// The value of `status.state` (or `status.phase`) it always goes with, when fixed.
+            pub const fn state(&self) -> ::std::option::Option<&'static str> {
+                match self { #(StatusReason::#idents => #states,)* }
+            }
+
+            /// The reason spelt `name`, when the vocabulary has it (for a word read back from
+            /// an object's status).
+            pub fn from_name(name: &str) -> ::std::option::Option<StatusReason> {
+                match name {
+                    #(#names_again => ::std::option::Option::Some(StatusReason::#idents),)*
+                    _ => ::std::option::Option::None,
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for StatusReason {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    }
 }
 
 /// Every kind's CRD, from the compiled types: what `make generate` writes into the chart.

@@ -2,6 +2,8 @@
 //! the node-controller guarantees, what parents and tests rely on. Declared once, here, beside
 //! the types they belong with.
 
+use crate::v1alpha1::StatusReason;
+
 /// The port Valkey listens on in every ValkeyNode's pod (in TLS when `spec.tls` is set); its
 /// cluster bus is this plus 10000.
 pub const VALKEY_PORT: u16 = 6379;
@@ -61,24 +63,24 @@ pub const CONFIG_APPLIED_CONDITION: &str = "ConfigApplied";
 /// settings reach the server that replaces it (from its valkey.conf), not the one it runs, which
 /// may be an older Valkey that refuses the newer values. Not a fault: a parent rolling its members
 /// sees it on every member it has not rolled yet.
-pub const CONFIG_AWAITS_RESTART: &str = "AwaitingRestart";
+pub const CONFIG_AWAITS_RESTART: &str = StatusReason::AwaitingRestart.as_str();
 
 /// Reasons of a ValkeyNode's Ready=False that no amount of waiting fixes: its pod cannot run
 /// (not scheduled, no image, crash loop, a config Valkey or the node-controller refuses). A
 /// parent need not wait for such a node before changing its spec.
 pub const POD_CANNOT_RUN_REASONS: &[&str] = &[
     UNSCHEDULABLE,
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
+    StatusReason::ErrImagePull.as_str(),
+    StatusReason::ImagePullBackOff.as_str(),
+    StatusReason::CrashLoopBackOff.as_str(),
+    StatusReason::CreateContainerConfigError.as_str(),
     INVALID_CONFIG,
 ];
 
 /// Ready=False: the scheduler found no node for the pod.
-pub const UNSCHEDULABLE: &str = "Unschedulable";
+pub const UNSCHEDULABLE: &str = StatusReason::Unschedulable.as_str();
 /// Ready=False: `spec.config` holds a value the node-controller will not write to valkey.conf.
-pub const INVALID_CONFIG: &str = "InvalidConfig";
+pub const INVALID_CONFIG: &str = StatusReason::InvalidConfig.as_str();
 
 /// Labels a ValkeyReplication puts on its ValkeyNodes (and, through `spec.podLabels`, on their
 /// pods), beside [`cluster::INDEX_LABEL`] for the member's index.

@@ -2,6 +2,7 @@
 //! its objects take. Pure: it reads what [`super::observe`] found on the servers.
 
 use std::net::SocketAddr;
+use valkey_api::v1alpha1::StatusReason;
 
 use crate::parent::conditions::Problem;
 use crate::valkey::slots::SlotSet;
@@ -69,7 +70,7 @@ pub enum Plan {
 pub fn plan(servers: &[Server], unanswered: &[String], shards: u32, allow_primary: bool) -> Plan {
     if let Some(moving) = servers.iter().find(|s| s.slots_moving) {
         return Plan::Wait(Problem {
-            reason: "SlotsMoving".into(),
+            reason: StatusReason::SlotsMoving,
             message: format!(
                 "Slots are moving between shards ({} takes part): the backup starts once they have moved.",
                 moving.member
@@ -103,7 +104,7 @@ pub fn shard_plan(
             .filter(|m| shard_of(m) == Some(shard))
             .collect();
         return Plan::Wait(Problem {
-            reason: "NoPrimary".into(),
+            reason: StatusReason::NoPrimary,
             message: format!(
                 "Shard {shard} has {} primaries among the members that answered{}: the backup starts once it has one.",
                 primaries.len(),
@@ -131,7 +132,7 @@ pub fn shard_plan(
         None if allow_primary => primary,
         None if members.iter().any(|s| !s.primary) || shard_has_unanswered(unanswered, shard) => {
             return Plan::Wait(Problem {
-                reason: "NoInSyncReplica".into(),
+                reason: StatusReason::NoInSyncReplica,
                 message: format!(
                     "Shard {shard} has no replica that is ready and in step with its primary {} yet: the backup starts once one is (or set allowPrimary: true to capture from the primary).",
                     primary.member
@@ -140,7 +141,7 @@ pub fn shard_plan(
         }
         None => {
             return Plan::Fail(Problem {
-                reason: "NoReplica".into(),
+                reason: StatusReason::NoReplica,
                 message: format!(
                     "Shard {shard} has no replica to capture from, and allowPrimary is false: give the source replicas, or create a ValkeyBackup with allowPrimary: true (the primary then forks to write its snapshot)."
                 ),
@@ -355,7 +356,7 @@ mod tests {
         ];
         assert!(matches!(
             plan(&servers, &[], 1, false),
-            Plan::Wait(Problem { ref reason, .. }) if reason == "NoInSyncReplica"
+            Plan::Wait(Problem { ref reason, .. }) if reason.as_str() == "NoInSyncReplica"
         ));
         let plans = start(plan(&servers, &[], 1, true));
         assert!(plans[0].from_primary && plans[0].member == "c-0-0");
@@ -367,7 +368,7 @@ mod tests {
         let Plan::Fail(problem) = plan(&servers, &[], 1, false) else {
             panic!("expected a failure")
         };
-        assert_eq!(problem.reason, "NoReplica");
+        assert_eq!(problem.reason.as_str(), "NoReplica");
         assert!(problem.message.contains("allowPrimary"));
         assert!(start(plan(&servers, &[], 1, true))[0].from_primary);
     }
@@ -379,7 +380,7 @@ mod tests {
         let servers = [server("c-0-0", 0, 10, true, 5), moving];
         assert!(matches!(
             plan(&servers, &[], 2, true),
-            Plan::Wait(Problem { ref reason, .. }) if reason == "SlotsMoving"
+            Plan::Wait(Problem { ref reason, .. }) if reason.as_str() == "SlotsMoving"
         ));
         let servers = [server("c-0-1", 0, 11, false, 5)];
         let Plan::Wait(problem) = plan(&servers, &["c-0-0".into()], 1, true) else {

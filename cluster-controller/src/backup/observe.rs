@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use valkey_api::v1alpha1::StatusReason;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -148,14 +149,14 @@ impl Sources {
         match found {
             Some(Some(source)) => Ok(source),
             Some(None) => Err(Problem {
-                reason: "SourceNotFound".into(),
+                reason: StatusReason::SourceNotFound,
                 message: format!(
                     "{kind} {} is not in namespace {namespace}: a backup is of an existing {kind} of its own namespace; create a new ValkeyBackup once it exists.",
                     spec.name
                 ),
             }),
             None => Err(Problem {
-                reason: "SourceKindNotReconciled".into(),
+                reason: StatusReason::SourceKindNotReconciled,
                 message: format!(
                     "This operator does not reconcile {kind}s (the chart's clusterController.kinds), so it cannot back one up."
                 ),
@@ -210,7 +211,7 @@ pub async fn logins(client: &kube::Client, namespace: &str, source: &Source) -> 
     match found {
         Some(logins) => LoginsRead::Found(logins),
         None => LoginsRead::Wait(Problem {
-            reason: "BackupUserNotReady".into(),
+            reason: StatusReason::BackupUserNotReady,
             message: format!(
                 "Secret {name}, where the operator keeps the backup user's password for {} {}, does not hold it yet: the backup starts once the {} has been reconciled with it.",
                 source.kind(),

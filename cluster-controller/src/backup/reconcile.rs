@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Resource, ResourceExt};
 use plumbing::{ObjectKey, Reconciler};
-use valkey_api::v1alpha1::{BackupDeletionPolicy, BackupPhase, ValkeyBackup};
+use valkey_api::v1alpha1::{BackupDeletionPolicy, BackupPhase, StatusReason, ValkeyBackup};
 
 use super::FINALIZER;
 use super::choose;
@@ -221,12 +221,14 @@ impl Reconciler for Context {
                 Err(Unopened::Api(error)) => {
                     return Err(api_error("reading the store's Secrets")(error));
                 }
-                Err(Unopened::Problem(problem)) if problem.reason == "StoreUnreachable" => {
+                Err(Unopened::Problem(problem))
+                    if problem.reason == StatusReason::StoreUnreachable =>
+                {
                     // Kept until the store answers: the objects must not outlive the backup
                     // unnoticed. Say so, and retry.
                     self.shared
                         .events
-                        .warning(backup, &problem.reason, "DeleteObjects", &format!("{} The ValkeyBackup is deleted once its objects are; remove the finalizer {FINALIZER} to delete it without them.", problem.message))
+                        .warning(backup, problem.reason.as_str(), "DeleteObjects", &format!("{} The ValkeyBackup is deleted once its objects are; remove the finalizer {FINALIZER} to delete it without them.", problem.message))
                         .await;
                     return Ok(Requeue::requeue(Duration::from_secs(30)));
                 }
@@ -265,7 +267,7 @@ async fn waiting_for(
     backup: &ValkeyBackup,
     other: &str,
 ) -> Result<(), Error> {
-    const REASON: &str = "AnotherBackupRunning";
+    const REASON: &str = StatusReason::AnotherBackupRunning.as_str();
     let mut status = backup.status.clone().unwrap_or_default();
     if status.reason.as_deref() == Some(REASON) {
         return Ok(());

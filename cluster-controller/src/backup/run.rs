@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use valkey_api::v1alpha1::StatusReason;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -93,7 +94,7 @@ impl Report {
         let generation = self.generation;
         self.update(|s| {
             s.phase = Some(phase);
-            s.reason = Some(problem.reason.clone());
+            s.reason = Some(problem.reason.as_str().to_owned());
             s.message = Some(problem.message.clone());
             let conditions = s.conditions.get_or_insert_with(Vec::new);
             let now = Time(now());
@@ -124,7 +125,7 @@ impl Report {
                     conditions,
                     FAILED,
                     ConditionStatus::False,
-                    "AsExpected",
+                    StatusReason::AsExpected.as_str(),
                     "Nothing has failed.",
                     generation,
                     &now,
@@ -209,7 +210,7 @@ pub async fn run(
                 .phase(
                     BackupPhase::Completed,
                     &Problem {
-                        reason: "Completed".into(),
+                        reason: StatusReason::Completed,
                         message: completed.clone(),
                     },
                 )
@@ -232,7 +233,12 @@ pub async fn run(
                 .backup_failed(&namespace, &source_label(&backup));
             shared
                 .events
-                .warning(&*backup, &problem.reason, "Capture", &problem.message)
+                .warning(
+                    &*backup,
+                    problem.reason.as_str(),
+                    "Capture",
+                    &problem.message,
+                )
                 .await;
         }
     }
@@ -387,7 +393,7 @@ async fn prepare(shared: &Shared, backup: &ValkeyBackup, location: &str) -> Step
     };
     if source.tls() {
         return Step::Fail(Problem {
-            reason: "TlsNotSupported".into(),
+            reason: StatusReason::TlsNotSupported,
             message: format!(
                 "{} {} serves TLS only, and capture does not speak TLS yet: it cannot be backed up by this operator version.",
                 source.kind(),
@@ -456,7 +462,7 @@ async fn prepare(shared: &Shared, backup: &ValkeyBackup, location: &str) -> Step
 
 fn api_problem(error: &kube::Error) -> Problem {
     Problem {
-        reason: "ApiError".into(),
+        reason: StatusReason::ApiError,
         message: format!("The Kubernetes API failed ({error}); retrying."),
     }
 }
@@ -527,7 +533,7 @@ async fn capture(
     report
         .update(|s| {
             s.phase = Some(BackupPhase::Running);
-            s.reason = Some("Capturing".into());
+            s.reason = Some(StatusReason::Capturing.as_str().to_owned());
             s.message = Some(format!(
                 "Capturing {total} shard(s) of {} {} into {location_text}.",
                 source.kind(),
@@ -661,7 +667,7 @@ impl Job<'_> {
             .shard(index, |s| s.phase = Some(BackupPhase::Failed))
             .await;
         Err(Problem {
-            reason: "CaptureFailed".into(),
+            reason: StatusReason::CaptureFailed,
             message: format!(
                 "Shard {index} could not be captured in {MAX_ATTEMPTS} attempts; the last failed {last_error}. Create a new ValkeyBackup once the source is healthy."
             ),
@@ -766,7 +772,7 @@ impl Job<'_> {
                 .await;
         }
         Err(Problem {
-            reason: "CaptureFailed".into(),
+            reason: StatusReason::CaptureFailed,
             message: format!(
                 "The shards could not be captured at one instant in {MAX_ATTEMPTS} attempts; the last failed: {last_error}. Create a new ValkeyBackup once the source is healthy, or with consistency: PerShard."
             ),
@@ -799,7 +805,7 @@ impl Job<'_> {
                     p
                 })
                 .ok_or_else(|| Problem {
-                    reason: "NoMember".into(),
+                    reason: StatusReason::NoMember,
                     message: format!("shard {} has no member to capture from", first.shard),
                 }),
             Plan::Wait(problem) | Plan::Fail(problem) => Err(problem),

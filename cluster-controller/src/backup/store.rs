@@ -2,6 +2,7 @@
 //! names in its own namespace. No value of those Secrets goes into a log, status or Event.
 
 use std::time::Duration;
+use valkey_api::v1alpha1::StatusReason;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -37,7 +38,7 @@ pub async fn open(
         .map_err(Unopened::Api)?
         .ok_or_else(|| {
             Unopened::Problem(Problem {
-                reason: "StoreCredentialsMissing".into(),
+                reason: StatusReason::StoreCredentialsMissing,
                 message: format!(
                     "Secret {} (store.s3.credentials.secretName) is not in namespace {namespace}: create it with the store's access key under {} and {}.",
                     credentials.secret_name,
@@ -55,7 +56,7 @@ pub async fn open(
             .filter(|v| !v.is_empty())
             .ok_or_else(|| {
                 Unopened::Problem(Problem {
-                    reason: "StoreCredentialsInvalid".into(),
+                    reason: StatusReason::StoreCredentialsInvalid,
                     message: format!(
                         "Secret {} has no value under {key} (store.s3.credentials): add it.",
                         credentials.secret_name
@@ -67,7 +68,7 @@ pub async fn open(
     let secret_access_key = value(&credentials.secret_access_key_key)?;
     if credentials.session_token_key.is_some() {
         return Err(Unopened::Problem(Problem {
-            reason: "SessionTokenNotSupported".into(),
+            reason: StatusReason::SessionTokenNotSupported,
             message: "store.s3.credentials.sessionTokenKey: temporary credentials are not supported yet; use an access key without a session token.".into(),
         }));
     }
@@ -81,7 +82,7 @@ pub async fn open(
                 .and_then(|s| s.data?.remove(&reference.key))
                 .ok_or_else(|| {
                     Unopened::Problem(Problem {
-                        reason: "StoreCaMissing".into(),
+                        reason: StatusReason::StoreCaMissing,
                         message: format!(
                             "Secret {} with key {} (store.s3.caBundle) is not in namespace {namespace}: create it with the store's CA certificates (PEM).",
                             reference.secret_name, reference.key
@@ -105,7 +106,7 @@ pub async fn open(
     };
     backup::Store::new(&config).map_err(|e| {
         Unopened::Problem(Problem {
-            reason: "StoreInvalid".into(),
+            reason: StatusReason::StoreInvalid,
             message: format!("The store cannot be used as spec.store says: {e}."),
         })
     })
@@ -115,7 +116,7 @@ pub async fn open(
 /// never the credentials).
 pub fn unreachable(error: &backup::StoreError) -> Problem {
     Problem {
-        reason: "StoreUnreachable".into(),
+        reason: StatusReason::StoreUnreachable,
         message: format!(
             "The object store failed: {error}. Check spec.store (endpoint, bucket, credentials) and that the store is up; create a new ValkeyBackup to try again."
         ),
@@ -171,7 +172,7 @@ mod tests {
         });
         let found = problem(open(&client, "prod", &spec()).await);
         script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(found.reason, "StoreCredentialsMissing");
+        assert_eq!(found.reason.as_str(), "StoreCredentialsMissing");
         for words in [
             "Secret store",
             "namespace prod",
@@ -193,7 +194,7 @@ mod tests {
         });
         let found = problem(open(&client, "prod", &spec()).await);
         script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(found.reason, "StoreCredentialsInvalid");
+        assert_eq!(found.reason.as_str(), "StoreCredentialsInvalid");
         assert!(
             found.message.contains("AWS_SECRET_ACCESS_KEY"),
             "{}",

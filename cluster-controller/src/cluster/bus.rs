@@ -15,6 +15,7 @@
 //! own port keeps 16379 (its servers run with it; moving a running bus is not done in place).
 
 use std::sync::Arc;
+use valkey_api::v1alpha1::StatusReason;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -98,7 +99,7 @@ pub fn check(cluster: &ValkeyCluster, existing: &[Arc<ValkeyNode>]) -> Check {
     let running = running(existing);
     let changed = |what: String, port: u16| {
         Check::Changed(Problem {
-            reason: "BusPortChanged".into(),
+            reason: StatusReason::BusPortChanged,
             message: format!(
                 "metadata.annotations[{ANNOTATION}] {what}, but the servers' cluster bus runs on \
                  port {port}. The operator records this port when the cluster is created and never \
@@ -145,7 +146,7 @@ pub async fn record(ctx: &Context, cluster: &ValkeyCluster, port: u16) -> Result
 /// cluster would wait with no word on why.
 pub fn not_recorded(port: u16, error: &Error) -> Problem {
     Problem {
-        reason: "BusPortNotRecorded".into(),
+        reason: StatusReason::BusPortNotRecorded,
         message: format!(
             "the cluster bus port {port} could not be recorded in \
              metadata.annotations[{ANNOTATION}] ({error}); no member is made until it is. Check \
@@ -239,7 +240,7 @@ mod tests {
             )),
         };
         let problem = not_recorded(23456, &error);
-        assert_eq!(problem.reason, "BusPortNotRecorded");
+        assert_eq!(problem.reason.as_str(), "BusPortNotRecorded");
         for part in ["23456", ANNOTATION, "forbidden", "patch ValkeyClusters"] {
             assert!(problem.message.contains(part), "{}", problem.message);
         }
@@ -259,7 +260,7 @@ mod tests {
         else {
             panic!("a moved bus port must not be applied")
         };
-        assert_eq!(problem.reason, "BusPortChanged");
+        assert_eq!(problem.reason.as_str(), "BusPortChanged");
         assert!(problem.message.contains(ANNOTATION), "{}", problem.message);
         assert!(problem.message.contains("\"23456\""), "{}", problem.message);
         let Check::Changed(problem) = check(&annotated("soon"), &[running]) else {

@@ -4,6 +4,7 @@
 //! adds each node's restart gate, the engine's `AllowRestart` moves it.
 
 use std::collections::BTreeMap;
+use valkey_api::v1alpha1::StatusReason;
 
 use kube::Resource;
 use valkey_api::v1alpha1::{SlotsLostPolicy, ValkeyCluster, ValkeyNode};
@@ -23,7 +24,7 @@ pub fn topology(cluster: &ValkeyCluster) -> Result<Desired, Problem> {
     let accepted = match cluster.spec.accept_lost_slots.as_deref() {
         None | Some("") => None,
         Some(text) => Some(text.parse::<SlotSet>().map_err(|e| Problem {
-            reason: "InvalidSpec".into(),
+            reason: StatusReason::InvalidSpec,
             message: format!(
                 "spec.acceptLostSlots: {e}; write slot ranges from 0 to 16383 as the status \
                  names them, such as 0-99,200"

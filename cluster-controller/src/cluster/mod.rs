@@ -40,6 +40,7 @@ pub mod secrets;
 pub mod serving;
 pub mod status;
 pub mod tls;
+pub mod validate;
 
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;

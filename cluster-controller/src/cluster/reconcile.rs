@@ -1,14 +1,14 @@
-//! One pass over a ValkeyCluster, stage by stage: claim (its Lease) → prepare: secrets → tls (the
-//! certificate the members serve) → observe (the cluster's ValkeyNodes from the cache) → desired
-//! (every member's ValkeyNode, built once) → apply (member nodes, policy, serving objects) → then
-//! access (every member's users, live) → the engine (observe Valkey, decide, take a Valkey step)
-//! → apply (the engine's Kubernetes step) → report (Events and status). Each stage is a module of
-//! its own.
+//! One pass over a ValkeyCluster, stage by stage: claim (its Lease) → observe (the cluster's
+//! ValkeyNodes from the cache) → validate (the spec's errors, before anything is applied) →
+//! prepare: secrets → tls (the certificate the members serve) → desired (every member's
+//! ValkeyNode, built once) → apply (member nodes, policy, serving objects) → then access (every
+//! member's users, live) → the engine (observe Valkey, decide, take a Valkey step) → apply (the
+//! engine's Kubernetes step) → report (Events and status). Each stage is a module of its own.
 //!
-//! When a stage of `prepare` cannot go on (a Secret missing, the API failing), the rest of the
-//! pass does not follow the spec, but the engine still runs its data-safety rules ([`protect`]):
-//! a failure elsewhere never leaves a primary back without its data serving, nor a failed primary
-//! without a takeover.
+//! When the spec is invalid or a stage of `prepare` cannot go on (a Secret missing, the API
+//! failing), the rest of the pass does not follow the spec, but the engine still runs its
+//! data-safety rules ([`protect`]): a failure elsewhere never leaves a primary back without its
+//! data serving, nor a failed primary without a takeover.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -21,7 +21,9 @@ use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
 use super::status::Outcome;
-use super::{apply, bus, desired, external, network, observe, report, restore, secrets, tls};
+use super::{
+    apply, bus, desired, external, network, observe, report, restore, secrets, tls, validate,
+};
 use crate::engine::{Decision, Desired, Pass, Reason, Scope};
 use crate::parent::conditions::Problem;
 use crate::parent::context::ParentMemory;
@@ -62,7 +64,14 @@ pub async fn pass(
         return Ok(requeue);
     }
     let existing = observe::member_nodes(&ctx.nodes, cluster);
-    let prepared = match prepare(ctx, cluster, key, &memory, &existing).await {
+    let valid = match validate::spec(cluster, &existing) {
+        Ok(valid) => valid,
+        Err(problem) => {
+            let stop = Stop::problem(problem);
+            return protect(ctx, cluster, key, &memory, stop, &existing).await;
+        }
+    };
+    let prepared = match prepare(ctx, cluster, key, &memory, &existing, valid).await {
         Ok(Some(prepared)) => prepared,
         // The bus port was just recorded: the next pass reads it back.
         Ok(None) => return Ok(Requeue::requeue(Duration::ZERO)),
@@ -140,6 +149,7 @@ async fn prepare(
     key: &ObjectKey,
     memory: &ParentMemory,
     existing: &[Arc<ValkeyNode>],
+    valid: validate::Valid,
 ) -> Result<Option<Prepared>, Stop> {
     let failures = &ctx.stage_failures;
     // Before anything is made: a restore that cannot be done creates no member empty.
@@ -167,6 +177,8 @@ async fn prepare(
                 }
             };
         }
+        // Found by the validation stage first, from the same object and nodes; kept so that the
+        // check stays whole where the port is recorded.
         bus::Check::Changed(problem) => return Err(Stop::problem(problem)),
     }
     let applied = network::ensure(ctx, cluster, key).await;
@@ -192,7 +204,7 @@ async fn prepare(
     let topology = Desired {
         shards,
         restore: restore::slots(plan),
-        ..desired::topology(cluster).map_err(Stop::problem)?
+        ..valid.topology
     };
     let restoring_at_other_count = shards != restore::shards_now(cluster, None);
     Ok(Some(Prepared {
@@ -451,9 +463,13 @@ mod tests {
             "two failures are noise"
         );
         let third = failing_problem(&action, &error, 3);
-        assert!(third.as_ref().is_some_and(|p| p.reason == "ActionFailing"
-            && p.message.contains("CLUSTER MEET")
-            && p.message.contains("NOPERM")));
+        assert!(
+            third
+                .as_ref()
+                .is_some_and(|p| p.reason.as_str() == "ActionFailing"
+                    && p.message.contains("CLUSTER MEET")
+                    && p.message.contains("NOPERM"))
+        );
         assert_eq!(
             third,
             failing_problem(&action, &error, 9),
@@ -483,6 +499,64 @@ mod tests {
             &now,
         );
         assert_eq!(first, again);
+    }
+
+    /// A spec error is found before anything is applied: right after the claim the pass reports
+    /// it, naming the field, and creates or changes no Secret, policy or member (with no
+    /// credentials known yet, not even the safety rules have a server to look at).
+    #[tokio::test]
+    async fn an_invalid_spec_makes_nothing_and_names_the_field() {
+        let (ctx, mut api, _nodes) = context();
+        // 20000 passes the CRD's pattern but is no slot.
+        let yaml = format!("{CLUSTER}  acceptLostSlots: \"0-20000\"\n");
+        let recorded = || {
+            let mut c = cluster(&yaml);
+            c.annotations_mut()
+                .insert(bus::ANNOTATION.into(), "23456".into());
+            c
+        };
+        let stored = serde_json::to_value(recorded()).unwrap_or_default();
+        let script = tokio::spawn(async move {
+            expect_heartbeat(&mut api).await;
+            api.expect(
+                Method::GET,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases/cache-cluster-controller",
+            )
+            .await
+            .not_found();
+            api.expect(
+                Method::POST,
+                "/apis/coordination.k8s.io/v1/namespaces/prod/leases",
+            )
+            .await
+            .echo();
+            // Nothing but the status: no Secret read or written, no policy, no member.
+            let status = api
+                .expect(
+                    Method::PATCH,
+                    "/apis/valkey.io/v1alpha1/namespaces/prod/valkeyclusters/cache/status?",
+                )
+                .await;
+            assert_eq!(status.body["status"]["reason"], "InvalidSpec");
+            assert_eq!(status.body["status"]["state"], "Degraded");
+            let message = status.body["status"]["message"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(message.contains("spec.acceptLostSlots"), "{message}");
+            status.with_status_of(&stored);
+            api.done().await;
+        });
+        let c = recorded();
+        let key = ObjectKey::of(&c);
+        let requeue = ctx
+            .reconcile(&c, &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        script.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            requeue,
+            Requeue::requeue(crate::parent::stop::RETRY_PROBLEM)
+        );
     }
 
     /// A restore from a backup that is not there stops the pass before anything is made: the

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use valkey_api::v1alpha1::StatusReason;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
@@ -96,7 +97,7 @@ pub fn outcome<'a>(
     // A step the slot machine refused to take safely needs a person as much as a stuck member.
     let blocked_step = match &pass.outcome {
         Some(Ok(engine::Outcome::Blocked(why))) => Some(Problem {
-            reason: "MigrationBlocked".into(),
+            reason: StatusReason::MigrationBlocked,
             message: format!("{why}; the operator will not move this slot until it is resolved."),
         }),
         _ => None,

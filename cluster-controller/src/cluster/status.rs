@@ -39,7 +39,7 @@ pub fn compute(
             ..
         } => (
             ClusterState::Ready,
-            Reason::ClusterHealthy.as_str().to_owned(),
+            Reason::ClusterHealthy.status(),
             format!(
                 "{} shards serve all {} slots; {} of {} replicas in sync.",
                 h.shards, h.slots_assigned, h.replicas_in_sync, h.replicas_wanted
@@ -61,7 +61,7 @@ pub fn compute(
             } else {
                 ClusterState::Initializing
             },
-            reason.as_str().to_owned(),
+            reason.status(),
             message.clone(),
             false,
             true,
@@ -76,7 +76,7 @@ pub fn compute(
             } else {
                 ClusterState::Degraded
             },
-            reason.as_str().to_owned(),
+            reason.status(),
             message.clone(),
             false,
             false,
@@ -84,7 +84,7 @@ pub fn compute(
         ),
         Outcome::Problem { problem: p, .. } => (
             ClusterState::Degraded,
-            p.reason.clone(),
+            p.reason,
             p.message.clone(),
             false,
             false,
@@ -95,7 +95,7 @@ pub fn compute(
     let conditions = summary_conditions(
         previous.and_then(|s| s.conditions.clone()),
         &Summary {
-            reason: &reason,
+            reason,
             message: &message,
             ready,
             progressing,
@@ -118,7 +118,7 @@ pub fn compute(
     .filter(|h| h.nodes > 0);
     ValkeyClusterStatus {
         state: Some(state),
-        reason: Some(reason),
+        reason: Some(reason.as_str().to_owned()),
         message: Some(message),
         // Counts come from this pass's look at Valkey; without one, the last counts stand (they
         // describe Valkey, not the operator).
@@ -201,6 +201,7 @@ mod tests {
     use crate::parent::conditions::{DEGRADED, PROGRESSING, READY};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use k8s_openapi::jiff::Timestamp;
+    use valkey_api::v1alpha1::StatusReason;
 
     fn at(s: i64) -> Time {
         Time(Timestamp::from_second(s).unwrap_or_else(|e| panic!("{e}")))
@@ -383,7 +384,7 @@ mod tests {
         assert_eq!(s.state, Some(ClusterState::Failed));
         let p = Outcome::Problem {
             problem: Problem {
-                reason: "PasswordSecretNotFound".into(),
+                reason: StatusReason::PasswordSecretNotFound,
                 message: "Secret x is missing".into(),
             },
             health: None,
@@ -414,7 +415,7 @@ mod tests {
             Some(1),
             &Outcome::Problem {
                 problem: Problem {
-                    reason: "Unschedulable".into(),
+                    reason: StatusReason::Unschedulable,
                     message: "c-1-1 cannot be scheduled".into(),
                 },
                 health: Some(Health {

@@ -6,7 +6,7 @@ use super::context::Context;
 use crate::parent::conditions::Problem;
 use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
-use crate::parent::tls::{DEFAULT_CERTIFICATE_LIFETIME, Served, ensure_for, unsupported};
+use crate::parent::tls::{DEFAULT_CERTIFICATE_LIFETIME, Served, ensure_for};
 
 /// The TLS stage of a ValkeyCluster (see [`ensure_for`]).
 pub async fn ensure(
@@ -15,10 +15,8 @@ pub async fn ensure(
     memory: &ParentMemory,
 ) -> Result<Result<Option<Served>, Problem>, Error> {
     let (tools, parent) = super::secrets::cluster_parent(ctx, cluster);
+    // A setting this version does not serve was refused by the validation stage.
     let tls = &cluster.spec.tls;
-    if let Some(problem) = unsupported(tls) {
-        return Ok(Err(problem));
-    }
     let external = super::external::certificate_names(ctx, cluster);
     ensure_for(
         &tools,

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use valkey_api::v1alpha1::StatusReason;
+
 use super::member::Permit;
 use crate::plan::migration::legacy::Intent;
 use crate::valkey::cluster_nodes::NodeId;
@@ -257,37 +259,43 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub fn as_str(&self) -> &'static str {
+    /// The word of the schema's vocabulary the status shows for it: an engine reason the
+    /// vocabulary lacks does not compile.
+    pub const fn status(&self) -> StatusReason {
         match self {
-            Reason::ClusterHealthy => "ClusterHealthy",
-            Reason::InvalidSpec => "InvalidSpec",
-            Reason::WaitingForNodes => "WaitingForNodes",
-            Reason::BackupRunning => "BackupRunning",
-            Reason::NodeUnreachable => "NodeUnreachable",
-            Reason::Forming => "Forming",
-            Reason::Joining => "Joining",
-            Reason::NodeAddressChanged => "NodeAddressChanged",
-            Reason::FailingOver => "FailingOver",
-            Reason::SlotsLost => "SlotsLost",
-            Reason::UnknownNode => "UnknownNode",
-            Reason::RemovingNodes => "RemovingNodes",
-            Reason::MigratingSlots => "MigratingSlots",
-            Reason::MigrationFailed => "MigrationFailed",
-            Reason::Draining => "Draining",
-            Reason::DrainBlocked => "DrainBlocked",
-            Reason::SlotsConflict => "SlotsConflict",
-            Reason::ShardConflict => "ShardConflict",
-            Reason::NodeNotEmpty => "NodeNotEmpty",
-            Reason::AttachingReplicas => "AttachingReplicas",
-            Reason::ReplicaSyncing => "ReplicaSyncing",
-            Reason::Converging => "Converging",
-            Reason::Rolling => "Rolling",
-            Reason::PrimaryRestartedEmpty => "PrimaryRestartedEmpty",
-            Reason::ReplicaTooStale => "ReplicaTooStale",
-            Reason::IdentityConflict => "IdentityConflict",
-            Reason::RestartWouldLoseData => "RestartWouldLoseData",
-            Reason::SpreadingPrimaries => "SpreadingPrimaries",
+            Reason::ClusterHealthy => StatusReason::ClusterHealthy,
+            Reason::InvalidSpec => StatusReason::InvalidSpec,
+            Reason::WaitingForNodes => StatusReason::WaitingForNodes,
+            Reason::BackupRunning => StatusReason::BackupRunning,
+            Reason::NodeUnreachable => StatusReason::NodeUnreachable,
+            Reason::Forming => StatusReason::Forming,
+            Reason::Joining => StatusReason::Joining,
+            Reason::NodeAddressChanged => StatusReason::NodeAddressChanged,
+            Reason::FailingOver => StatusReason::FailingOver,
+            Reason::SlotsLost => StatusReason::SlotsLost,
+            Reason::UnknownNode => StatusReason::UnknownNode,
+            Reason::RemovingNodes => StatusReason::RemovingNodes,
+            Reason::MigratingSlots => StatusReason::MigratingSlots,
+            Reason::MigrationFailed => StatusReason::MigrationFailed,
+            Reason::Draining => StatusReason::Draining,
+            Reason::DrainBlocked => StatusReason::DrainBlocked,
+            Reason::SlotsConflict => StatusReason::SlotsConflict,
+            Reason::ShardConflict => StatusReason::ShardConflict,
+            Reason::NodeNotEmpty => StatusReason::NodeNotEmpty,
+            Reason::AttachingReplicas => StatusReason::AttachingReplicas,
+            Reason::ReplicaSyncing => StatusReason::ReplicaSyncing,
+            Reason::Converging => StatusReason::Converging,
+            Reason::Rolling => StatusReason::Rolling,
+            Reason::PrimaryRestartedEmpty => StatusReason::PrimaryRestartedEmpty,
+            Reason::ReplicaTooStale => StatusReason::ReplicaTooStale,
+            Reason::IdentityConflict => StatusReason::IdentityConflict,
+            Reason::RestartWouldLoseData => StatusReason::RestartWouldLoseData,
+            Reason::SpreadingPrimaries => StatusReason::SpreadingPrimaries,
         }
+    }
+
+    pub const fn as_str(&self) -> &'static str {
+        self.status().as_str()
     }
 
     /// True when the cluster cannot serve some of its slots until a person acts: the status
@@ -447,6 +455,90 @@ impl fmt::Display for Decision {
         match self {
             Decision::Act { action, reason, .. } => write!(f, "{reason}: {action}"),
             other => write!(f, "{}: {}", other.reason(), other.message()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod vocabulary_tests {
+    use super::Reason;
+
+    /// Every reason; `listed` stops compiling when one is added and not listed here.
+    const ALL: &[Reason] = &[
+        Reason::ClusterHealthy,
+        Reason::InvalidSpec,
+        Reason::WaitingForNodes,
+        Reason::BackupRunning,
+        Reason::NodeUnreachable,
+        Reason::Forming,
+        Reason::Joining,
+        Reason::NodeAddressChanged,
+        Reason::FailingOver,
+        Reason::SlotsLost,
+        Reason::UnknownNode,
+        Reason::RemovingNodes,
+        Reason::MigratingSlots,
+        Reason::MigrationFailed,
+        Reason::Draining,
+        Reason::DrainBlocked,
+        Reason::SlotsConflict,
+        Reason::ShardConflict,
+        Reason::NodeNotEmpty,
+        Reason::AttachingReplicas,
+        Reason::ReplicaSyncing,
+        Reason::Converging,
+        Reason::Rolling,
+        Reason::PrimaryRestartedEmpty,
+        Reason::ReplicaTooStale,
+        Reason::IdentityConflict,
+        Reason::RestartWouldLoseData,
+        Reason::SpreadingPrimaries,
+    ];
+
+    #[allow(dead_code)]
+    fn listed(reason: Reason) -> bool {
+        match reason {
+            Reason::ClusterHealthy
+            | Reason::InvalidSpec
+            | Reason::WaitingForNodes
+            | Reason::BackupRunning
+            | Reason::NodeUnreachable
+            | Reason::Forming
+            | Reason::Joining
+            | Reason::NodeAddressChanged
+            | Reason::FailingOver
+            | Reason::SlotsLost
+            | Reason::UnknownNode
+            | Reason::RemovingNodes
+            | Reason::MigratingSlots
+            | Reason::MigrationFailed
+            | Reason::Draining
+            | Reason::DrainBlocked
+            | Reason::SlotsConflict
+            | Reason::ShardConflict
+            | Reason::NodeNotEmpty
+            | Reason::AttachingReplicas
+            | Reason::ReplicaSyncing
+            | Reason::Converging
+            | Reason::Rolling
+            | Reason::PrimaryRestartedEmpty
+            | Reason::ReplicaTooStale
+            | Reason::IdentityConflict
+            | Reason::RestartWouldLoseData
+            | Reason::SpreadingPrimaries => true,
+        }
+    }
+
+    #[test]
+    fn every_reason_is_a_word_of_the_valkeycluster_vocabulary_spelt_as_before() {
+        for reason in ALL {
+            let word = reason.status();
+            assert!(
+                word.kinds().contains(&"ValkeyCluster"),
+                "{word} is not declared for ValkeyCluster in valkey-api/schema/reasons.yaml"
+            );
+            // The variant and the word share a name: the status says what it said before.
+            assert_eq!(format!("{reason:?}"), word.as_str());
         }
     }
 }

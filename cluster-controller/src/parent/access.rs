@@ -12,6 +12,7 @@ use crate::engine::Member;
 use super::conditions::Problem;
 use super::context::ParentMemory;
 use super::secrets::Auth;
+use valkey_api::v1alpha1::StatusReason;
 
 /// Time each command of the sync may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -70,12 +71,12 @@ pub async fn sync(
 fn problem(report: &SyncReport) -> Option<Problem> {
     let (member, why) = report.refused.first()?;
     let reason = if why.contains("locked out") {
-        "OperatorLockedOut"
+        StatusReason::OperatorLockedOut
     } else {
-        "UsersNotApplied"
+        StatusReason::UsersNotApplied
     };
     Some(Problem {
-        reason: reason.into(),
+        reason,
         message: format!("ValkeyNode {member}: {why}."),
     })
 }

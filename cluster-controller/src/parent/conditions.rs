@@ -3,23 +3,24 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use plumbing::conditions::{ConditionStatus, set_condition};
+use valkey_api::v1alpha1::StatusReason;
 
 pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 
 /// A problem found before the engine could run (a missing Secret, an API error), with the words
-/// a person should read.
+/// a person should read: a reason of the schema's vocabulary, so no other word reaches a status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
-    pub reason: String,
+    pub reason: StatusReason,
     pub message: String,
 }
 
 /// What a pass concluded about a parent, in the words its conditions carry.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary<'a> {
-    pub reason: &'a str,
+    pub reason: StatusReason,
     pub message: &'a str,
     pub ready: bool,
     pub progressing: bool,
@@ -36,12 +37,12 @@ pub fn summary_conditions(
     now: &Time,
 ) -> Vec<Condition> {
     let mut conditions = previous.unwrap_or_default();
-    let mut set = |type_: &str, ok: bool, why: &str, text: &str| {
+    let mut set = |type_: &str, ok: bool, why: StatusReason, text: &str| {
         set_condition(
             &mut conditions,
             type_,
             ConditionStatus::from(ok),
-            why,
+            why.as_str(),
             text,
             generation,
             now,
@@ -52,12 +53,22 @@ pub fn summary_conditions(
     if summary.progressing {
         set(PROGRESSING, true, reason, message);
     } else {
-        set(PROGRESSING, false, "Idle", "Nothing is in progress.");
+        set(
+            PROGRESSING,
+            false,
+            StatusReason::Idle,
+            "Nothing is in progress.",
+        );
     }
     if summary.degraded {
         set(DEGRADED, true, reason, message);
     } else {
-        set(DEGRADED, false, "AsExpected", "Nothing needs attention.");
+        set(
+            DEGRADED,
+            false,
+            StatusReason::AsExpected,
+            "Nothing needs attention.",
+        );
     }
     conditions
 }

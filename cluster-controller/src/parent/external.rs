@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use valkey_api::v1alpha1::StatusReason;
 
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use valkey_api::contract::CONFIG_APPLIED_CONDITION;
@@ -41,9 +42,9 @@ pub const NODE_PORT_NEEDS_VALKEY_9: &str = "ExternalNodePortNeedsValkey9";
 /// The label every external Service carries (`true`): what the Service cache selects.
 pub const EXTERNAL_LABEL: &str = "valkey.io/external";
 /// The reason a parent reports while a load balancer has not given an address yet.
-pub const ADDRESS_PENDING: &str = "ExternalAddressPending";
+pub const ADDRESS_PENDING: StatusReason = StatusReason::ExternalAddressPending;
 /// The reason a parent reports when a load balancer gave a host name but no IPv4 address.
-pub const ADDRESS_UNUSABLE: &str = "ExternalAddressUnusable";
+pub const ADDRESS_UNUSABLE: StatusReason = StatusReason::ExternalAddressUnusable;
 
 /// The external Service of a cluster member.
 pub fn member_service_name(member: &str) -> String {
@@ -237,7 +238,7 @@ pub fn announce(
     }
     if !unusable.is_empty() {
         return Some(Problem {
-            reason: ADDRESS_UNUSABLE.into(),
+            reason: ADDRESS_UNUSABLE,
             message: format!(
                 "the load balancer of {} gave no IPv4 address, which Valkey needs to tell clients \
                  where each member is; choose a load balancer (loadBalancerClass, annotations) \
@@ -247,7 +248,7 @@ pub fn announce(
         });
     }
     (!pending.is_empty()).then(|| Problem {
-        reason: ADDRESS_PENDING.into(),
+        reason: ADDRESS_PENDING,
         message: format!(
             "waiting for the external address of {} (a load balancer's address, or a node port \
              and the node its server runs on); a new member joins the cluster only once clients \
@@ -320,7 +321,7 @@ pub fn certificate_names(
 /// The problem of a certificate of the user's that lacks external names.
 pub fn lacking_names(lacking: &[String]) -> Option<Problem> {
     (!lacking.is_empty()).then(|| Problem {
-        reason: "CertificateLacksExternalNames".into(),
+        reason: StatusReason::CertificateLacksExternalNames,
         message: format!(
             "the certificate of spec.tls.certificateSecret does not name {}: clients outside \
              that verify the server's name will refuse it; add them to the certificate (its \

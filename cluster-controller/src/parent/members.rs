@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use valkey_api::contract::{POD_CANNOT_RUN_REASONS, READY_CONDITION, VALKEY_PORT};
-use valkey_api::v1alpha1::ValkeyNode;
+use valkey_api::v1alpha1::{StatusReason, ValkeyNode};
 
 use super::conditions::Problem;
 use super::labels::position;
@@ -44,8 +44,10 @@ pub fn stuck_member<'a>(nodes: impl IntoIterator<Item = &'a ValkeyNode>) -> Opti
     let mut sorted: Vec<&ValkeyNode> = nodes.into_iter().collect();
     sorted.sort_by_key(|n| n.name_any());
     sorted.into_iter().find_map(|node| {
-        stuck_condition(node).map(|ready| Problem {
-            reason: ready.reason.clone(),
+        // The node's reason is one of POD_CANNOT_RUN_REASONS, every one a word of the vocabulary.
+        let ready = stuck_condition(node)?;
+        Some(Problem {
+            reason: StatusReason::from_name(&ready.reason)?,
             message: format!("ValkeyNode {}: {}", node.name_any(), ready.message),
         })
     })
@@ -69,7 +71,8 @@ pub fn refused_config<'a>(nodes: impl IntoIterator<Item = &'a ValkeyNode>) -> Op
                     && c.reason != valkey_api::contract::CONFIG_AWAITS_RESTART
             })?;
         Some(Problem {
-            reason: refused.reason.clone(),
+            // A word the vocabulary lacks (a newer node-controller's) is still a refusal.
+            reason: StatusReason::from_name(&refused.reason).unwrap_or(StatusReason::ConfigRefused),
             message: format!("ValkeyNode {}: {}", node.name_any(), refused.message),
         })
     })
@@ -161,7 +164,7 @@ mod tests {
             "message": "Pod valkey-cache-0-1-0 cannot be scheduled: 0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
         }]})).unwrap_or_default());
         let problem = stuck_member(&[node]).unwrap_or_else(|| panic!("not stuck"));
-        assert_eq!(problem.reason, "Unschedulable");
+        assert_eq!(problem.reason.as_str(), "Unschedulable");
         assert!(
             problem.message.starts_with("ValkeyNode cache-0-1: ")
                 && problem.message.contains("anti-affinity")
@@ -184,7 +187,7 @@ mod tests {
         node.status = Some(with("ConfigRefused"));
         let problem =
             refused_config(std::slice::from_ref(&node)).unwrap_or_else(|| panic!("no problem"));
-        assert_eq!(problem.reason, "ConfigRefused");
+        assert_eq!(problem.reason.as_str(), "ConfigRefused");
     }
 
     #[test]

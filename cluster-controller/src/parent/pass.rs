@@ -4,6 +4,7 @@
 
 use std::fmt::Display;
 use std::time::Duration;
+use valkey_api::v1alpha1::StatusReason;
 
 use kube::runtime::controller::Action as Requeue;
 use kube::{Resource, ResourceExt};
@@ -130,7 +131,7 @@ pub(crate) fn failing_problem(
     times: u32,
 ) -> Option<Problem> {
     (times >= ACTION_FAILURES_BEFORE_DEGRADED).then(|| Problem {
-        reason: "ActionFailing".into(),
+        reason: StatusReason::ActionFailing,
         message: format!(
             "{action} keeps failing: {error}. The operator retries, at most every {}s.",
             MAX_ACTION_RETRY.as_secs()

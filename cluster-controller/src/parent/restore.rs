@@ -18,27 +18,27 @@
 use backup::manifest::{MANIFEST_NAME, Manifest};
 use backup::{Store, StoreConfig};
 use valkey_api::v1alpha1::{
-    BackupPhase, BackupStore, InitialData, RestoreFrom, ValkeyBackup, ValkeyNodeSpec,
+    BackupPhase, BackupStore, InitialData, RestoreFrom, StatusReason, ValkeyBackup, ValkeyNodeSpec,
 };
 
 use crate::valkey::slots::{SLOT_COUNT, SlotRange, SlotSet};
 
 /// The condition reasons of a restore that cannot go on.
-pub const BACKUP_NOT_FOUND: &str = "RestoreBackupNotFound";
-pub const BACKUP_NOT_COMPLETED: &str = "RestoreBackupNotCompleted";
-pub const MANIFEST_UNREADABLE: &str = "RestoreManifestUnreadable";
-pub const MANIFEST_MISMATCH: &str = "RestoreManifestMismatch";
+pub const BACKUP_NOT_FOUND: StatusReason = StatusReason::RestoreBackupNotFound;
+pub const BACKUP_NOT_COMPLETED: StatusReason = StatusReason::RestoreBackupNotCompleted;
+pub const MANIFEST_UNREADABLE: StatusReason = StatusReason::RestoreManifestUnreadable;
+pub const MANIFEST_MISMATCH: StatusReason = StatusReason::RestoreManifestMismatch;
 
 /// Why a restore cannot go on (yet): a reason for the parent's condition and a message in a
 /// person's words. Never a credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
-    pub reason: &'static str,
+    pub reason: StatusReason,
     pub message: String,
 }
 
 impl Problem {
-    fn new(reason: &'static str, message: String) -> Self {
+    fn new(reason: StatusReason, message: String) -> Self {
         Self { reason, message }
     }
 }

@@ -110,7 +110,7 @@ pub async fn plan<K: Resource>(
 
 fn problem(p: restore::Problem) -> Stop {
     Stop::problem(Problem {
-        reason: p.reason.into(),
+        reason: p.reason,
         message: p.message,
     })
 }

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
+use valkey_api::v1alpha1::StatusReason;
 
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ use crate::access::{AclUser, Login, UserSet, password_hash, rotation};
 use crate::client::{self, Credentials};
 
 /// The reason a cluster reports a Secret of its names that the operator did not create.
-pub const SECRET_NOT_OWNED: &str = "SecretNotOwned";
+pub const SECRET_NOT_OWNED: StatusReason = StatusReason::SecretNotOwned;
 
 /// What authentication gives the rest of the pass.
 #[derive(Debug, Clone, PartialEq)]
@@ -274,7 +275,7 @@ async fn read_password(
         .map_err(api_error(format!("reading Secret {}", reference.name)))?;
     let Some(secret) = secret else {
         return Ok(Err(Problem {
-            reason: "PasswordSecretNotFound".into(),
+            reason: StatusReason::PasswordSecretNotFound,
             message: format!(
                 "Secret {} named by {field} does not exist; create it with key {}.",
                 reference.name, reference.key
@@ -283,7 +284,7 @@ async fn read_password(
     };
     Ok(
         auth::secret_string(&secret, &reference.key).ok_or_else(|| Problem {
-            reason: "PasswordKeyNotFound".into(),
+            reason: StatusReason::PasswordKeyNotFound,
             message: format!(
                 "Secret {} named by {field} has no non-empty key {}.",
                 reference.name, reference.key
@@ -332,21 +333,26 @@ pub async fn not_owned<K: Resource<DynamicType = ()>>(
         "Secret {secret} exists but was not created by the operator for this {}: {consequence}.",
         K::kind(&())
     );
-    let already =
-        parent.reason == Some(SECRET_NOT_OWNED) && parent.message == Some(message.as_str());
+    let already = parent.reason == Some(SECRET_NOT_OWNED.as_str())
+        && parent.message == Some(message.as_str());
     if !already {
         ctx.events
-            .warning(parent.object, SECRET_NOT_OWNED, "Reconcile", &message)
+            .warning(
+                parent.object,
+                SECRET_NOT_OWNED.as_str(),
+                "Reconcile",
+                &message,
+            )
             .await;
     }
     Problem {
-        reason: SECRET_NOT_OWNED.into(),
+        reason: SECRET_NOT_OWNED,
         message,
     }
 }
 
 /// The reason a parent reports while its generated password Secret is gone with no copy left.
-pub const PASSWORD_SECRET_LOST: &str = "PasswordSecretLost";
+pub const PASSWORD_SECRET_LOST: StatusReason = StatusReason::PasswordSecretLost;
 
 /// The generated clients' password: created once, never owned (it outlives the cluster, like
 /// the data it protects), never overwritten, and never taken from a Secret of that name that the
@@ -397,7 +403,7 @@ async fn generated_client_password<K: Resource<DynamicType = ()>>(
         Some(password) => password,
         None if served => {
             return Ok(Err(Problem {
-                reason: PASSWORD_SECRET_LOST.into(),
+                reason: PASSWORD_SECRET_LOST,
                 message: format!(
                     "Secret {secret_name}, which held the clients' password, was deleted and the \
                      operator has no copy of it; the servers keep accepting the password they \
@@ -680,7 +686,7 @@ mod tests {
                 .answer(StatusCode::OK, &theirs);
             let event = api.event().await;
             assert_eq!(event["type"], "Warning");
-            assert_eq!(event["reason"], SECRET_NOT_OWNED);
+            assert_eq!(event["reason"], SECRET_NOT_OWNED.as_str());
             assert!(
                 event["note"]
                     .as_str()
@@ -716,7 +722,7 @@ mod tests {
             expect_get(&mut api, "cache-password")
                 .await
                 .answer(StatusCode::OK, &theirs);
-            assert_eq!(api.event().await["reason"], SECRET_NOT_OWNED);
+            assert_eq!(api.event().await["reason"], SECRET_NOT_OWNED.as_str());
             api.done().await;
         });
         let problem = problem_of(&ctx, &cluster(CLUSTER)).await;
@@ -900,7 +906,7 @@ mod tests {
         });
         let problem = problem_of(&ctx, &cluster(&yaml)).await;
         script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(problem.reason, "PasswordSecretNotFound");
+        assert_eq!(problem.reason.as_str(), "PasswordSecretNotFound");
         assert!(
             problem.message.contains("app-pw") && problem.message.contains("(app)"),
             "{}",

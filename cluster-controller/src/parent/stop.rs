@@ -6,6 +6,7 @@
 //! `protect`), so a primary back without its data still hands over while a Secret is missing.
 
 use std::time::Duration;
+use valkey_api::v1alpha1::StatusReason;
 
 use plumbing::ObjectKey;
 use plumbing::backoff::Backoff;
@@ -48,7 +49,7 @@ impl Stop {
     pub fn error(error: Error, failures: &Backoff, key: &ObjectKey) -> Self {
         let requeue = failures.failed(key).min(MAX_RETRY_AFTER_ERROR);
         let problem = (failures.failures(key) >= ERRORS_BEFORE_REPORTED).then(|| Problem {
-            reason: "KubernetesApiFailing".into(),
+            reason: StatusReason::KubernetesApiFailing,
             message: format!(
                 "{error}. The operator retries, at most every {}s; meanwhile it still protects \
                  the data (failovers, a primary back without its data) but changes nothing else.",

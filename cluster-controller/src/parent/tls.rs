@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use valkey_api::v1alpha1::StatusReason;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
@@ -80,7 +81,7 @@ pub fn certificate_names(parent: &str, namespace: &str) -> Vec<String> {
 }
 
 /// The reason a cluster reports for a TLS setting this version does not serve.
-pub const TLS_NOT_SUPPORTED: &str = "TLSNotSupported";
+pub const TLS_NOT_SUPPORTED: StatusReason = StatusReason::TLSNotSupported;
 
 /// What of `tls` this version refuses to serve, rather than run plain (or half secured) what was
 /// asked to be TLS: the plain-text port beside TLS (the NetworkPolicy does not open it). Every
@@ -91,7 +92,7 @@ pub fn unsupported(tls: &Tls) -> Option<Problem> {
         return None;
     }
     Some(Problem {
-        reason: TLS_NOT_SUPPORTED.into(),
+        reason: TLS_NOT_SUPPORTED,
         message: "spec.tls.plaintext is set, but this version of the operator does not serve a \
                   plain-text port beside TLS yet; turn it off. No member is created or changed \
                   until then."
@@ -156,7 +157,7 @@ async fn users_secret(
         .map_err(api_error(format!("reading Secret {name}")))?;
     let Some(secret) = found else {
         return Ok(Err(Problem {
-            reason: "TLSSecretNotFound".into(),
+            reason: StatusReason::TLSSecretNotFound,
             message: format!(
                 "Secret {name} named by spec.tls.certificateSecret does not exist; create it with keys {TLS_CERT_KEY}, {TLS_KEY_KEY} and {TLS_CA_KEY} (a cert-manager Certificate writes these)."
             ),
@@ -169,7 +170,7 @@ async fn users_secret(
         .collect();
     let invalid = |why: String| {
         Ok(Err(Problem {
-            reason: "TLSSecretInvalid".into(),
+            reason: StatusReason::TLSSecretInvalid,
             message: format!("Secret {name} named by spec.tls.certificateSecret {why}."),
         }))
     };

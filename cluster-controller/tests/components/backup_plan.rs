@@ -134,7 +134,10 @@ async fn a_formed_cluster_is_planned_from_its_in_step_replicas() {
     .await;
     let (found, unanswered) = observe::servers(&client, &members, true).await;
     match choose::plan(&found, &unanswered, 3, false) {
-        Plan::Wait(problem) => assert_eq!(problem.reason, "SlotsMoving"),
+        Plan::Wait(problem) => assert_eq!(
+            problem.reason,
+            valkey_api::v1alpha1::StatusReason::SlotsMoving
+        ),
         other => panic!("{other:?}"),
     }
     lab.command_as_operator(&source, &["CLUSTER", "SETSLOT", &slot, "STABLE"])

@@ -3,7 +3,11 @@
 
 use serde_json::Value;
 
-use super::model::{Api, Error, Field, RULE_REASONS, Rule, TypeBody, TypeDef, TypeRef, invalid};
+use std::collections::BTreeMap;
+
+use super::model::{
+    Api, Error, Field, RULE_REASONS, ReasonDef, Rule, TypeBody, TypeDef, TypeRef, invalid,
+};
 use crate::k8s::K8sType;
 
 pub(super) fn check(api: &Api) -> Result<(), Error> {
@@ -72,7 +76,66 @@ pub(super) fn check(api: &Api) -> Result<(), Error> {
             }
         }
     }
+    check_reasons(api)
+}
+
+/// The status vocabulary: each word once, CamelCase (a condition's reason must be), said of
+/// kinds that exist, and with a state that the kind's state enum has.
+fn check_reasons(api: &Api) -> Result<(), Error> {
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for r in &api.reasons {
+        let at = format!("{}: reason {}", r.source, r.name);
+        if let Some(other) = seen.insert(&r.name, &r.source) {
+            return Err(invalid(format!("{at} is declared twice (also in {other})")));
+        }
+        if !is_camel_case(&r.name) {
+            return Err(invalid(format!(
+                "{at}: a reason is CamelCase (an upper-case letter, then letters and digits)"
+            )));
+        }
+        if r.description.trim().is_empty() {
+            return Err(invalid(format!("{at}: needs a description")));
+        }
+        if r.kinds.is_empty() {
+            return Err(invalid(format!(
+                "{at}: name the kinds whose status carries it"
+            )));
+        }
+        for (i, kind) in r.kinds.iter().enumerate() {
+            if r.kinds[..i].contains(kind) {
+                return Err(invalid(format!("{at}: kind {kind} is named twice")));
+            }
+            check_reason_kind(api, r, kind, &at)?;
+        }
+    }
     Ok(())
+}
+
+fn check_reason_kind(api: &Api, r: &ReasonDef, kind: &str, at: &str) -> Result<(), Error> {
+    let Some(k) = api.kind(kind) else {
+        let known: Vec<&str> = api.kinds.iter().map(|k| k.name.as_str()).collect();
+        return Err(invalid(format!(
+            "{at}: kind {kind} is not declared in schema/ (known: {})",
+            known.join(", ")
+        )));
+    };
+    let Some(state) = &r.state else {
+        return Ok(());
+    };
+    match api.state_enum(k) {
+        Some((_, values)) if values.iter().any(|v| &v.value == state) => Ok(()),
+        Some((field, _)) => Err(invalid(format!(
+            "{at}: state {state} is not a value of {kind}'s status.{field}"
+        ))),
+        None => Err(invalid(format!(
+            "{at}: state {state} is given, but {kind} has no status.state or status.phase"
+        ))),
+    }
+}
+
+fn is_camel_case(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && name.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
 fn check_rule(rule: &Rule, at: &str) -> Result<(), Error> {
@@ -194,5 +257,92 @@ fn check_default(api: &Api, ty: &TypeRef, value: &Value) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{value} is not a {}", ty.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::load_sources;
+
+    const KIND: &str = "kind: Thing\ngroup: g\nversion: v1\nplural: things\ndescription: d\nspec: ThingSpec\nstatus: ThingStatus\ntypes:\n  ThingSpec:\n    description: d\n    fields:\n      size:\n        type: integer\n        description: d\n  ThingStatus:\n    description: d\n    fields:\n      state:\n        type: ThingState\n        description: d\n  ThingState:\n    description: d\n    enum:\n      - value: Ready\n        description: d\n";
+
+    fn load_reasons(reasons: &str) -> Result<crate::ir::Api, String> {
+        load_sources(&[
+            ("thing.yaml".into(), KIND.into()),
+            ("reasons.yaml".into(), format!("reasons:\n{reasons}")),
+        ])
+        .map_err(|e| e.to_string())
+    }
+
+    fn reason(name: &str, kinds: &str, state: Option<&str>) -> String {
+        let state = state
+            .map(|s| format!("    state: {s}\n"))
+            .unwrap_or_default();
+        format!("  - name: {name}\n    kinds: [{kinds}]\n{state}    description: Something.\n")
+    }
+
+    #[test]
+    fn a_well_formed_vocabulary_loads_in_order() {
+        let api = load_reasons(&format!(
+            "{}{}",
+            reason("AllGood", "Thing", Some("Ready")),
+            reason("TLSMissing", "Thing", None)
+        ));
+        let names: Vec<String> = api
+            .map(|a| a.reasons.iter().map(|r| r.name.clone()).collect())
+            .unwrap_or_default();
+        assert_eq!(names, ["AllGood", "TLSMissing"]);
+    }
+
+    #[test]
+    fn a_reason_is_declared_once() {
+        let twice = format!(
+            "{}{}",
+            reason("Same", "Thing", None),
+            reason("Same", "Thing", None)
+        );
+        let err = load_reasons(&twice).err().unwrap_or_default();
+        assert!(err.contains("reason Same is declared twice"), "{err}");
+    }
+
+    #[test]
+    fn a_reason_is_camel_case() {
+        for bad in ["notCamel", "Has-Dash", "Has_Underscore", "9Lives"] {
+            let err = load_reasons(&reason(bad, "Thing", None))
+                .err()
+                .unwrap_or_default();
+            assert!(err.contains("CamelCase"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_reason_names_known_kinds_and_their_states() {
+        let err = load_reasons(&reason("Odd", "Gadget", None))
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("kind Gadget is not declared"), "{err}");
+        let err = load_reasons(&reason("Odd", "", None))
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("name the kinds"), "{err}");
+        let err = load_reasons(&reason("Odd", "Thing, Thing", None))
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("named twice"), "{err}");
+        let err = load_reasons(&reason("Odd", "Thing", Some("Sleeping")))
+            .err()
+            .unwrap_or_default();
+        assert!(
+            err.contains("state Sleeping is not a value of Thing's status.state"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_reason_needs_a_description() {
+        let err = load_reasons("  - name: Bare\n    kinds: [Thing]\n    description: \" \"\n")
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("reason Bare: needs a description"), "{err}");
     }
 }

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use super::check::check;
 use super::model::Checks;
 use super::model::{
-    Api, EnumValue, Error, Field, Kind, PrinterColumn, Rule, TypeBody, TypeDef, TypeRef, invalid,
+    Api, EnumValue, Error, Field, Kind, PrinterColumn, ReasonDef, Rule, TypeBody, TypeDef, TypeRef,
+    invalid,
 };
 use crate::k8s::K8sType;
 
@@ -34,6 +35,18 @@ struct FileDoc {
     /// A mapping, read as such so that declaration order survives.
     #[serde(default)]
     types: serde_yaml::Mapping,
+    /// Words of the status vocabulary (see [`ReasonDef`]).
+    #[serde(default)]
+    reasons: Vec<ReasonDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ReasonDoc {
+    name: String,
+    kinds: Vec<String>,
+    state: Option<String>,
+    description: String,
 }
 
 #[derive(Deserialize)]
@@ -151,8 +164,20 @@ pub fn load_sources(sources: &[(String, String)]) -> Result<Api, Error> {
     let mut api = Api {
         kinds: Vec::new(),
         types: Vec::new(),
+        reasons: Vec::new(),
     };
-    for (file, doc) in docs {
+    for (file, mut doc) in docs {
+        api.reasons.extend(
+            std::mem::take(&mut doc.reasons)
+                .into_iter()
+                .map(|r| ReasonDef {
+                    name: r.name,
+                    kinds: r.kinds,
+                    state: r.state,
+                    description: r.description,
+                    source: file.clone(),
+                }),
+        );
         for (key, value) in &doc.types {
             let name = key_name(key, &file)?;
             let type_doc: TypeDoc =

@@ -11,6 +11,24 @@ pub struct Api {
     pub kinds: Vec<Kind>,
     /// Named types (objects and enums) in the order the files declare them.
     pub types: Vec<TypeDef>,
+    /// Every reason a person can see in a kind's `status.reason` and condition reasons, in the
+    /// order the files declare them: one vocabulary, so the reference lists them all and the
+    /// controllers cannot write another.
+    pub reasons: Vec<ReasonDef>,
+}
+
+/// One word of the status vocabulary.
+#[derive(Debug, Clone)]
+pub struct ReasonDef {
+    /// The CamelCase word, exactly as the status carries it.
+    pub name: String,
+    /// The kinds whose status can carry it.
+    pub kinds: Vec<String>,
+    /// The value of `status.state` (or `status.phase`) it always goes with, when that is fixed.
+    pub state: Option<String>,
+    /// What it means and what a person should do.
+    pub description: String,
+    pub source: String,
 }
 
 #[derive(Debug, Clone)]
@@ -200,5 +218,35 @@ impl Api {
     /// Types in the order an emitter should write them: kinds' spec and status first, then the rest.
     pub fn kind_of_spec(&self, type_name: &str) -> Option<&Kind> {
         self.kinds.iter().find(|k| k.spec == type_name)
+    }
+
+    pub fn kind(&self, name: &str) -> Option<&Kind> {
+        self.kinds.iter().find(|k| k.name == name)
+    }
+
+    /// The enum of a kind's one-word state (`status.state`, or `status.phase`), with the field's
+    /// name: what a reason's `state` is checked against and the reference names.
+    pub fn state_enum(&self, kind: &Kind) -> Option<(&'static str, &[EnumValue])> {
+        let status = self.type_def(kind.status.as_deref()?)?;
+        let TypeBody::Object { fields, .. } = &status.body else {
+            return None;
+        };
+        ["state", "phase"].into_iter().find_map(|field| {
+            let f = fields.iter().find(|f| f.name == field)?;
+            let TypeRef::Named(name) = &f.ty else {
+                return None;
+            };
+            match &self.type_def(name)?.body {
+                TypeBody::Enum { values } => Some((field, values.as_slice())),
+                TypeBody::Object { .. } => None,
+            }
+        })
+    }
+
+    /// The reasons a kind's status can carry, in declaration order.
+    pub fn reasons_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a ReasonDef> {
+        self.reasons
+            .iter()
+            .filter(move |r| r.kinds.iter().any(|k| k == kind))
     }
 }

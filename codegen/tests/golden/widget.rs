@@ -224,6 +224,57 @@ pub struct Sizing {
     /// An upper bound with a default, shared through a fragment.
     pub max_size: i32,
 }
+/// Every reason a person can see in a kind's `status.reason` and in its conditions'
+/// reasons, declared in `schema/` and explained in the API reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StatusReason {
+    /// The widget is what its spec asks for.
+    WidgetReady,
+    /// The widget waits for its certificate; create the Secret its spec names.
+    TLSMissing,
+}
+impl StatusReason {
+    /// Every reason, in the order the schema declares them.
+    pub const ALL: &'static [StatusReason] = &[
+        StatusReason::WidgetReady,
+        StatusReason::TLSMissing,
+    ];
+    /// The word as the status carries it.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            StatusReason::WidgetReady => "WidgetReady",
+            StatusReason::TLSMissing => "TLSMissing",
+        }
+    }
+    /// The kinds whose status can carry it.
+    pub const fn kinds(&self) -> &'static [&'static str] {
+        match self {
+            StatusReason::WidgetReady => &["Widget"],
+            StatusReason::TLSMissing => &["Widget"],
+        }
+    }
+    /// The value of `status.state` (or `status.phase`) it always goes with, when fixed.
+    pub const fn state(&self) -> ::std::option::Option<&'static str> {
+        match self {
+            StatusReason::WidgetReady => ::std::option::Option::None,
+            StatusReason::TLSMissing => ::std::option::Option::None,
+        }
+    }
+    /// The reason spelt `name`, when the vocabulary has it (for a word read back from
+    /// an object's status).
+    pub fn from_name(name: &str) -> ::std::option::Option<StatusReason> {
+        match name {
+            "WidgetReady" => ::std::option::Option::Some(StatusReason::WidgetReady),
+            "TLSMissing" => ::std::option::Option::Some(StatusReason::TLSMissing),
+            _ => ::std::option::Option::None,
+        }
+    }
+}
+impl ::std::fmt::Display for StatusReason {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 /// The CustomResourceDefinition of every kind, in the order the schema declares them.
 pub fn custom_resource_definitions() -> ::std::vec::Vec<
     ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,

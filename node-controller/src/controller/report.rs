@@ -67,10 +67,10 @@ async fn announce(
             .and_then(|c| plumbing::conditions::find_condition(c, status::READY))
             .map(|c| c.reason.clone())
     };
-    if let Some(now) = ready_condition.filter(|c| c.reason == status::OOM_KILLED)
-        && ready_reason(previous).as_deref() != Some(status::OOM_KILLED)
+    if let Some(now) = ready_condition.filter(|c| c.reason == status::OOM_KILLED.as_str())
+        && ready_reason(previous).as_deref() != Some(status::OOM_KILLED.as_str())
     {
-        events.push((true, status::OOM_KILLED, now.message.clone()));
+        events.push((true, status::OOM_KILLED.as_str(), now.message.clone()));
     }
     let was_role = previous.and_then(|s| s.role);
     if let (Some(before), Some(now)) = (was_role, status.role)
@@ -91,6 +91,7 @@ async fn announce(
     if let Some(now) = pvc(Some(status))
         && let Some(reason) = [status::EXPANSION_NOT_SUPPORTED, status::RESIZE_FAILED]
             .into_iter()
+            .map(|r| r.as_str())
             .find(|r| *r == now.reason)
         && pvc(previous).map(|c| c.reason).as_deref() != Some(reason)
     {
@@ -109,9 +110,10 @@ async fn announce(
 pub async fn bad_spec(
     node: &ValkeyNode,
     ctx: &Context,
-    reason: &str,
+    reason: valkey_api::v1alpha1::StatusReason,
     message: &str,
 ) -> Result<(), Error> {
+    let reason = reason.as_str();
     let mut status = node.status.clone().unwrap_or_default();
     let mut conditions = status.conditions.take().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());

@@ -71,11 +71,12 @@ pub enum RenderError {
 
 impl RenderError {
     /// A CamelCase reason for conditions and metrics.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> valkey_api::v1alpha1::StatusReason {
+        use valkey_api::v1alpha1::StatusReason;
         match self {
-            RenderError::InvalidConfig(_) => valkey_api::contract::INVALID_CONFIG,
-            RenderError::MissingMetadata(_) => "InvalidObject",
-            RenderError::Template { .. } | RenderError::Parse { .. } => "RenderFailed",
+            RenderError::InvalidConfig(_) => StatusReason::InvalidConfig,
+            RenderError::MissingMetadata(_) => StatusReason::InvalidObject,
+            RenderError::Template { .. } | RenderError::Parse { .. } => StatusReason::RenderFailed,
         }
     }
 }

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::contract::EXPORTER_CONTAINER;
-use valkey_api::v1alpha1::{Role, ValkeyNodeStatus};
+use valkey_api::v1alpha1::{Role, StatusReason, ValkeyNodeStatus};
 
 use crate::live::apply::Outcome;
 use crate::names::REVISION_ANNOTATION;
@@ -24,7 +24,7 @@ pub const POD_UP_TO_DATE: &str = "PodUpToDate";
 pub const CONFIG_APPLIED: &str = valkey_api::contract::CONFIG_APPLIED_CONDITION;
 pub const INITIAL_DATA: &str = "InitialData";
 /// InitialData=False (and Ready=False): the restore init container failed; the message is its own.
-pub const INITIAL_DATA_FAILED: &str = "InitialDataFailed";
+pub const INITIAL_DATA_FAILED: StatusReason = StatusReason::InitialDataFailed;
 
 /// Everything one reconcile pass saw.
 #[derive(Debug, Clone)]
@@ -161,12 +161,50 @@ pub fn compute(
 #[derive(Debug, Clone, PartialEq)]
 struct Verdict {
     holds: bool,
-    reason: String,
+    reason: Word,
     message: String,
 }
 
+/// A condition's reason: a word of the schema's vocabulary, or one Kubernetes gave the pod or
+/// its claim, passed on as it is (a container's waiting reason, the scheduler's, a claim's
+/// phase), which no list of ours could hold whole.
+#[derive(Debug, Clone, PartialEq)]
+enum Word {
+    Ours(StatusReason),
+    Kubernetes(String),
+}
+
+impl Word {
+    /// Kubernetes' word `given`, or `otherwise` when it gave none.
+    fn passed_on(given: Option<String>, otherwise: StatusReason) -> Self {
+        match given {
+            Some(word) => StatusReason::from_name(&word).map_or(Word::Kubernetes(word), Word::Ours),
+            None => Word::Ours(otherwise),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Word::Ours(reason) => reason.as_str(),
+            Word::Kubernetes(word) => word,
+        }
+    }
+}
+
+impl From<StatusReason> for Word {
+    fn from(reason: StatusReason) -> Self {
+        Word::Ours(reason)
+    }
+}
+
+impl std::fmt::Display for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Verdict {
-    fn new(holds: bool, reason: impl Into<String>, message: impl Into<String>) -> Self {
+    fn new(holds: bool, reason: impl Into<Word>, message: impl Into<String>) -> Self {
         Self {
             holds,
             reason: reason.into(),
@@ -174,11 +212,11 @@ impl Verdict {
         }
     }
 
-    fn met(reason: impl Into<String>, message: impl Into<String>) -> Self {
+    fn met(reason: impl Into<Word>, message: impl Into<String>) -> Self {
         Self::new(true, reason, message)
     }
 
-    fn unmet(reason: impl Into<String>, message: impl Into<String>) -> Self {
+    fn unmet(reason: impl Into<Word>, message: impl Into<String>) -> Self {
         Self::new(false, reason, message)
     }
 }
@@ -205,17 +243,17 @@ fn ready(o: &Observed<'_>, pod: Option<&Pod>, role: Option<Role>) -> Verdict {
 }
 
 /// Why no pod speaks for the node: the one there is terminating, or there is none yet.
-fn no_pod(o: &Observed<'_>) -> (String, String) {
+fn no_pod(o: &Observed<'_>) -> (Word, String) {
     match o.pod {
         Some(p) => (
-            "PodTerminating".into(),
+            StatusReason::PodTerminating.into(),
             format!(
                 "Pod {} is terminating.",
                 p.metadata.name.as_deref().unwrap_or_default()
             ),
         ),
         None => (
-            "PodMissing".into(),
+            StatusReason::PodMissing.into(),
             format!("{} has no pod yet.", o.workload_name),
         ),
     }
@@ -223,7 +261,7 @@ fn no_pod(o: &Observed<'_>) -> (String, String) {
 
 /// What Kubernetes says keeps the pod's server from serving, most fundamental first: the
 /// scheduler, a failed restore, a waiting container, an OOM kill it has not been ready since.
-fn kept_from_serving(pod: &Pod, pod_ready: bool) -> Option<(String, String)> {
+fn kept_from_serving(pod: &Pod, pod_ready: bool) -> Option<(Word, String)> {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     if let Some((reason, message)) = unschedulable(pod) {
         return Some((reason, format!("Pod {name} cannot be scheduled: {message}")));
@@ -244,12 +282,9 @@ fn kept_from_serving(pod: &Pod, pod_ready: bool) -> Option<(String, String)> {
 }
 
 /// A container of the pod that waits: the kubelet's reason, the last exit, and its message.
-fn container_waiting(pod: &Pod, name: &str) -> Option<(String, String)> {
+fn container_waiting(pod: &Pod, name: &str) -> Option<(Word, String)> {
     let (container, waiting) = waiting_state(pod)?;
-    let reason = waiting
-        .reason
-        .clone()
-        .unwrap_or_else(|| "ContainerWaiting".into());
+    let reason = Word::passed_on(waiting.reason.clone(), StatusReason::ContainerWaiting);
     let detail = waiting.message.clone().unwrap_or_default();
     let exit = last_exit(pod, container)
         .map(|(code, reason)| match reason {
@@ -272,11 +307,11 @@ fn valkey_reason(
     pod: &Pod,
     pod_ready: bool,
     role: Option<Role>,
-) -> (String, String) {
+) -> (Word, String) {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     match (valkey, pod_ready) {
         (Some(Answer::Pong { .. }), true) => (
-            "ValkeyReady".into(),
+            StatusReason::ValkeyReady.into(),
             format!(
                 "Pod {name} is ready and Valkey answers PING{}.",
                 role.map(|r| format!(" as {r}")).unwrap_or_default()
@@ -292,11 +327,11 @@ fn valkey_reason(
             ),
         ),
         (_, false) => (
-            "PodNotReady".into(),
+            StatusReason::PodNotReady.into(),
             format!("Pod {name} is not ready yet."),
         ),
         (None, true) => (
-            "ValkeyNotResponding".into(),
+            StatusReason::ValkeyNotResponding.into(),
             format!("Pod {name} has no IP to ask Valkey on."),
         ),
     }
@@ -305,16 +340,21 @@ fn valkey_reason(
 /// WorkloadReady: the StatefulSet or Deployment `name` has its pod ready.
 fn workload_ready(name: &str, workload: &WorkloadState) -> Verdict {
     match workload {
-        WorkloadState::Present { ready_replicas } if *ready_replicas >= 1 => {
-            Verdict::met("WorkloadReady", format!("{name} has its pod ready."))
+        WorkloadState::Present { ready_replicas } if *ready_replicas >= 1 => Verdict::met(
+            StatusReason::WorkloadReady,
+            format!("{name} has its pod ready."),
+        ),
+        WorkloadState::Present { .. } => Verdict::unmet(
+            StatusReason::WorkloadNotReady,
+            format!("{name} has no ready pod yet."),
+        ),
+        WorkloadState::Missing => Verdict::unmet(
+            StatusReason::WorkloadMissing,
+            format!("{name} does not exist yet."),
+        ),
+        WorkloadState::Rejected(why) => {
+            Verdict::unmet(StatusReason::WorkloadRejected, why.as_str())
         }
-        WorkloadState::Present { .. } => {
-            Verdict::unmet("WorkloadNotReady", format!("{name} has no ready pod yet."))
-        }
-        WorkloadState::Missing => {
-            Verdict::unmet("WorkloadMissing", format!("{name} does not exist yet."))
-        }
-        WorkloadState::Rejected(why) => Verdict::unmet("WorkloadRejected", why.as_str()),
     }
 }
 
@@ -322,7 +362,7 @@ fn workload_ready(name: &str, workload: &WorkloadState) -> Verdict {
 fn pvc_ready(pvc: &PvcState) -> Verdict {
     match pvc {
         PvcState::Bound { name, resize: None } => {
-            Verdict::met("Bound", format!("{name} is bound."))
+            Verdict::met(StatusReason::Bound, format!("{name} is bound."))
         }
         PvcState::Bound {
             name,
@@ -339,11 +379,13 @@ fn pvc_ready(pvc: &PvcState) -> Verdict {
             expansion_not_supported(name, class.as_deref(), wanted, holds, answer),
         ),
         PvcState::Phase { name, phase } => Verdict::unmet(
-            phase.as_str(),
+            Word::passed_on(Some(phase.clone()), StatusReason::Pending),
             format!("{name} is {phase}; the pod starts once its volume is bound."),
         ),
-        PvcState::Missing => Verdict::unmet("Missing", "The data volume does not exist yet."),
-        PvcState::Rejected(why) => Verdict::unmet("Rejected", why.as_str()),
+        PvcState::Missing => {
+            Verdict::unmet(StatusReason::Missing, "The data volume does not exist yet.")
+        }
+        PvcState::Rejected(why) => Verdict::unmet(StatusReason::Rejected, why.as_str()),
     }
 }
 
@@ -351,18 +393,18 @@ fn pvc_ready(pvc: &PvcState) -> Verdict {
 fn credentials(state: &CredentialsState) -> Verdict {
     match state {
         CredentialsState::Found => Verdict::met(
-            "SecretFound",
+            StatusReason::SecretFound,
             "The credentials Secret exists and holds the password.",
         ),
         CredentialsState::SecretMissing { secret } => Verdict::unmet(
-            "SecretNotFound",
+            StatusReason::SecretNotFound,
             format!(
                 "Secret {secret} does not exist in this namespace; the pod cannot start until it \
                  does."
             ),
         ),
         CredentialsState::KeyMissing { secret, key } => Verdict::unmet(
-            "SecretKeyNotFound",
+            StatusReason::SecretKeyNotFound,
             format!("Secret {secret} has no key {key}; the pod cannot start until it does."),
         ),
     }
@@ -372,25 +414,25 @@ fn credentials(state: &CredentialsState) -> Verdict {
 fn config_applied(live: &Outcome) -> Verdict {
     match live {
         Outcome::Applied { settings } => Verdict::met(
-            "Applied",
+            StatusReason::Applied,
             format!("The running server has the {settings} live setting(s) of spec.config."),
         ),
         Outcome::NotSet { answer } => Verdict::unmet(
-            "ConfigNotSet",
+            StatusReason::ConfigNotSet,
             format!(
                 "The live settings of spec.config could not be set on the running server: \
                  {answer}. They are tried again; the user of spec.credentials needs CONFIG SET."
             ),
         ),
         Outcome::AwaitingRestart { running, desired } => Verdict::unmet(
-            valkey_api::contract::CONFIG_AWAITS_RESTART,
+            StatusReason::AwaitingRestart,
             format!(
                 "The pod runs revision {running}; the live settings of spec.config are those of \
                  revision {desired}, and its server starts with them."
             ),
         ),
         Outcome::Refused { keys, answer } => Verdict::unmet(
-            "ConfigRefused",
+            StatusReason::ConfigRefused,
             format!(
                 "Valkey refused CONFIG SET of {}: {answer}. Nothing else of the node was changed; \
                  correct the value in spec.config.",
@@ -405,16 +447,16 @@ fn config_applied(live: &Outcome) -> Verdict {
 fn initial_data(object: &str, pod: Option<&Pod>) -> Verdict {
     match pod.map(restore_state) {
         Some(RestoreState::Done) => Verdict::met(
-            "Restored",
+            StatusReason::Restored,
             format!("The snapshot {object} is in the data folder."),
         ),
         Some(RestoreState::Failed(message)) => Verdict::unmet(INITIAL_DATA_FAILED, message),
         Some(RestoreState::Running) => Verdict::unmet(
-            "Fetching",
+            StatusReason::Fetching,
             format!("Fetching the snapshot {object}; Valkey starts once it is checked."),
         ),
         Some(RestoreState::NotStarted) | None => Verdict::unmet(
-            "Pending",
+            StatusReason::Pending,
             format!("The snapshot {object} is fetched when the pod starts."),
         ),
     }
@@ -425,19 +467,19 @@ fn initial_data(object: &str, pod: Option<&Pod>) -> Verdict {
 fn pod_up_to_date(current: Option<&str>, desired: &str, restart_allowed: bool) -> Verdict {
     match current {
         Some(rev) if rev == desired => {
-            Verdict::met("UpToDate", "The pod runs the desired revision.")
+            Verdict::met(StatusReason::UpToDate, "The pod runs the desired revision.")
         }
         Some(rev) if !restart_allowed => Verdict::unmet(
-            "AwaitingRestartApproval",
+            StatusReason::AwaitingRestartApproval,
             format!(
                 "The pod runs revision {rev}; {desired} waits until spec.allowedRevision allows it."
             ),
         ),
         Some(rev) => Verdict::unmet(
-            "Restarting",
+            StatusReason::Restarting,
             format!("The pod runs revision {rev} and is being replaced by {desired}."),
         ),
-        None => Verdict::unmet("NoPod", "No pod runs yet."),
+        None => Verdict::unmet(StatusReason::NoPod, "No pod runs yet."),
     }
 }
 
@@ -469,8 +511,8 @@ fn valkey_version(previous: Option<&ValkeyNodeStatus>, valkey: Option<&Answer>) 
 }
 
 /// The reasons of PersistentVolumeClaimReady that need a person: the volume cannot reach its size.
-pub const EXPANSION_NOT_SUPPORTED: &str = "VolumeExpansionNotSupported";
-pub const RESIZE_FAILED: &str = "VolumeResizeFailed";
+pub const EXPANSION_NOT_SUPPORTED: StatusReason = StatusReason::VolumeExpansionNotSupported;
+pub const RESIZE_FAILED: StatusReason = StatusReason::VolumeResizeFailed;
 
 /// PersistentVolumeClaimReady while a claim grows: True (the volume serves all along) unless the
 /// storage gave up.
@@ -478,18 +520,18 @@ fn resize_condition(name: &str, r: &Resize) -> Verdict {
     let (from, to) = (&r.from, &r.to);
     match &r.step {
         ResizeStep::Pending => Verdict::met(
-            "VolumeResizePending",
+            StatusReason::VolumeResizePending,
             format!(
                 "{name} asks for {to} and its volume holds {from}; waiting for the storage's \
                  resizer to grow it. The pod keeps running on it."
             ),
         ),
         ResizeStep::Controller => Verdict::met(
-            "VolumeResizing",
+            StatusReason::VolumeResizing,
             format!("{name} is growing from {from} to {to}; the pod keeps running on it."),
         ),
         ResizeStep::FileSystem => Verdict::met(
-            "FileSystemResizePending",
+            StatusReason::FileSystemResizePending,
             format!(
                 "The volume of {name} has grown to {to}; the kubelet grows its file system next \
                  (storage that cannot do that online waits for the pod's next restart, which the \
@@ -556,7 +598,7 @@ impl<'a> Conditions<'a> {
             &mut self.list,
             type_,
             ConditionStatus::from(verdict.holds),
-            &verdict.reason,
+            verdict.reason.as_str(),
             &verdict.message,
             self.generation,
             self.now,
@@ -576,18 +618,18 @@ impl<'a> Conditions<'a> {
 }
 
 /// A reason a person can act on, from the words of Valkey's refusal.
-pub fn refusal_reason(answer: &str) -> &'static str {
+pub fn refusal_reason(answer: &str) -> StatusReason {
     let has = |word: &str| answer.contains(word);
     if has("DENIED") || has("protected mode") {
-        "ValkeyProtectedMode"
+        StatusReason::ValkeyProtectedMode
     } else if has("WRONGPASS") || has("NOAUTH") || has("NOPERM") || has("invalid username") {
-        "ValkeyAuthenticationFailed"
+        StatusReason::ValkeyAuthenticationFailed
     } else if has("LOADING") {
-        "ValkeyLoading"
+        StatusReason::ValkeyLoading
     } else if has("MASTERDOWN") || has("PRIMARYDOWN") {
-        "ValkeyPrimaryDown"
+        StatusReason::ValkeyPrimaryDown
     } else {
-        "ValkeyNotResponding"
+        StatusReason::ValkeyNotResponding
     }
 }
 
@@ -606,7 +648,7 @@ pub fn pod_revision(pod: &Pod) -> Option<String> {
         .cloned()
 }
 
-fn unschedulable(pod: &Pod) -> Option<(String, String)> {
+fn unschedulable(pod: &Pod) -> Option<(Word, String)> {
     let c = pod
         .status
         .as_ref()?
@@ -615,9 +657,7 @@ fn unschedulable(pod: &Pod) -> Option<(String, String)> {
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
     Some((
-        c.reason
-            .clone()
-            .unwrap_or_else(|| valkey_api::contract::UNSCHEDULABLE.into()),
+        Word::passed_on(c.reason.clone(), StatusReason::Unschedulable),
         c.message.clone().unwrap_or_default(),
     ))
 }
@@ -716,7 +756,7 @@ fn last_exit(pod: &Pod, container: &str) -> Option<(i32, Option<String>)> {
 }
 
 /// The Ready reason of a pod whose server the kernel killed for exceeding its memory limit.
-pub const OOM_KILLED: &str = "OOMKilled";
+pub const OOM_KILLED: StatusReason = StatusReason::OOMKilled;
 
 /// Why a pod that is not ready is not: its server was OOM-killed, and is dead or has not been
 /// ready since the kubelet restarted it. The pod's Ready condition turned False when the kubelet
@@ -751,7 +791,7 @@ fn oom_killed(pod: &Pod) -> Option<String> {
         }
         (None, None) => return None,
     };
-    if terminated.reason.as_deref() != Some(OOM_KILLED) {
+    if terminated.reason.as_deref() != Some(OOM_KILLED.as_str()) {
         return None;
     }
     let name = pod.metadata.name.as_deref().unwrap_or_default();

@@ -185,7 +185,7 @@ status:
         let c = condition(&s, READY);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
-            ("False", OOM_KILLED)
+            ("False", OOM_KILLED.as_str())
         );
         assert!(
             c.message.contains("OOM-killed at 2026-01-01T00:00:09Z")
@@ -229,7 +229,7 @@ status:
   containerStatuses: [{name: valkey, image: x, imageID: "", ready: false, restartCount: 0, state: {terminated: {exitCode: 137, reason: OOMKilled}}}]
 "#);
     let s = compute(None, &observed(Some(&p), None), &at(20));
-    assert_eq!(condition(&s, READY).reason, OOM_KILLED);
+    assert_eq!(condition(&s, READY).reason, OOM_KILLED.as_str());
     // Killed again and again: the kubelet backs off, and the reason is its, with the kill's.
     let p = pod(r#"
 metadata: {name: valkey-n-0}
@@ -436,7 +436,7 @@ fn a_growing_volume_serves_on_and_one_that_cannot_grow_says_why() {
     let c = condition(&s, PVC_READY);
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
-        ("False", RESIZE_FAILED)
+        ("False", RESIZE_FAILED.as_str())
     );
     assert!(c.message.contains("disk too big"), "{}", c.message);
 
@@ -450,7 +450,7 @@ fn a_growing_volume_serves_on_and_one_that_cannot_grow_says_why() {
     let c = condition(&s, PVC_READY);
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
-        ("False", EXPANSION_NOT_SUPPORTED)
+        ("False", EXPANSION_NOT_SUPPORTED.as_str())
     );
     for words in [
         "StorageClass slow",
@@ -510,11 +510,11 @@ fn initial_data_that_failed_says_why_in_its_condition_and_in_ready() {
     let c = condition(&s, INITIAL_DATA);
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
-        ("False", INITIAL_DATA_FAILED)
+        ("False", INITIAL_DATA_FAILED.as_str())
     );
     assert_eq!(c.message, MESSAGE);
     let ready = condition(&s, READY);
-    assert_eq!(ready.reason, INITIAL_DATA_FAILED);
+    assert_eq!(ready.reason, INITIAL_DATA_FAILED.as_str());
     assert!(ready.message.contains(MESSAGE), "{}", ready.message);
 
     // Without a termination message (a runtime that keeps none): the exit code.

@@ -14,6 +14,7 @@
 //!   deleted once a newer one completed, and never while it runs.
 
 use std::str::FromStr;
+use valkey_api::v1alpha1::StatusReason;
 
 use croner::Cron;
 use jiff::Timestamp;
@@ -57,14 +58,14 @@ impl Times {
     /// parse.
     pub fn parse(spec: &ValkeyBackupScheduleSpec) -> Result<Self, Problem> {
         let cron = Cron::from_str(spec.schedule.trim()).map_err(|error| Problem {
-            reason: "InvalidSchedule".into(),
+            reason: StatusReason::InvalidSchedule,
             message: format!(
                 "spec.schedule {:?} is not a cron schedule ({error}): write five fields (minute hour day-of-month month day-of-week), for example \"0 2 * * *\", or @daily. No backup is made until it is corrected.",
                 spec.schedule
             ),
         })?;
         let zone = TimeZone::get(&spec.time_zone).map_err(|error| Problem {
-            reason: "InvalidTimeZone".into(),
+            reason: StatusReason::InvalidTimeZone,
             message: format!(
                 "spec.timeZone {:?} is not a known time zone ({error}): use an IANA name such as UTC or Europe/Paris. No backup is made until it is corrected.",
                 spec.time_zone
@@ -567,7 +568,7 @@ mod tests {
     fn a_schedule_or_time_zone_that_does_not_parse_names_its_field() {
         let bad = spec("{schedule: '61 * * * *'}");
         let problem = Times::parse(&bad).err().unwrap_or_else(|| panic!("parsed"));
-        assert_eq!(problem.reason, "InvalidSchedule");
+        assert_eq!(problem.reason.as_str(), "InvalidSchedule");
         assert!(
             problem.message.contains("spec.schedule"),
             "{}",
@@ -575,7 +576,7 @@ mod tests {
         );
         let bad = spec("{schedule: '@daily', timeZone: Mars/Olympus}");
         let problem = Times::parse(&bad).err().unwrap_or_else(|| panic!("parsed"));
-        assert_eq!(problem.reason, "InvalidTimeZone");
+        assert_eq!(problem.reason.as_str(), "InvalidTimeZone");
         assert!(
             problem.message.contains("spec.timeZone"),
             "{}",

@@ -16,7 +16,7 @@ use plumbing::conditions::{ConditionStatus, set_condition};
 use plumbing::events::EventPublisher;
 use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{
-    LastBackup, ValkeyBackup, ValkeyBackupSchedule, ValkeyBackupScheduleStatus,
+    LastBackup, StatusReason, ValkeyBackup, ValkeyBackupSchedule, ValkeyBackupScheduleStatus,
 };
 
 use super::plan::{self, Made, Plan, SCHEDULE_LABEL, Times};
@@ -216,16 +216,16 @@ impl Context {
         let now = Time(Timestamp::now());
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         let (ready, reason, message) = match problem {
-            Some(problem) => (false, problem.reason.clone(), problem.message.clone()),
+            Some(problem) => (false, problem.reason, problem.message.clone()),
             None if schedule.spec.suspend => (
                 true,
-                "Suspended".to_owned(),
+                StatusReason::Suspended,
                 "spec.suspend is true: no new backup is made; retention still expires old ones."
                     .to_owned(),
             ),
             None => (
                 true,
-                "Scheduled".to_owned(),
+                StatusReason::Scheduled,
                 match plan.next {
                     Some(next) => format!("The next backup is made at {next}."),
                     None => "The schedule has no next time.".to_owned(),
@@ -236,7 +236,7 @@ impl Context {
             conditions,
             READY,
             ConditionStatus::from(ready),
-            &reason,
+            reason.as_str(),
             &message,
             generation,
             &now,
@@ -244,13 +244,13 @@ impl Context {
         let (stale, why, text) = if plan.stale {
             (
                 true,
-                "NoRecentBackup",
+                StatusReason::NoRecentBackup,
                 "No backup of this schedule completed at its last two times: see the Failed backups' conditions.",
             )
         } else {
             (
                 false,
-                "AsExpected",
+                StatusReason::AsExpected,
                 "A recent backup of this schedule completed, or none is due yet.",
             )
         };
@@ -258,7 +258,7 @@ impl Context {
             conditions,
             STALE,
             ConditionStatus::from(stale),
-            why,
+            why.as_str(),
             text,
             generation,
             &now,

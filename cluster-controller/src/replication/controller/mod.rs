@@ -30,6 +30,7 @@ pub mod report;
 pub mod restore;
 pub mod services;
 pub mod status;
+pub mod validate;
 
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

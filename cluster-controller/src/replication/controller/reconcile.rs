@@ -1,12 +1,14 @@
-//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → prepare: the restore's
-//! plan (`spec.restoreFrom`, [`crate::parent::restoring`]) → secrets (the shared stage) → TLS →
-//! desired (every member's ValkeyNode, the first given its snapshot in a restore) → apply (member
-//! nodes) → then access (every member's users, live) → the engine (observe Valkey, decide; the
-//! restore's end and append-only file after it) → record a chosen primary → act (one Valkey
-//! command or Kubernetes action) → the Services → report (Events and status).
+//! One pass over a ValkeyReplication, stage by stage: claim (its Lease) → validate (the spec's
+//! errors, before anything is applied) → prepare: the restore's plan (`spec.restoreFrom`,
+//! [`crate::parent::restoring`]) → secrets (the shared stage) → TLS → desired (every member's
+//! ValkeyNode, the first given its snapshot in a restore) → apply (member nodes) → then access
+//! (every member's users, live) → the engine (observe Valkey, decide; the restore's end and
+//! append-only file after it) → record a chosen primary → act (one Valkey command or Kubernetes
+//! action) → the Services → report (Events and status).
 //!
-//! When a stage of `prepare` cannot go on (a Secret missing, the API failing), the engine still
-//! runs its data-safety rules ([`protect`]), and the Services still follow the primary.
+//! When the spec is invalid or a stage of `prepare` cannot go on (a Secret missing, the API
+//! failing), the engine still runs its data-safety rules ([`protect`]), and the Services still
+//! follow the primary.
 
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::context::Context;
 use super::status::Outcome;
-use super::{desired, observe, report, restore, services};
+use super::{desired, observe, report, restore, services, validate};
 use crate::engine::{Outcome as StepOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
@@ -67,6 +69,10 @@ pub async fn pass(
     }
     let recorded = recorded_primary(replication, &memory);
     let existing = observe::member_nodes(&ctx.nodes, replication);
+    if let Err(problem) = validate::spec(replication) {
+        let stop = Stop::problem(problem);
+        return protect(ctx, replication, key, &memory, stop, &existing, recorded).await;
+    }
     let api: Api<ValkeyNode> = Api::namespaced(
         ctx.client.clone(),
         &replication.namespace().unwrap_or_default(),
@@ -249,10 +255,8 @@ async fn prepare(
         failures,
         key,
     )?;
-    // TLS as for a cluster: the same Secrets, certificate and CA (see `parent::tls`).
-    if let Some(problem) = tls::unsupported(&replication.spec.tls) {
-        return Err(Stop::problem(problem));
-    }
+    // TLS as for a cluster: the same Secrets, certificate and CA (see `parent::tls`); a setting
+    // this version does not serve was refused by the validation stage.
     let served = tls::ensure_for(
         &tools,
         &parent,

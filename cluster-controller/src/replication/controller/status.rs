@@ -49,7 +49,7 @@ pub fn compute(
             health,
         } => (
             ReplicationState::Ready,
-            Reason::Healthy.as_str().to_owned(),
+            Reason::Healthy.status(),
             steady_message(primary, health),
             true,
             false,
@@ -60,7 +60,7 @@ pub fn compute(
             ..
         } => (
             in_progress,
-            decision.reason().as_str().to_owned(),
+            decision.reason().status(),
             decision.message().to_owned(),
             false,
             true,
@@ -75,7 +75,7 @@ pub fn compute(
             } else {
                 ReplicationState::Degraded
             },
-            decision.reason().as_str().to_owned(),
+            decision.reason().status(),
             decision.message().to_owned(),
             false,
             false,
@@ -83,7 +83,7 @@ pub fn compute(
         ),
         Outcome::Problem { problem, .. } => (
             ReplicationState::Degraded,
-            problem.reason.clone(),
+            problem.reason,
             problem.message.clone(),
             false,
             false,
@@ -93,7 +93,7 @@ pub fn compute(
     let conditions = summary_conditions(
         previous.and_then(|s| s.conditions.clone()),
         &Summary {
-            reason: &reason,
+            reason,
             message: &message,
             ready,
             progressing,
@@ -110,7 +110,7 @@ pub fn compute(
     .filter(|h| h.answering > 0);
     ValkeyReplicationStatus {
         state: Some(state),
-        reason: Some(reason),
+        reason: Some(reason.as_str().to_owned()),
         message: Some(message),
         primary: primary
             .map(str::to_owned)

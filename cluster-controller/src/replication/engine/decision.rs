@@ -5,6 +5,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use valkey_api::v1alpha1::StatusReason;
+
 /// A member and the address the engine reaches it at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -116,25 +118,31 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub fn as_str(&self) -> &'static str {
+    /// The word of the schema's vocabulary the status shows for it: an engine reason the
+    /// vocabulary lacks does not compile.
+    pub const fn status(&self) -> StatusReason {
         match self {
-            Reason::InvalidSpec => "InvalidSpec",
-            Reason::WaitingForNodes => "WaitingForNodes",
-            Reason::Forming => "Forming",
-            Reason::Attaching => "Attaching",
-            Reason::PrimaryRestarted => "PrimaryRestarted",
-            Reason::PrimaryEmptied => "PrimaryEmptied",
-            Reason::FailingOver => "FailingOver",
-            Reason::PrimaryUnreachable => "PrimaryUnreachable",
-            Reason::SwitchingOver => "SwitchingOver",
-            Reason::ReplicaSyncing => "ReplicaSyncing",
-            Reason::ScalingDown => "ScalingDown",
-            Reason::Rolling => "Rolling",
-            Reason::DataConflict => "DataConflict",
-            Reason::NoSafeCandidate => "NoSafeCandidate",
-            Reason::Converging => "Converging",
-            Reason::Healthy => "Healthy",
+            Reason::InvalidSpec => StatusReason::InvalidSpec,
+            Reason::WaitingForNodes => StatusReason::WaitingForNodes,
+            Reason::Forming => StatusReason::Forming,
+            Reason::Attaching => StatusReason::Attaching,
+            Reason::PrimaryRestarted => StatusReason::PrimaryRestarted,
+            Reason::PrimaryEmptied => StatusReason::PrimaryEmptied,
+            Reason::FailingOver => StatusReason::FailingOver,
+            Reason::PrimaryUnreachable => StatusReason::PrimaryUnreachable,
+            Reason::SwitchingOver => StatusReason::SwitchingOver,
+            Reason::ReplicaSyncing => StatusReason::ReplicaSyncing,
+            Reason::ScalingDown => StatusReason::ScalingDown,
+            Reason::Rolling => StatusReason::Rolling,
+            Reason::DataConflict => StatusReason::DataConflict,
+            Reason::NoSafeCandidate => StatusReason::NoSafeCandidate,
+            Reason::Converging => StatusReason::Converging,
+            Reason::Healthy => StatusReason::Healthy,
         }
+    }
+
+    pub const fn as_str(&self) -> &'static str {
+        self.status().as_str()
     }
 }
 
@@ -237,6 +245,66 @@ impl Decision {
         match self {
             Decision::Act { action, .. } => Some(action),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod vocabulary_tests {
+    use super::Reason;
+
+    /// Every reason; `listed` stops compiling when one is added and not listed here.
+    const ALL: &[Reason] = &[
+        Reason::InvalidSpec,
+        Reason::WaitingForNodes,
+        Reason::Forming,
+        Reason::Attaching,
+        Reason::PrimaryRestarted,
+        Reason::PrimaryEmptied,
+        Reason::FailingOver,
+        Reason::PrimaryUnreachable,
+        Reason::SwitchingOver,
+        Reason::ReplicaSyncing,
+        Reason::ScalingDown,
+        Reason::Rolling,
+        Reason::DataConflict,
+        Reason::NoSafeCandidate,
+        Reason::Converging,
+        Reason::Healthy,
+    ];
+
+    #[allow(dead_code)]
+    fn listed(reason: Reason) -> bool {
+        match reason {
+            Reason::InvalidSpec
+            | Reason::WaitingForNodes
+            | Reason::Forming
+            | Reason::Attaching
+            | Reason::PrimaryRestarted
+            | Reason::PrimaryEmptied
+            | Reason::FailingOver
+            | Reason::PrimaryUnreachable
+            | Reason::SwitchingOver
+            | Reason::ReplicaSyncing
+            | Reason::ScalingDown
+            | Reason::Rolling
+            | Reason::DataConflict
+            | Reason::NoSafeCandidate
+            | Reason::Converging
+            | Reason::Healthy => true,
+        }
+    }
+
+    #[test]
+    fn every_reason_is_a_word_of_the_valkeyreplication_vocabulary_spelt_as_before() {
+        for reason in ALL {
+            let word = reason.status();
+            assert!(
+                word.kinds().contains(&"ValkeyReplication"),
+                "{word} is not declared for ValkeyReplication in valkey-api/schema/reasons.yaml"
+            );
+            // The variant and the word share a name: the status says what it said before.
+            assert_eq!(format!("{reason:?}"), word.as_str());
         }
     }
 }
