@@ -38,7 +38,7 @@ pub const ANNOUNCE_PORTS: [&str; 2] = [
     "cluster-announce-client-tls-port",
 ];
 /// The reason a cluster reports when NodePorts would need a client port Valkey 8 cannot announce.
-pub const NODE_PORT_NEEDS_VALKEY_9: &str = "ExternalNodePortNeedsValkey9";
+pub const NODE_PORT_NEEDS_VALKEY_9: StatusReason = StatusReason::ExternalNodePortNeedsValkey9;
 /// The label every external Service carries (`true`): what the Service cache selects.
 pub const EXTERNAL_LABEL: &str = "valkey.io/external";
 /// The reason a parent reports while a load balancer has not given an address yet.
@@ -229,7 +229,7 @@ pub fn announce(
     }
     if !too_old.is_empty() {
         return Some(Problem {
-            reason: NODE_PORT_NEEDS_VALKEY_9.into(),
+            reason: NODE_PORT_NEEDS_VALKEY_9,
             message: format!(
                 "externalAccess.type NodePort needs Valkey 9.0 or later, which can tell clients a                  port other than the one it listens on; {} run an older Valkey: use                  type LoadBalancer, or an image of Valkey 9",
                 too_old.join(", ")
