@@ -757,12 +757,33 @@ async fn behind_node_ports_an_outside_client_reaches_every_shard_at_node_address
     };
     wait_acked(100).await?;
     let primary = c.member_with_role(Role::Primary).await?;
+    let member = primary.metadata.name.clone().unwrap_or_default();
     let pod = primary
         .status
         .and_then(|s| s.pod_name)
         .ok_or_else(|| E2eError::Check("the primary has no pod".into()))?;
+    let old_uid = c.ns.pod(&pod).await?.metadata.uid;
     c.ns.kubectl(&["delete", "pod", &pod, "--wait=false"])
         .await?;
+    // Its new pod ready (a NodePort forwards only to ready pods) and the cluster Ready again.
+    wait_until(FORM, "the deleted primary's new pod ready", || async {
+        let node =
+            c.ns.api::<valkey_api::v1alpha1::ValkeyNode>()
+                .get(&member)
+                .await?;
+        let replaced =
+            c.ns.pod(&pod)
+                .await
+                .is_ok_and(|p| p.metadata.uid != old_uid);
+        Ok(
+            if replaced && node.status.as_ref().is_some_and(|s| s.ready) {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{:?}", node.status.map(|s| s.ready)))
+            },
+        )
+    })
+    .await?;
     c.wait_status(FORM, "Ready after the failover", |s| {
         s.state == Some(ClusterState::Ready) && s.ready_shards == 3
     })
