@@ -116,6 +116,89 @@ struct OutsideRun {
     missing: Vec<String>,
 }
 
+/// A cluster client in the outside namespace writing with WAIT 1 (`ReplicatedWriter`) through
+/// `seeds` until [`OutsideWriter::finish`], which reads every WAIT-acknowledged key back.
+struct OutsideWriter {
+    acked: Arc<AtomicUsize>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<Result<Result<OutsideRun>>>,
+}
+
+impl OutsideWriter {
+    fn start(seeds: Vec<String>, password: Option<String>) -> Self {
+        let acked = Arc::new(AtomicUsize::new(0));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let seen = acked.clone();
+        let run = tokio::spawn(outside::run(move || async move {
+            let conn = connect(seeds.clone(), password.clone()).await?;
+            let again: Connect = Arc::new(move || {
+                let (seeds, password) = (seeds.clone(), password.clone());
+                Box::pin(async move { connect(seeds, password).await.ok() })
+            });
+            let writer = ReplicatedWriter::start("out", conn, again.clone());
+            let mut stopped = stopped;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {
+                        seen.store(writer.acked().await, Ordering::Relaxed);
+                    }
+                }
+            }
+            let acks = writer.stop().await;
+            let mut reader = again()
+                .await
+                .ok_or_else(|| E2eError::Check("no cluster connection for reading back".into()))?;
+            let mut missing = Vec::new();
+            for (key, value) in &acks.replicated {
+                let got: Option<String> = reader.get(key).await.ok().flatten();
+                if got.as_deref() != Some(value.as_str()) {
+                    missing.push(key.clone());
+                }
+            }
+            Ok::<_, E2eError>(OutsideRun { acks, missing })
+        }));
+        Self { acked, stop, run }
+    }
+
+    /// Waits (up to a minute) until `more` writes beyond those counted so far are acknowledged.
+    async fn more_acked(&self, more: usize) -> Result<()> {
+        let at_least = self.acked.load(Ordering::Relaxed) + more;
+        wait_until(
+            Duration::from_secs(60),
+            "the outside writer's acknowledged writes",
+            || async {
+                let now = self.acked.load(Ordering::Relaxed);
+                Ok(if now >= at_least {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{now} of {at_least}"))
+                })
+            },
+        )
+        .await
+    }
+
+    /// Stops the writer; fails naming the WAIT-acknowledged writes not read back, or when fewer
+    /// than `at_least` were acknowledged.
+    async fn finish(self, at_least: usize) -> Result<()> {
+        let _ = self.stop.send(());
+        let run = self
+            .run
+            .await
+            .map_err(|e| E2eError::Check(format!("the outside client: {e}")))???;
+        check(
+            run.missing.is_empty() && run.acks.replicated.len() >= at_least,
+            format!(
+                "{} of {} WAIT-acknowledged writes are not read back from outside (at least {at_least} wanted): {:?}",
+                run.missing.len(),
+                run.acks.replicated.len(),
+                run.missing.iter().take(10).collect::<Vec<_>>()
+            ),
+        )
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_scale_out_and_a_failover()
 -> Result<()> {
@@ -162,64 +245,15 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
     }
 
     // A cluster client outside, writing with WAIT 1 until told to stop, then reading back.
-    let acked = Arc::new(AtomicUsize::new(0));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let seeds = urls(&addresses);
-    let (seen, pw) = (acked.clone(), password.clone());
-    let outside_client = tokio::spawn(outside::run(move || async move {
-        let conn = connect(seeds.clone(), pw.clone()).await?;
-        let again: Connect = Arc::new(move || {
-            let (seeds, pw) = (seeds.clone(), pw.clone());
-            Box::pin(async move { connect(seeds, pw).await.ok() })
-        });
-        let writer = ReplicatedWriter::start("out", conn, again.clone());
-        let mut stopped = stopped;
-        loop {
-            tokio::select! {
-                _ = &mut stopped => break,
-                () = tokio::time::sleep(Duration::from_millis(200)) => {
-                    seen.store(writer.acked().await, Ordering::Relaxed);
-                }
-            }
-        }
-        let acks = writer.stop().await;
-        let mut reader = again()
-            .await
-            .ok_or_else(|| E2eError::Check("no cluster connection for reading back".into()))?;
-        let mut missing = Vec::new();
-        for (key, value) in &acks.replicated {
-            let got: Option<String> = reader.get(key).await.ok().flatten();
-            if got.as_deref() != Some(value.as_str()) {
-                missing.push(key.clone());
-            }
-        }
-        Ok::<_, E2eError>(OutsideRun { acks, missing })
-    }));
-    let wait_acked = |at_least: usize| {
-        let acked = acked.clone();
-        async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while acked.load(Ordering::Relaxed) < at_least {
-                check(
-                    tokio::time::Instant::now() < deadline,
-                    format!(
-                        "the outside writer has {} acknowledged writes, not {at_least}",
-                        acked.load(Ordering::Relaxed)
-                    ),
-                )?;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Ok::<_, E2eError>(())
-        }
-    };
-    wait_acked(100).await?;
+    let writer = OutsideWriter::start(urls(&addresses), password.clone());
+    writer.more_acked(100).await?;
 
     // Scale out: the new members get Services and addresses before they join.
     c.patch_spec(serde_json::json!({"shards": 4})).await?;
     c.wait_ready(FORM).await?;
     let grown = external_addresses(&c).await?;
     check(grown.len() == 8, format!("{grown:?}"))?;
-    wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
+    writer.more_acked(100).await?;
 
     // A primary's pod deleted: its replica takes over, clients follow through the new
     // primary's external address.
@@ -234,7 +268,7 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
         s.state == Some(ClusterState::Ready) && s.ready_shards == 4
     })
     .await?;
-    wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
+    writer.more_acked(100).await?;
 
     // A rolling restart (a new pod label restarts every member, one per shard at a time): the
     // outside client follows each switchover through the external addresses.
@@ -255,27 +289,8 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
         })
     })
     .await?;
-    wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
-    let _ = stop.send(());
-    let run = outside_client
-        .await
-        .map_err(|e| E2eError::Check(format!("the outside client: {e}")))???;
-    check(
-        run.missing.is_empty(),
-        format!(
-            "{} of {} WAIT-acknowledged writes are not read back from outside: {:?}",
-            run.missing.len(),
-            run.acks.replicated.len(),
-            run.missing.iter().take(10).collect::<Vec<_>>()
-        ),
-    )?;
-    check(
-        run.acks.replicated.len() >= 300,
-        format!(
-            "only {} WAIT-acknowledged writes",
-            run.acks.replicated.len()
-        ),
-    )?;
+    writer.more_acked(100).await?;
+    writer.finish(300).await?;
     let addresses = external_addresses(&c).await?;
     replicas_follow_pod_ips(&c).await?;
 
@@ -705,57 +720,8 @@ async fn behind_node_ports_an_outside_client_reaches_every_shard_at_node_address
         .values()
         .map(|(host, port)| format!("redis://{host}:{port}/"))
         .collect();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let acked = Arc::new(AtomicUsize::new(0));
-    let (seen, pw) = (acked.clone(), password.clone());
-    let outside_client = tokio::spawn(outside::run(move || async move {
-        let conn = connect(seeds.clone(), pw.clone()).await?;
-        let again: Connect = Arc::new(move || {
-            let (seeds, pw) = (seeds.clone(), pw.clone());
-            Box::pin(async move { connect(seeds, pw).await.ok() })
-        });
-        let writer = ReplicatedWriter::start("np", conn, again.clone());
-        let mut stopped = stopped;
-        loop {
-            tokio::select! {
-                _ = &mut stopped => break,
-                () = tokio::time::sleep(Duration::from_millis(200)) => {
-                    seen.store(writer.acked().await, Ordering::Relaxed);
-                }
-            }
-        }
-        let acks = writer.stop().await;
-        let mut reader = again()
-            .await
-            .ok_or_else(|| E2eError::Check("no cluster connection for reading back".into()))?;
-        let mut missing = Vec::new();
-        for (key, value) in &acks.replicated {
-            let got: Option<String> = reader.get(key).await.ok().flatten();
-            if got.as_deref() != Some(value.as_str()) {
-                missing.push(key.clone());
-            }
-        }
-        Ok::<_, E2eError>(OutsideRun { acks, missing })
-    }));
-    let wait_acked = |at_least: usize| {
-        let acked = acked.clone();
-        wait_until(
-            Duration::from_secs(60),
-            "the outside writer's acknowledged writes",
-            move || {
-                let acked = acked.clone();
-                async move {
-                    let now = acked.load(Ordering::Relaxed);
-                    Ok(if now >= at_least {
-                        Poll::Ready(())
-                    } else {
-                        Poll::NotYet(format!("{now} of {at_least}"))
-                    })
-                }
-            },
-        )
-    };
-    wait_acked(100).await?;
+    let writer = OutsideWriter::start(seeds, password.clone());
+    writer.more_acked(100).await?;
     let primary = c.member_with_role(Role::Primary).await?;
     let member = primary.metadata.name.clone().unwrap_or_default();
     let pod = primary
@@ -788,20 +754,8 @@ async fn behind_node_ports_an_outside_client_reaches_every_shard_at_node_address
         s.state == Some(ClusterState::Ready) && s.ready_shards == 3
     })
     .await?;
-    wait_acked(acked.load(Ordering::Relaxed) + 100).await?;
-    let _ = stop.send(());
-    let run = outside_client
-        .await
-        .map_err(|e| E2eError::Check(format!("the outside client: {e}")))???;
-    check(
-        run.missing.is_empty() && run.acks.replicated.len() >= 200,
-        format!(
-            "{} of {} WAIT-acknowledged writes are not read back from outside: {:?}",
-            run.missing.len(),
-            run.acks.replicated.len(),
-            run.missing.iter().take(10).collect::<Vec<_>>()
-        ),
-    )?;
+    writer.more_acked(100).await?;
+    writer.finish(200).await?;
 
     // Every member announces its node's address and port again (a pod that moved to another
     // node included), and valkey-py's cluster client learns those and nothing else.
