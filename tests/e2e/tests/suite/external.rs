@@ -116,6 +116,45 @@ struct OutsideRun {
     missing: Vec<String>,
 }
 
+/// `valkey-cli -c` from the outside namespace, through `host:port`, sets six keys `<tag>:<a..f>`
+/// (spread over the slots): MOVED sends it on to the other members' external addresses.
+async fn cli_sets_from_outside(
+    host: &str,
+    port: u16,
+    password: Option<&str>,
+    tag: &str,
+) -> Result<()> {
+    let cli = e2e::localkube_dir().join("images/valkey-9.1/bin/valkey-cli");
+    for key in ["a", "b", "c", "d", "e", "f"] {
+        let mut cmd = outside::command(&cli.to_string_lossy());
+        cmd.args([
+            "-c",
+            "-h",
+            host,
+            "-p",
+            &port.to_string(),
+            "--no-auth-warning",
+        ]);
+        if let Some(password) = password {
+            cmd.args(["-a", password]);
+        }
+        let out = cmd
+            .args(["SET", &format!("{tag}:{key}"), key])
+            .output()
+            .await
+            .map_err(|e| E2eError::Check(format!("valkey-cli: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        check(
+            out.status.success() && text.trim() == "OK",
+            format!(
+                "valkey-cli -c SET {tag}:{key} from outside: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )?;
+    }
+    Ok(())
+}
+
 /// A cluster client in the outside namespace writing with WAIT 1 (`ReplicatedWriter`) through
 /// `seeds` until [`OutsideWriter::finish`], which reads every WAIT-acknowledged key back.
 struct OutsideWriter {
@@ -221,28 +260,8 @@ async fn an_outside_client_uses_every_shard_through_the_load_balancers_across_a_
     let password = c.password().await?;
 
     // valkey-cli -c from outside: sent on by MOVED to external addresses only.
-    let cli = e2e::localkube_dir().join("images/valkey-9.1/bin/valkey-cli");
     let first = addresses.values().next().cloned().unwrap_or_default();
-    for key in ["a", "b", "c", "d", "e", "f"] {
-        let mut cmd = outside::command(&cli.to_string_lossy());
-        cmd.args(["-c", "-h", &first, "--no-auth-warning"]);
-        if let Some(password) = &password {
-            cmd.args(["-a", password]);
-        }
-        let out = cmd
-            .args(["SET", &format!("cli:{key}"), key])
-            .output()
-            .await
-            .map_err(|e| E2eError::Check(format!("valkey-cli: {e}")))?;
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        check(
-            out.status.success() && text.trim() == "OK",
-            format!(
-                "valkey-cli -c SET cli:{key} from outside: {text} {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )?;
-    }
+    cli_sets_from_outside(&first, 6379, password.as_deref(), "cli").await?;
 
     // A cluster client outside, writing with WAIT 1 until told to stop, then reading back.
     let writer = OutsideWriter::start(urls(&addresses), password.clone());
@@ -685,35 +704,8 @@ async fn behind_node_ports_an_outside_client_reaches_every_shard_at_node_address
 
     // valkey-cli -c from outside, through one node address and port: MOVED sends it on to the
     // others' node addresses and ports.
-    let cli = e2e::localkube_dir().join("images/valkey-9.1/bin/valkey-cli");
     let (host, port) = addresses.values().next().cloned().unwrap_or_default();
-    for key in ["a", "b", "c", "d", "e", "f"] {
-        let mut cmd = outside::command(&cli.to_string_lossy());
-        cmd.args([
-            "-c",
-            "-h",
-            &host,
-            "-p",
-            &port.to_string(),
-            "--no-auth-warning",
-        ]);
-        if let Some(password) = &password {
-            cmd.args(["-a", password]);
-        }
-        let out = cmd
-            .args(["SET", &format!("np:{key}"), key])
-            .output()
-            .await
-            .map_err(|e| E2eError::Check(format!("valkey-cli: {e}")))?;
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        check(
-            out.status.success() && text.trim() == "OK",
-            format!(
-                "valkey-cli -c SET np:{key} from outside: {text} {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )?;
-    }
+    cli_sets_from_outside(&host, port, password.as_deref(), "np").await?;
 
     // A cluster client outside writes with WAIT 1 while a primary's pod is deleted.
     let seeds: Vec<String> = addresses
