@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Affinity;
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use valkey_api::v1alpha1::{
     NodeCredentials, NodeExporter, NodeServer, NodeTls, ServerSettings, ValkeyNode, ValkeyNodeSpec,
@@ -162,6 +163,69 @@ pub fn server_node(
             // Set by a restore (spec.restoreFrom) on each shard's first member only.
             initial_data: None,
             allowed_revision,
+        },
+        status: None,
+    }
+}
+
+/// What a Sentinel needs whatever its parent: little memory and CPU (it holds no data), so the
+/// servers' own resources, sized for their data set, are not copied onto it.
+fn sentinel_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity("10m".to_owned())),
+            ("memory".to_owned(), Quantity("32Mi".to_owned())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Quantity("128Mi".to_owned()),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// A Sentinel's ValkeyNode (`spec.server: Sentinel`), for any parent that watches its servers
+/// with Sentinel: the parent's image, pull policy and scheduling, its parts (`parts.mode` is
+/// Sentinel's own configuration; the servers' settings and `spec.config` are not Sentinel's),
+/// its pod labels (`pod_labels`: a Sentinel's pod must not carry the labels the members' Services,
+/// budget and anti-affinity select), and TLS when the servers use it. No persistence (a
+/// Sentinel starts clean and is told again what to monitor), no exporter, no credentials (the
+/// probe's PING needs none: Sentinel's own password is not built yet).
+pub fn sentinel_node(
+    settings: &ServerSettings,
+    parts: NodeParts,
+    pod_labels: BTreeMap<String, String>,
+    tls: Option<NodeTls>,
+) -> ValkeyNode {
+    let mut labels = settings.pod_labels.clone().unwrap_or_default();
+    labels.extend(pod_labels);
+    let pod_annotations = settings.pod_annotations.clone().unwrap_or_default();
+    ValkeyNode {
+        metadata: ObjectMeta {
+            name: Some(parts.name),
+            namespace: parts.namespace,
+            labels: Some(parts.labels),
+            owner_references: Some(vec![parts.owner]),
+            ..Default::default()
+        },
+        spec: ValkeyNodeSpec {
+            server: NodeServer::Sentinel,
+            workload_type: settings.workload_type,
+            image: settings.image.clone(),
+            image_pull_policy: settings.image_pull_policy,
+            resources: Some(sentinel_resources()),
+            tolerations: settings.tolerations.clone(),
+            node_selector: settings.node_selector.clone(),
+            affinity: parts.affinity,
+            persistence: None,
+            config: Some(parts.mode),
+            exporter: None,
+            pod_labels: Some(labels),
+            pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
+            credentials: None,
+            tls,
+            initial_data: None,
+            allowed_revision: None,
         },
         status: None,
     }

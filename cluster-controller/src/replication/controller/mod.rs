@@ -18,6 +18,7 @@
 //! | member nodes, Kubernetes actions | [`crate::parent::apply`] (shared) | yes |
 //! | every member's users, applied live | [`crate::parent::access`] (shared) | no (Valkey) |
 //! | the read/write and read-only Services | [`services`] | yes |
+//! | the Sentinels' nodes and Service (`spec.sentinel`) | [`sentinels`] | no (built; applied in `reconcile`) |
 //! | status and Events | [`report`] ([`status`] computes) | yes |
 
 pub mod context;
@@ -28,6 +29,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod report;
 pub mod restore;
+pub mod sentinels;
 pub mod services;
 pub mod status;
 pub mod validate;

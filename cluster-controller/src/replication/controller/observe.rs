@@ -13,12 +13,31 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use crate::engine::Member;
 use crate::parent::members;
 
-/// The replication's ValkeyNodes, by name: those in its namespace with its label and owned by it
-/// (by uid, so what a deleted namesake left behind is not taken for a member).
+use super::sentinels::is_sentinel;
+
+/// The replication's member ValkeyNodes, by name: those in its namespace with its label and
+/// owned by it (by uid, so what a deleted namesake left behind is not taken for a member) that
+/// run a server (its Sentinels are not members).
 pub fn member_nodes(
     nodes: &Store<ValkeyNode>,
     replication: &ValkeyReplication,
 ) -> Vec<Arc<ValkeyNode>> {
+    let mut found = owned_nodes(nodes, replication);
+    found.retain(|n| !is_sentinel(n));
+    found
+}
+
+/// The replication's Sentinels' ValkeyNodes, by name.
+pub fn sentinel_nodes(
+    nodes: &Store<ValkeyNode>,
+    replication: &ValkeyReplication,
+) -> Vec<Arc<ValkeyNode>> {
+    let mut found = owned_nodes(nodes, replication);
+    found.retain(|n| is_sentinel(n));
+    found
+}
+
+fn owned_nodes(nodes: &Store<ValkeyNode>, replication: &ValkeyReplication) -> Vec<Arc<ValkeyNode>> {
     let namespace = replication.namespace();
     let name = replication.name_any();
     let uid = replication.meta().uid.clone().unwrap_or_default();

@@ -23,7 +23,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::context::Context;
 use super::status::Outcome;
-use super::{desired, observe, report, restore, services, validate};
+use super::{desired, observe, report, restore, sentinels, services, validate};
 use crate::engine::{Outcome as StepOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
@@ -277,6 +277,9 @@ async fn prepare(
     let members_changed = apply_members(api, &ctx.events, replication, &desired, existing, forming)
         .await
         .map_err(|error| Stop::error(error, failures, key))?;
+    apply_sentinels(ctx, replication, api, node_auth.tls.as_ref())
+        .await
+        .map_err(|error| Stop::error(error, failures, key))?;
     Ok(Prepared {
         auth,
         served,
@@ -284,6 +287,27 @@ async fn prepare(
         restored: restore::restored_member(replication, plan),
         members_changed,
     })
+}
+
+/// The Sentinels' nodes as `spec.sentinel` wants them, and those it no longer wants deleted.
+/// They take a new spec at once, all together (no restart gate): a restarted Sentinel is told
+/// again what to watch by the engine.
+async fn apply_sentinels(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    api: &Api<ValkeyNode>,
+    tls: Option<&valkey_api::v1alpha1::NodeTls>,
+) -> Result<(), Error> {
+    let existing = observe::sentinel_nodes(&ctx.nodes, replication);
+    let wanted = sentinels::desired(replication, tls);
+    apply_members(api, &ctx.events, replication, &wanted, &existing, true).await?;
+    for gone in existing
+        .iter()
+        .filter(|n| !wanted.iter().any(|w| w.name == n.name_any()))
+    {
+        delete_node(api, &gone.name_any()).await?;
+    }
+    Ok(())
 }
 
 /// The primary the last pass recorded: this controller's own last write of `status.primary` when
@@ -475,9 +499,10 @@ async fn apply_services(
     key: &ObjectKey,
     primary: Option<&str>,
 ) -> Result<(), Error> {
-    let Some(wanted) = services::services(replication, primary) else {
+    let Some(mut wanted) = services::services(replication, primary) else {
         return Ok(());
     };
+    wanted.extend(sentinels::service(replication));
     let api: Api<Service> = Api::namespaced(
         ctx.client.clone(),
         &replication.namespace().unwrap_or_default(),

@@ -15,6 +15,7 @@ pub mod decide;
 pub mod decision;
 pub mod execute;
 pub mod observe;
+pub mod sentinel;
 pub mod server;
 
 use std::time::Duration;
