@@ -88,6 +88,7 @@ impl ReplicationLab {
             fence_user: options.fenced.then(|| REPLICATION_USER.to_owned()),
             switchover_timeout: Duration::from_secs(5),
             restored: None,
+            sentinel: None,
         };
         let mut lab = Self {
             binary,

@@ -55,6 +55,7 @@ pub fn spec(replication: &ValkeyReplication) -> Spec {
         fence_user: Some(REPLICATION_USER.to_owned()),
         switchover_timeout: SWITCHOVER_TIMEOUT,
         restored: None,
+        sentinel: super::sentinels::watch(replication),
     }
 }
 

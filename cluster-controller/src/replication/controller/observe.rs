@@ -96,3 +96,17 @@ pub fn service(
 ) -> Option<Arc<Service>> {
     services.get(&ObjectRef::new(name).within(&replication.namespace().unwrap_or_default()))
 }
+
+/// Every Sentinel with a pod IP, by node name, at the Sentinel port.
+pub fn sentinel_addresses(nodes: &[Arc<ValkeyNode>]) -> Vec<(String, std::net::SocketAddr)> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let ip = n.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+            Some((
+                n.name_any(),
+                std::net::SocketAddr::new(ip, valkey_api::contract::SENTINEL_PORT),
+            ))
+        })
+        .collect()
+}

@@ -108,7 +108,8 @@ pub async fn pass(
         restored,
         ..desired::spec(replication)
     };
-    let observed = engine.observe(&members, spec.fence_user.as_deref()).await;
+    let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
+    observe_sentinels(ctx, replication, &engine, &spec, &mut observed).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);
     let health = health(&spec, &members, recorded.as_deref(), &observed);
     let client = engine.client();
@@ -310,6 +311,23 @@ async fn apply_sentinels(
     Ok(())
 }
 
+/// With Sentinel on, every Sentinel's answer about the master name (at its pod IP, port 26379).
+async fn observe_sentinels(
+    ctx: &Context,
+    replication: &ValkeyReplication,
+    engine: &crate::replication::engine::Engine<crate::client::RedisClient>,
+    spec: &Spec,
+    observed: &mut crate::replication::engine::Observation,
+) {
+    let Some(watch) = &spec.sentinel else {
+        return;
+    };
+    let addresses = observe::sentinel_addresses(&observe::sentinel_nodes(&ctx.nodes, replication));
+    engine
+        .observe_sentinels(observed, &addresses, &watch.master_name)
+        .await;
+}
+
 /// The primary the last pass recorded: this controller's own last write of `status.primary` when
 /// it made one (the cache may not have seen it yet, and a pass that read the older record would
 /// take the primary it just promoted for a stranger and promote another), else the status as
@@ -346,7 +364,8 @@ async fn protect(
         let engine = ctx.engine(key, &credentials, trust.as_ref());
         let members = observe::engine_members(existing);
         let spec = desired::spec(replication);
-        let observed = engine.observe(&members, spec.fence_user.as_deref()).await;
+        let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
+        observe_sentinels(ctx, replication, &engine, &spec, &mut observed).await;
         let decision = decide_in(
             Scope::Safety,
             &spec,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use valkey_api::v1alpha1::StatusReason;
 
+use super::sentinel::Watch;
+
 /// A member and the address the engine reaches it at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -36,6 +38,22 @@ pub enum Action {
     },
     /// `ACL SETUSER <user> on`: the member may serve replicas (the fence of the ACL file).
     Admit { on: Target, user: String },
+    /// `SENTINEL MONITOR` (when `monitor`) and `SENTINEL SET` on the Sentinel `on`: it watches
+    /// `primary` as `watch` says.
+    SentinelWatch {
+        on: Target,
+        primary: Target,
+        watch: Box<Watch>,
+        monitor: bool,
+    },
+    /// `SENTINEL FAILOVER` on the Sentinel `on`: a planned switchover away from `from`, handed to
+    /// Sentinel (it elects the replica; `to` is the one the engine wants).
+    SentinelFailover {
+        on: Target,
+        master_name: String,
+        from: Target,
+        to: Target,
+    },
     /// Kubernetes: release the member's pod restart (`spec.allowedRevision`).
     AllowRestart { member: String },
     /// Kubernetes: delete a member the spec no longer wants.
@@ -49,7 +67,8 @@ impl Action {
             Action::Promote { on } | Action::Follow { on, .. } | Action::Admit { on, .. } => {
                 &on.member
             }
-            Action::Switchover { to, .. } => &to.member,
+            Action::Switchover { to, .. } | Action::SentinelFailover { to, .. } => &to.member,
+            Action::SentinelWatch { on, .. } => &on.member,
             Action::AllowRestart { member } | Action::DeleteMember { member } => member,
         }
     }
@@ -61,6 +80,8 @@ impl Action {
             Action::Follow { .. } => "Replicate",
             Action::Switchover { .. } => "Switchover",
             Action::Admit { .. } => "AdmitReplication",
+            Action::SentinelWatch { .. } => "WatchWithSentinel",
+            Action::SentinelFailover { .. } => "SentinelFailover",
             Action::AllowRestart { .. } => "AllowRestart",
             Action::DeleteMember { .. } => "DeleteNode",
         }
@@ -81,6 +102,28 @@ impl fmt::Display for Action {
             Action::Follow { on, primary } => write!(f, "REPLICAOF {primary} on {on}"),
             Action::Switchover { on, to, .. } => write!(f, "FAILOVER TO {to} on {on}"),
             Action::Admit { on, user } => write!(f, "ACL SETUSER {user} on, on {on}"),
+            Action::SentinelWatch {
+                on,
+                primary,
+                watch,
+                monitor,
+            } => {
+                let verb = if *monitor { "MONITOR" } else { "SET" };
+                write!(
+                    f,
+                    "SENTINEL {verb} {} ({primary}) on {on}",
+                    watch.master_name
+                )
+            }
+            Action::SentinelFailover {
+                on,
+                master_name,
+                from,
+                to,
+            } => write!(
+                f,
+                "SENTINEL FAILOVER {master_name} on {on} (from {from}, toward {to})"
+            ),
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
             Action::DeleteMember { member } => write!(f, "delete {member}"),
         }
@@ -114,6 +157,10 @@ pub enum Reason {
     /// No member can take over without losing acknowledged writes.
     NoSafeCandidate,
     Converging,
+    /// Sentinel is on and no majority of the Sentinels names one primary.
+    SentinelsDisagree,
+    /// Sentinel is on and the primary is lost or not serving: Sentinel elects the next one.
+    SentinelFailingOver,
     Healthy,
 }
 
@@ -137,6 +184,8 @@ impl Reason {
             Reason::DataConflict => StatusReason::DataConflict,
             Reason::NoSafeCandidate => StatusReason::NoSafeCandidate,
             Reason::Converging => StatusReason::Converging,
+            Reason::SentinelsDisagree => StatusReason::SentinelsDisagree,
+            Reason::SentinelFailingOver => StatusReason::SentinelFailingOver,
             Reason::Healthy => StatusReason::Healthy,
         }
     }
@@ -270,6 +319,8 @@ mod vocabulary_tests {
         Reason::DataConflict,
         Reason::NoSafeCandidate,
         Reason::Converging,
+        Reason::SentinelsDisagree,
+        Reason::SentinelFailingOver,
         Reason::Healthy,
     ];
 
@@ -291,6 +342,8 @@ mod vocabulary_tests {
             | Reason::DataConflict
             | Reason::NoSafeCandidate
             | Reason::Converging
+            | Reason::SentinelsDisagree
+            | Reason::SentinelFailingOver
             | Reason::Healthy => true,
         }
     }

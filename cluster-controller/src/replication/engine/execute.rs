@@ -46,6 +46,25 @@ pub async fn execute(
             run(on, cmd, "FAILOVER").await
         }
         Action::Admit { on, user } => crate::engine::admit(client, on.address, user, timeout).await,
+        Action::SentinelWatch {
+            on,
+            primary,
+            watch,
+            monitor,
+        } => {
+            super::sentinel::configure(
+                client,
+                on.address,
+                primary.address,
+                watch,
+                *monitor,
+                timeout,
+            )
+            .await
+        }
+        Action::SentinelFailover {
+            on, master_name, ..
+        } => super::sentinel::failover(client, on.address, master_name, timeout).await,
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
     }
 }

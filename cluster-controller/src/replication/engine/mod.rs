@@ -52,6 +52,17 @@ impl<C: ValkeyClient> Engine<C> {
         observe::observe(&self.client, members, self.timeout, fence_user).await
     }
 
+    /// Reads every Sentinel (node name, address) about `master_name` into `observed`.
+    pub async fn observe_sentinels(
+        &self,
+        observed: &mut Observation,
+        sentinels: &[(String, std::net::SocketAddr)],
+        master_name: &str,
+    ) {
+        observed.sentinels =
+            sentinel::observe(&self.client, sentinels, master_name, self.timeout).await;
+    }
+
     /// Carries out a Valkey action (a Kubernetes one comes back `Delegated`).
     pub async fn execute(&self, action: &Action) -> Result<Outcome, EngineError> {
         let outcome = execute::execute(&self.client, action, self.timeout).await;

@@ -20,6 +20,8 @@ pub type Reach = crate::engine::Reach<ServerState>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observation {
     pub members: BTreeMap<String, Reach>,
+    /// With Sentinel on: every Sentinel's answer, by node name.
+    pub sentinels: super::sentinel::Sentinels,
 }
 
 impl Observation {
@@ -41,6 +43,7 @@ pub async fn observe(
             read(client, address, timeout, fence_user)
         })
         .await,
+        sentinels: Default::default(),
     }
 }
 

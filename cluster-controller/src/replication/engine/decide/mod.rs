@@ -25,6 +25,9 @@
 mod attach;
 mod changes;
 mod primary;
+mod sentinel;
+#[cfg(test)]
+mod sentinel_tests;
 #[cfg(test)]
 mod tests;
 
@@ -54,6 +57,9 @@ pub struct Spec {
     /// restore is served): the first primary is this member, because it holds the backup's data,
     /// and no other member is promoted or trusted as primary before it has loaded that data.
     pub restored: Option<String>,
+    /// With Sentinel on (`spec.sentinel`): what the Sentinels watch. Sentinel then elects the
+    /// primary when it fails, and the engine never promotes one once a Sentinel watches.
+    pub sentinel: Option<super::sentinel::Watch>,
 }
 
 /// Decides the one next step. Pure: the same inputs give the same decision.
@@ -77,6 +83,15 @@ pub fn decide_in(
     recorded_primary: Option<&str>,
     observed: &Observation,
 ) -> Decision {
+    if let Some(watch) = &spec.sentinel {
+        if scope == Scope::Everything
+            && let Some(decision) = check_members(spec, members)
+        {
+            return decision;
+        }
+        let view = View::new(spec, members, recorded_primary, observed);
+        return sentinel::decide(&view, watch, scope == Scope::Safety);
+    }
     if scope == Scope::Safety {
         let view = View::new(spec, members, recorded_primary, observed);
         return match view.primary() {
@@ -111,7 +126,15 @@ pub fn health(
     observed: &Observation,
 ) -> Health {
     let view = View::new(spec, members, recorded_primary, observed);
-    let primary = view.primary();
+    // With Sentinel, the primary is the one a majority of Sentinels name.
+    let named = spec
+        .sentinel
+        .as_ref()
+        .and_then(|watch| sentinel::primary_name(&view, watch));
+    let primary = match &named {
+        Some(name) => view.get(name),
+        None => view.primary(),
+    };
     let in_step = primary.map_or(0, |p| {
         view.live()
             .filter(|l| l.name() != p.name() && l.state.in_step_with(p.address()))
@@ -119,8 +142,8 @@ pub fn health(
             .count()
     });
     Health {
-        primary: primary
-            .map(|p| p.name().to_owned())
+        primary: named
+            .or_else(|| primary.map(|p| p.name().to_owned()))
             .or_else(|| recorded_primary.map(str::to_owned)),
         replicas_wanted: spec.replicas,
         replicas_in_step: u32::try_from(in_step).unwrap_or(u32::MAX),

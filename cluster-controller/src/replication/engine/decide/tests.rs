@@ -12,15 +12,15 @@ use crate::replication::engine::server::{PARKED_HOST, PARKED_PORT, ServerState, 
 use crate::valkey::Version;
 use crate::valkey::info::LinkStatus;
 
-const OLD: &str = "96d0ece2f6a59ea2e7d9c65d0cb88573c516fac1";
-const NEW: &str = "a13e72b19c9c5302fd9e871f769acf3b97d2bc13";
+pub(super) const OLD: &str = "96d0ece2f6a59ea2e7d9c65d0cb88573c516fac1";
+pub(super) const NEW: &str = "a13e72b19c9c5302fd9e871f769acf3b97d2bc13";
 const ZERO: &str = "0000000000000000000000000000000000000000";
 
-fn name(i: u32) -> String {
+pub(super) fn name(i: u32) -> String {
     format!("r-{i}")
 }
 
-fn addr(i: u32) -> SocketAddr {
+pub(super) fn addr(i: u32) -> SocketAddr {
     SocketAddr::from(([10, 213, 1, 10 + i as u8], 6379))
 }
 
@@ -32,6 +32,7 @@ fn spec(replicas: u32) -> Spec {
         fence_user: None,
         switchover_timeout: Duration::from_secs(5),
         restored: None,
+        sentinel: None,
     }
 }
 
@@ -63,12 +64,19 @@ fn state(i: u32, upstream: Option<Upstream>, history: ReplicationHistory) -> Ser
 }
 
 /// A primary on history `replid` (continuing `replid2`).
-fn primary(i: u32, replid: &str, replid2: &str, offset: i64, keys: u64) -> ServerState {
+pub(super) fn primary(i: u32, replid: &str, replid2: &str, offset: i64, keys: u64) -> ServerState {
     state(i, None, history(replid, replid2, offset, keys))
 }
 
 /// A replica of member `of`, on that primary's history `replid`.
-fn replica(i: u32, of: u32, link: LinkAge, replid: &str, offset: i64, keys: u64) -> ServerState {
+pub(super) fn replica(
+    i: u32,
+    of: u32,
+    link: LinkAge,
+    replid: &str,
+    offset: i64,
+    keys: u64,
+) -> ServerState {
     let upstream = Upstream {
         host: addr(of).ip().to_string(),
         port: 6379,
@@ -106,15 +114,15 @@ fn parked(i: u32, keys: u64) -> ServerState {
 }
 
 /// Members `0..n`, ready, each with an address.
-struct World {
-    spec: Spec,
-    members: Vec<Member>,
-    observed: Observation,
-    recorded: Option<String>,
+pub(super) struct World {
+    pub spec: Spec,
+    pub members: Vec<Member>,
+    pub observed: Observation,
+    pub recorded: Option<String>,
 }
 
 impl World {
-    fn new(replicas: u32) -> Self {
+    pub(super) fn new(replicas: u32) -> Self {
         let members = (0..=replicas)
             .map(|i| {
                 let mut m = Member::new(0, i, name(i));
@@ -131,19 +139,19 @@ impl World {
         }
     }
 
-    fn recorded(mut self, i: u32) -> Self {
+    pub(super) fn recorded(mut self, i: u32) -> Self {
         self.recorded = Some(name(i));
         self
     }
 
-    fn up(mut self, i: u32, s: ServerState) -> Self {
+    pub(super) fn up(mut self, i: u32, s: ServerState) -> Self {
         self.observed
             .members
             .insert(name(i), Reach::Up(Box::new(s)));
         self
     }
 
-    fn silent(mut self, i: u32) -> Self {
+    pub(super) fn silent(mut self, i: u32) -> Self {
         self.observed.members.insert(
             name(i),
             Reach::Unreachable {
@@ -154,14 +162,14 @@ impl World {
         self
     }
 
-    fn member(&mut self, i: u32) -> &mut Member {
+    pub(super) fn member(&mut self, i: u32) -> &mut Member {
         let Some(m) = self.members.iter_mut().find(|m| m.index == i) else {
             panic!("no member {i}");
         };
         m
     }
 
-    fn decide(&self) -> Decision {
+    pub(super) fn decide(&self) -> Decision {
         decide(
             &self.spec,
             &self.members,
@@ -170,7 +178,7 @@ impl World {
         )
     }
 
-    fn decide_safely(&self) -> Decision {
+    pub(super) fn decide_safely(&self) -> Decision {
         decide_in(
             Scope::Safety,
             &self.spec,
@@ -180,8 +188,17 @@ impl World {
         )
     }
 
+    pub(super) fn health(&self) -> crate::replication::engine::Health {
+        health(
+            &self.spec,
+            &self.members,
+            self.recorded.as_deref(),
+            &self.observed,
+        )
+    }
+
     /// A primary `r-0` with `r-1..=replicas` in step.
-    fn healthy(replicas: u32) -> Self {
+    pub(super) fn healthy(replicas: u32) -> Self {
         let mut w = Self::new(replicas)
             .recorded(0)
             .up(0, primary(0, NEW, OLD, 5000, 100));

@@ -4,7 +4,16 @@
 //! of them must agree) and follows that, and hands planned switchovers to them
 //! (`SENTINEL FAILOVER`).
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::client::ValkeyClient;
+use crate::engine::{EngineError, Outcome};
+use crate::valkey::value;
 
 /// What every Sentinel is told to watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,5 +41,185 @@ pub struct Login {
 impl fmt::Debug for Login {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Login {{ user: {:?}, password: <hidden> }}", self.user)
+    }
+}
+
+/// What one Sentinel says about the master name it is asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelState {
+    pub address: SocketAddr,
+    /// `None` when it does not monitor the name (new, or restarted from its config).
+    pub master: Option<MasterView>,
+}
+
+/// A Sentinel's view of the master it monitors (`SENTINEL GET-MASTER-ADDR-BY-NAME` and
+/// `SENTINEL MASTER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterView {
+    /// The primary it names to clients.
+    pub primary: SocketAddr,
+    pub quorum: u32,
+    pub down_after_ms: u64,
+    pub failover_timeout_ms: u64,
+    /// Its `flags` name a failover in progress.
+    pub failing_over: bool,
+}
+
+impl MasterView {
+    /// Whether its settings are those `watch` asks for.
+    pub fn as_watched(&self, watch: &Watch) -> bool {
+        self.quorum == watch.quorum
+            && self.down_after_ms == watch.down_after_ms
+            && self.failover_timeout_ms == watch.failover_timeout_ms
+    }
+}
+
+/// Every Sentinel's answer, by node name (an error kept, never dropped).
+pub type Sentinels = BTreeMap<String, Result<SentinelState, String>>;
+
+/// Reads every Sentinel concurrently.
+pub async fn observe(
+    client: &impl ValkeyClient,
+    sentinels: &[(String, SocketAddr)],
+    master_name: &str,
+    timeout: Duration,
+) -> Sentinels {
+    let reads = sentinels.iter().map(|(name, address)| async move {
+        (
+            name.clone(),
+            read(client, *address, master_name, timeout).await,
+        )
+    });
+    futures::future::join_all(reads).await.into_iter().collect()
+}
+
+async fn read(
+    client: &impl ValkeyClient,
+    address: SocketAddr,
+    master_name: &str,
+    timeout: Duration,
+) -> Result<SentinelState, String> {
+    let mut by_name = redis::cmd("SENTINEL");
+    by_name.arg("GET-MASTER-ADDR-BY-NAME").arg(master_name);
+    let reply = client
+        .command(address, &by_name, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(primary) = parse_address(&reply) else {
+        // Nil: it monitors no such name.
+        return match reply {
+            Value::Nil => Ok(SentinelState {
+                address,
+                master: None,
+            }),
+            other => Err(format!(
+                "SENTINEL GET-MASTER-ADDR-BY-NAME: {}",
+                value::describe(&other)
+            )),
+        };
+    };
+    let mut master = redis::cmd("SENTINEL");
+    master.arg("MASTER").arg(master_name);
+    let reply = client
+        .command(address, &master, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let fields: BTreeMap<String, String> = value::pairs(&reply)
+        .ok_or_else(|| format!("SENTINEL MASTER: {}", value::describe(&reply)))?
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, value::text(v)?)))
+        .collect();
+    let number = |key: &str| {
+        fields
+            .get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| format!("SENTINEL MASTER: no {key}"))
+    };
+    Ok(SentinelState {
+        address,
+        master: Some(MasterView {
+            primary,
+            quorum: u32::try_from(number("quorum")?).unwrap_or(u32::MAX),
+            down_after_ms: number("down-after-milliseconds")?,
+            failover_timeout_ms: number("failover-timeout")?,
+            failing_over: fields
+                .get("flags")
+                .is_some_and(|f| f.split(',').any(|f| f.starts_with("failover"))),
+        }),
+    })
+}
+
+/// `[ip, port]`.
+fn parse_address(reply: &Value) -> Option<SocketAddr> {
+    let parts = value::list(reply)?;
+    let ip: IpAddr = value::text(parts.first()?)?.parse().ok()?;
+    let port: u16 = value::text(parts.get(1)?)?.parse().ok()?;
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Tells the Sentinel at `on` to watch `primary` as `watch` says: `SENTINEL MONITOR` when it
+/// does not monitor the name yet (`monitor`), then `SENTINEL SET` of the timeouts, the quorum
+/// and the login. The password goes over the connection only, never into a log line.
+pub async fn configure(
+    client: &impl ValkeyClient,
+    on: SocketAddr,
+    primary: SocketAddr,
+    watch: &Watch,
+    monitor: bool,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    if monitor {
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("MONITOR")
+            .arg(&watch.master_name)
+            .arg(primary.ip().to_string())
+            .arg(primary.port())
+            .arg(watch.quorum);
+        ok(
+            &client.command(on, &cmd, timeout).await?,
+            "SENTINEL MONITOR",
+        )?;
+    }
+    let mut cmd = redis::cmd("SENTINEL");
+    cmd.arg("SET")
+        .arg(&watch.master_name)
+        .arg("quorum")
+        .arg(watch.quorum)
+        .arg("down-after-milliseconds")
+        .arg(watch.down_after_ms)
+        .arg("failover-timeout")
+        .arg(watch.failover_timeout_ms);
+    if let Some(login) = &watch.login {
+        cmd.arg("auth-user")
+            .arg(&login.user)
+            .arg("auth-pass")
+            .arg(&login.password);
+    }
+    ok(&client.command(on, &cmd, timeout).await?, "SENTINEL SET")
+}
+
+/// `SENTINEL FAILOVER <name>` on the Sentinel at `on`: a failover without agreement, for a
+/// planned switchover.
+pub async fn failover(
+    client: &impl ValkeyClient,
+    on: SocketAddr,
+    master_name: &str,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    let mut cmd = redis::cmd("SENTINEL");
+    cmd.arg("FAILOVER").arg(master_name);
+    ok(
+        &client.command(on, &cmd, timeout).await?,
+        "SENTINEL FAILOVER",
+    )
+}
+
+fn ok(reply: &Value, command: &str) -> Result<Outcome, EngineError> {
+    match value::text(reply) {
+        Some(text) if text == "OK" => Ok(Outcome::Done),
+        _ => Err(EngineError::UnexpectedReply {
+            command: command.to_owned(),
+            reply: value::describe(reply),
+        }),
     }
 }

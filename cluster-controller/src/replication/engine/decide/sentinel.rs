@@ -1,0 +1,219 @@
+//! The rules with Sentinel on (`spec.sentinel`): Sentinel elects the primary when the primary
+//! fails, the engine never does. The primary is the one a majority of all the Sentinels name;
+//! with it the engine's own rules run as ever (the fence, strays told to follow, members leaving,
+//! rolls), except that a planned switchover is handed to Sentinel (`SENTINEL FAILOVER`), and
+//! every Sentinel is first told to watch it. Where the engine alone would promote, it waits.
+
+use std::net::SocketAddr;
+
+use super::super::decision::{Action, Decision, Reason, Target};
+use super::super::sentinel::Watch;
+use super::{Live, View, attach, changes, primary};
+
+/// Which primary the Sentinels name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Named {
+    /// No Sentinel that answers monitors the master name.
+    Unwatched,
+    /// A majority of all the Sentinels name this member.
+    Agreed(String),
+    /// No majority names one member; why.
+    Disagree(String),
+}
+
+/// The primary a majority of all `watch.sentinels` Sentinels name (a Sentinel that does not
+/// answer counts against every address).
+pub(super) fn named(view: &View, watch: &Watch) -> Named {
+    let answers: Vec<(&str, SocketAddr)> = view
+        .observed
+        .sentinels
+        .iter()
+        .filter_map(|(name, reach)| {
+            let master = reach.as_ref().ok()?.master.as_ref()?;
+            Some((name.as_str(), master.primary))
+        })
+        .collect();
+    if answers.is_empty() {
+        return Named::Unwatched;
+    }
+    let majority = watch.sentinels / 2 + 1;
+    let mut counts: Vec<(SocketAddr, u32)> = Vec::new();
+    for (_, address) in &answers {
+        match counts.iter_mut().find(|(a, _)| a == address) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((*address, 1)),
+        }
+    }
+    let Some((address, votes)) = counts.iter().max_by_key(|(_, n)| *n).copied() else {
+        return Named::Unwatched;
+    };
+    if votes < majority {
+        return Named::Disagree(format!(
+            "{} of {} Sentinels name {address}, not a majority ({majority})",
+            votes, watch.sentinels
+        ));
+    }
+    match view.members.iter().find(|m| m.address == Some(address)) {
+        Some(member) => Named::Agreed(member.name.clone()),
+        None => Named::Disagree(format!(
+            "{votes} of {} Sentinels name {address}, which is no member's address",
+            watch.sentinels
+        )),
+    }
+}
+
+/// The member a majority of Sentinels name, for the status and the Services.
+pub(super) fn primary_name(view: &View, watch: &Watch) -> Option<String> {
+    match named(view, watch) {
+        Named::Agreed(name) => Some(name),
+        _ => None,
+    }
+}
+
+/// The next step with Sentinel on. `safety_only`: no member leaving, switchover or roll.
+pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision {
+    let primary = match named(view, watch) {
+        Named::Disagree(why) => {
+            return Decision::wait(
+                Reason::SentinelsDisagree,
+                format!("{why}: nothing changes until they agree"),
+            );
+        }
+        Named::Unwatched => match view.primary() {
+            // Nothing watches yet: the first primary is chosen as without Sentinel (nobody
+            // else could choose one), and only the first.
+            None if view.recorded.is_none() => {
+                return if safety_only {
+                    Decision::Steady
+                } else {
+                    primary::choose(view)
+                };
+            }
+            None => {
+                return Decision::wait(
+                    Reason::SentinelFailingOver,
+                    format!(
+                        "no Sentinel names a primary and {} does not serve: with Sentinel on, \
+                         the operator never promotes one itself",
+                        view.recorded.unwrap_or("the primary")
+                    ),
+                );
+            }
+            Some(primary) => primary,
+        },
+        Named::Agreed(name) => match view.get(&name).filter(|p| p.state.is_primary()) {
+            Some(primary) => primary,
+            None => {
+                return Decision::wait(
+                    Reason::SentinelFailingOver,
+                    format!(
+                        "the Sentinels name {name}, which does not serve as primary: Sentinel \
+                         elects the next primary; the operator never promotes one itself"
+                    ),
+                );
+            }
+        },
+    };
+    if let Some(decision) = watching(view, watch, primary) {
+        return decision;
+    }
+    if let Some(sentinel) = failing_over(view) {
+        return Decision::wait(
+            Reason::SentinelFailingOver,
+            format!("{sentinel} runs a failover; the operator waits for its end"),
+        );
+    }
+    let decision = attach::fence(view, primary).or_else(|| attach::followers(view, primary));
+    let decision = if safety_only {
+        decision
+    } else {
+        decision
+            .or_else(|| changes::leaving(view, primary))
+            .or_else(|| changes::gates(view, primary))
+            .or_else(|| changes::preferred(view, primary))
+            .or_else(|| changes::roll(view, primary))
+    };
+    decision.map_or(Decision::Steady, |d| handed_to_sentinel(view, watch, d))
+}
+
+/// The first Sentinel that does not monitor the master name, or watches it otherwise than the
+/// spec says, is told to watch `primary`.
+fn watching(view: &View, watch: &Watch, primary: Live<'_>) -> Option<Decision> {
+    view.observed.sentinels.iter().find_map(|(name, reach)| {
+        let state = reach.as_ref().ok()?;
+        let monitor = match &state.master {
+            None => true,
+            Some(master) if !master.as_watched(watch) => false,
+            Some(_) => return None,
+        };
+        let why = if monitor {
+            format!(
+                "{name} does not watch {}: it monitors {} now",
+                watch.master_name,
+                primary.name()
+            )
+        } else {
+            format!("{name} watches {} with other settings", watch.master_name)
+        };
+        Some(Decision::act(
+            Action::SentinelWatch {
+                on: Target {
+                    member: name.clone(),
+                    address: state.address,
+                },
+                primary: primary.target(),
+                watch: Box::new(watch.clone()),
+                monitor,
+            },
+            Reason::Converging,
+            why,
+        ))
+    })
+}
+
+/// A Sentinel whose master flags say a failover runs.
+fn failing_over<'a>(view: &View<'a>) -> Option<&'a str> {
+    view.observed.sentinels.iter().find_map(|(name, reach)| {
+        let failing = reach.as_ref().ok()?.master.as_ref()?.failing_over;
+        failing.then_some(name.as_str())
+    })
+}
+
+/// A planned switchover (FAILOVER TO) becomes `SENTINEL FAILOVER` on a Sentinel that answers;
+/// every other decision stays as it is (none of the engine's rules here promotes).
+fn handed_to_sentinel(view: &View, watch: &Watch, decision: Decision) -> Decision {
+    let Decision::Act {
+        action: Action::Switchover { on: from, to, .. },
+        reason,
+        ..
+    } = &decision
+    else {
+        return decision;
+    };
+    let sentinel = view.observed.sentinels.iter().find_map(|(name, reach)| {
+        let state = reach.as_ref().ok()?;
+        state.master.as_ref()?;
+        Some(Target {
+            member: name.clone(),
+            address: state.address,
+        })
+    });
+    let Some(on) = sentinel else {
+        return Decision::wait(*reason, "no Sentinel answers to hand the switchover to");
+    };
+    Decision::act(
+        Action::SentinelFailover {
+            on,
+            master_name: watch.master_name.clone(),
+            from: from.clone(),
+            to: to.clone(),
+        },
+        *reason,
+        format!(
+            "{}; handed to Sentinel (SENTINEL FAILOVER {}): it elects the replica, toward {}",
+            decision.message(),
+            watch.master_name,
+            to.member
+        ),
+    )
+}
