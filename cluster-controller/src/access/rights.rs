@@ -18,6 +18,12 @@ pub const REPLICATION_USER: &str = "replication";
 /// nothing else ([`BACKUP_RULES`]).
 pub const BACKUP_USER: &str = "backup";
 
+/// Sentinel, logging in to the servers it watches (a replication with `spec.sentinel`), and to
+/// its peer Sentinels. Fenced on the servers like the replication user: a server that restarted
+/// is invisible to Sentinel (its PING refused) until the engine admits it, so Sentinel never
+/// elects a member the engine has not judged (one back empty, above all).
+pub const SENTINEL_USER: &str = "sentinel";
+
 /// Users a parent's spec may not name: the clients' default user and the operator's own.
 pub const RESERVED_USERS: &[&str] = &[
     DEFAULT_USER,
@@ -25,6 +31,7 @@ pub const RESERVED_USERS: &[&str] = &[
     HEALTHCHECK_USER,
     REPLICATION_USER,
     BACKUP_USER,
+    SENTINEL_USER,
 ];
 
 /// Taken from every client user after its own rules: Valkey's `@admin` category (ACL, CONFIG,
@@ -73,6 +80,34 @@ pub const REPLICATION_RULES: &str = "~* &* +@all -@admin +psync +sync +replconf"
 /// command); the backup crate's, where the capture that needs exactly these lives. Not fenced: an
 /// rdb-only link never makes a server a replica of anything.
 pub const BACKUP_RULES: &str = backup::capture::BACKUP_RULES;
+
+/// Sentinel on the servers it watches: what it sends them (the hello channel's SUBSCRIBE and
+/// PUBLISH, PING, INFO, ROLE, naming its connections, and a failover's `MULTI; REPLICAOF NO ONE;
+/// CONFIG REWRITE; CLIENT KILL; EXEC`: a command refused while queued would abort the whole
+/// transaction, so each is here), no key and no other channel. Valkey's documented set for a
+/// Sentinel user, checked against real servers in the access rights component test.
+pub const SENTINEL_RULES: &str = "resetchannels &__sentinel__:hello -@all +ping +info +role \
++multi +exec +slaveof +replicaof +config|rewrite +client|setname +client|kill +script|kill \
++subscribe +publish";
+
+/// What a client may ask of a Sentinel: every command but administration, and of `SENTINEL` the
+/// questions (which primary, its replicas, the other Sentinels), never MONITOR, SET, FAILOVER,
+/// RESET, REMOVE or CONFIG. In Sentinel mode every `SENTINEL` subcommand and `ROLE` are `@admin`.
+pub const SENTINEL_CLIENT_RULES: &str = "~* &* +@all -@admin +role \
++sentinel|get-master-addr-by-name +sentinel|get-primary-addr-by-name +sentinel|master \
++sentinel|primary +sentinel|masters +sentinel|primaries +sentinel|replicas +sentinel|slaves \
++sentinel|sentinels +sentinel|myid +sentinel|ckquorum";
+
+/// The operator on a Sentinel: the `SENTINEL` command (telling it what to watch, its settings,
+/// planned failovers), PING and INFO.
+pub const SENTINEL_OPERATOR_RULES: &str = "resetchannels -@all +@connection +ping +info +sentinel";
+
+/// Probes on a Sentinel: PING and INFO.
+pub const SENTINEL_HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";
+
+/// A peer Sentinel: Sentinels ask each other whether the primary is down, vote, and publish
+/// hellos; every command of a Sentinel is theirs.
+pub const SENTINEL_PEER_RULES: &str = "~* &* +@all";
 
 /// Valkey 9's slot import handshake (CLUSTER SYNCSLOTS), given live to servers of that version.
 pub const REPLICATION_RULES_9: &str = "+cluster|syncslots";

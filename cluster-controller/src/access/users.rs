@@ -7,16 +7,18 @@ use sha2::{Digest, Sha256};
 use super::rights::{
     self, BACKUP_RULES, BACKUP_USER, CLIENT_DENY, DEFAULT_CLIENT_RULES, DEFAULT_USER,
     HEALTHCHECK_RULES, HEALTHCHECK_USER, OPERATOR_RULES, OPERATOR_USER, REPLICATION_RULES,
-    REPLICATION_USER,
+    REPLICATION_USER, SENTINEL_CLIENT_RULES, SENTINEL_HEALTHCHECK_RULES, SENTINEL_OPERATOR_RULES,
+    SENTINEL_PEER_RULES, SENTINEL_RULES, SENTINEL_USER,
 };
 use crate::valkey::Version;
 
 /// The operator's own users: never fenced with the clients.
-const OPERATORS: [&str; 4] = [
+const OPERATORS: [&str; 5] = [
     OPERATOR_USER,
     HEALTHCHECK_USER,
     REPLICATION_USER,
     BACKUP_USER,
+    SENTINEL_USER,
 ];
 
 /// The SHA-256 of a password, as Valkey's ACL takes it (`#<hex>`).
@@ -118,6 +120,9 @@ pub struct OperatorPasswords {
     pub healthcheck: String,
     pub replication: String,
     pub backup: String,
+    /// The `sentinel` user's: held only by the servers and Sentinels of a parent with Sentinel
+    /// on, but kept for every parent (generated once, like the others).
+    pub sentinel: String,
 }
 
 /// Fixed passwords for tests.
@@ -128,6 +133,7 @@ pub fn example_passwords() -> OperatorPasswords {
         healthcheck: "hc-pw".into(),
         replication: "rep-pw".into(),
         backup: "bk-pw".into(),
+        sentinel: "sn-pw".into(),
     }
 }
 
@@ -194,11 +200,53 @@ impl UserSet {
         self
     }
 
-    /// Whether any user but the replication user is fenced (the clients are).
+    /// The same set with the `sentinel` user, for the servers Sentinel watches: fenced, so a
+    /// server that restarted is invisible to Sentinel until the engine admits it.
+    pub fn with_sentinel(mut self, operator: &OperatorPasswords) -> Self {
+        let sentinel = AclUser::operator(SENTINEL_USER, &operator.sentinel, SENTINEL_RULES, true);
+        // After the operator's own users, before the clients' named ones (the file's order).
+        let at = self
+            .users
+            .iter()
+            .position(|u| !OPERATORS.contains(&u.name.as_str()) && u.name != DEFAULT_USER)
+            .unwrap_or(self.users.len());
+        self.users.insert(at, sentinel);
+        self
+    }
+
+    /// Whether any client user is fenced.
     pub fn clients_fenced(&self) -> bool {
         self.users
             .iter()
-            .any(|u| u.fenced && u.name != REPLICATION_USER)
+            .any(|u| u.fenced && !OPERATORS.contains(&u.name.as_str()))
+    }
+
+    /// The ACL file of the Sentinels that watch these servers, when the set has the `sentinel`
+    /// user: clients log in with the default user's passwords and may only ask (never tell a
+    /// Sentinel what to watch or to fail over), the operator and the probes with theirs, peer
+    /// Sentinels as `sentinel`. Every user is on: a Sentinel holds no data to fence.
+    pub fn sentinel_acl_file(&self) -> Option<String> {
+        let tokens = |name: &str| {
+            self.users
+                .iter()
+                .find(|u| u.name == name)
+                .map(|u| u.login_tokens().join(" "))
+        };
+        let lines = [
+            (DEFAULT_USER, SENTINEL_CLIENT_RULES),
+            (OPERATOR_USER, SENTINEL_OPERATOR_RULES),
+            (HEALTHCHECK_USER, SENTINEL_HEALTHCHECK_RULES),
+            (SENTINEL_USER, SENTINEL_PEER_RULES),
+        ];
+        tokens(SENTINEL_USER)?;
+        Some(
+            lines
+                .iter()
+                .filter_map(|(name, rules)| {
+                    Some(format!("user {name} on {} {rules}\n", tokens(name)?))
+                })
+                .collect(),
+        )
     }
 
     pub fn users(&self) -> &[AclUser] {
@@ -290,6 +338,53 @@ mod tests {
         assert!(
             app_line.ends_with("~app:* +@read -@admin -migrate -restore -restore-asking"),
             "client users lose administration after their own rules: {app_line}"
+        );
+    }
+
+    /// With Sentinel on, the servers hold a fenced `sentinel` user (off at every start, like the
+    /// replication user, and not a client: the clients are not fenced by it), and the Sentinels'
+    /// own file logs clients in with the default user's passwords, the operator, the probes and
+    /// peer Sentinels with theirs, every one on, hashes only.
+    #[test]
+    fn with_sentinel_the_servers_fence_the_sentinel_user_and_the_sentinels_get_their_own_file() {
+        let plain = UserSet::new(
+            Login::Hashes(vec![password_hash("client-pw")]),
+            &passwords(),
+            [],
+        );
+        assert_eq!(plain.sentinel_acl_file(), None);
+        assert!(!plain.acl_file().contains("user sentinel"));
+
+        let set = plain.with_sentinel(&passwords());
+        assert!(!set.clients_fenced(), "the sentinel user is not a client");
+        let file = set.acl_file();
+        let line = file
+            .lines()
+            .find(|l| l.starts_with("user sentinel "))
+            .unwrap_or_default();
+        assert!(
+            line.starts_with(&format!("user sentinel off #{}", password_hash("sn-pw"))),
+            "{line}"
+        );
+        assert!(line.contains("&__sentinel__:hello") && line.contains("+config|rewrite"));
+
+        let sentinels = set.sentinel_acl_file().expect("a Sentinels' file");
+        assert!(!sentinels.contains("sn-pw") && !sentinels.contains("client-pw"));
+        let users: Vec<&str> = sentinels
+            .lines()
+            .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
+            .collect();
+        assert_eq!(users, ["default", "operator", "healthcheck", "sentinel"]);
+        assert!(
+            sentinels
+                .lines()
+                .all(|l| l.split_whitespace().nth(2) == Some("on"))
+        );
+        let default = sentinels.lines().next().unwrap_or_default();
+        assert!(default.contains(&format!("#{}", password_hash("client-pw"))));
+        assert!(
+            default.contains("-@admin") && !default.contains("+sentinel|failover"),
+            "clients may only ask: {default}"
         );
     }
 

@@ -37,6 +37,7 @@ pub fn cluster_parent<'a>(
         label: CLUSTER_LABEL,
         auth: &cluster.spec.auth,
         fence_clients: !cluster.spec.persistence.enabled,
+        sentinel: false,
         reason: status.and_then(|s| s.reason.as_deref()),
         message: status.and_then(|s| s.message.as_deref()),
     };

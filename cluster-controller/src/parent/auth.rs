@@ -38,6 +38,11 @@ pub const HEALTHCHECK_PASSWORD_KEY: &str = "healthcheck-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 /// The backup user's password: read by the backup controller, mounted nowhere.
 pub const BACKUP_PASSWORD_KEY: &str = "backup-password";
+/// The `sentinel` user's password: Sentinel logs in to the servers and its peers with it (told
+/// at run time, never through a ConfigMap), mounted nowhere.
+pub const SENTINEL_PASSWORD_KEY: &str = "sentinel-password";
+/// The Sentinels' ACL file (with Sentinel on): mounted by the Sentinels only.
+pub const SENTINEL_ACL_FILE_KEY: &str = "sentinel.acl";
 /// The password hashes each client user's servers accept (JSON: user → hashes, current last).
 pub const ACCEPTED_PASSWORDS_KEY: &str = "accepted-passwords";
 /// Key of the generated clients' password Secret.
@@ -73,6 +78,7 @@ pub fn generate_passwords() -> OperatorPasswords {
         healthcheck: random_password(),
         replication: random_password(),
         backup: random_password(),
+        sentinel: random_password(),
     }
 }
 
@@ -85,6 +91,7 @@ pub fn passwords_in(secret: &Secret) -> Option<OperatorPasswords> {
         healthcheck: secret_string(secret, HEALTHCHECK_PASSWORD_KEY)?,
         replication: secret_string(secret, REPLICATION_PASSWORD_KEY)?,
         backup: secret_string(secret, BACKUP_PASSWORD_KEY).unwrap_or_else(random_password),
+        sentinel: secret_string(secret, SENTINEL_PASSWORD_KEY).unwrap_or_else(random_password),
     })
 }
 
@@ -195,18 +202,22 @@ pub fn acl_secret(
     p: &OperatorPasswords,
     accepted: &BTreeMap<String, Vec<String>>,
 ) -> Secret {
-    let data = BTreeMap::from([
+    let mut data = BTreeMap::from([
         (ACL_FILE_KEY, users.acl_file()),
         (REPLICATION_CONF_KEY, replication_conf(p)),
         (OPERATOR_PASSWORD_KEY, p.operator.clone()),
         (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
         (REPLICATION_PASSWORD_KEY, p.replication.clone()),
         (BACKUP_PASSWORD_KEY, p.backup.clone()),
+        (SENTINEL_PASSWORD_KEY, p.sentinel.clone()),
         (
             ACCEPTED_PASSWORDS_KEY,
             serde_json::to_string(accepted).unwrap_or_default(),
         ),
     ]);
+    if let Some(file) = users.sentinel_acl_file() {
+        data.insert(SENTINEL_ACL_FILE_KEY, file);
+    }
     owned_secret(place, acl_secret_name(place.parent), data)
 }
 
@@ -221,6 +232,7 @@ pub fn operator_secret(
         (HEALTHCHECK_PASSWORD_KEY, p.healthcheck.clone()),
         (REPLICATION_PASSWORD_KEY, p.replication.clone()),
         (BACKUP_PASSWORD_KEY, p.backup.clone()),
+        (SENTINEL_PASSWORD_KEY, p.sentinel.clone()),
     ]);
     if let Some(password) = generated_client_password {
         data.insert(CLIENT_PASSWORD_COPY_KEY, password.to_owned());

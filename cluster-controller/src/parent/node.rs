@@ -189,14 +189,26 @@ fn sentinel_resources() -> ResourceRequirements {
 /// Sentinel's own configuration; the servers' settings and `spec.config` are not Sentinel's),
 /// its pod labels (`pod_labels`: a Sentinel's pod must not carry the labels the members' Services,
 /// budget and anti-affinity select), and TLS when the servers use it. No persistence (a
-/// Sentinel starts clean and is told again what to monitor), no exporter, no credentials (the
-/// probe's PING needs none: Sentinel's own password is not built yet).
+/// Sentinel starts clean and is told again what to monitor), no exporter. It mounts the
+/// Sentinels' ACL file from the parent's ACL Secret (and nothing else of it) and its probes log
+/// in as the healthcheck user, as a server's do.
 pub fn sentinel_node(
     settings: &ServerSettings,
     parts: NodeParts,
     pod_labels: BTreeMap<String, String>,
-    tls: Option<NodeTls>,
+    auth: &NodeAuth,
 ) -> ValkeyNode {
+    let mut config = parts.mode;
+    config.insert(
+        "aclfile".to_owned(),
+        format!("{CREDENTIALS_DIR}/{}", auth::SENTINEL_ACL_FILE_KEY),
+    );
+    let credentials = NodeCredentials {
+        secret_name: auth.secret.clone(),
+        username: HEALTHCHECK_USER.to_owned(),
+        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
+        files: Some(vec![auth::SENTINEL_ACL_FILE_KEY.to_owned()]),
+    };
     let mut labels = settings.pod_labels.clone().unwrap_or_default();
     labels.extend(pod_labels);
     let pod_annotations = settings.pod_annotations.clone().unwrap_or_default();
@@ -218,12 +230,12 @@ pub fn sentinel_node(
             node_selector: settings.node_selector.clone(),
             affinity: parts.affinity,
             persistence: None,
-            config: Some(parts.mode),
+            config: Some(config),
             exporter: None,
             pod_labels: Some(labels),
             pod_annotations: (!pod_annotations.is_empty()).then_some(pod_annotations),
-            credentials: None,
-            tls,
+            credentials: Some(credentials),
+            tls: auth.tls.clone(),
             initial_data: None,
             allowed_revision: None,
         },

@@ -48,6 +48,8 @@ pub struct Auth {
     pub bootstrap: Vec<Credentials>,
     /// The replication user's password, for servers brought in through the bootstrap.
     pub replication_password: client::Secret,
+    /// The `sentinel` user's password, which the Sentinels are told to log in with.
+    pub sentinel_password: client::Secret,
     /// The Secret holding the clients' password, for the status.
     pub password_secret: Option<String>,
 }
@@ -62,6 +64,9 @@ pub struct Parent<'a, K> {
     /// The clients' users start off on every server until the engine admits it (servers that
     /// keep no data: see [`UserSet::with_clients_fenced`]).
     pub fence_clients: bool,
+    /// Sentinel watches the servers (a replication's `spec.sentinel`): they hold the `sentinel`
+    /// user, and the ACL Secret the Sentinels' own ACL file.
+    pub sentinel: bool,
     pub reason: Option<&'a str>,
     pub message: Option<&'a str>,
 }
@@ -194,6 +199,11 @@ where
     } else {
         users
     };
+    let users = if parent.sentinel {
+        users.with_sentinel(&passwords)
+    } else {
+        users
+    };
 
     let owner = cluster
         .controller_owner_ref(&())
@@ -240,6 +250,7 @@ where
         users,
         bootstrap,
         replication_password: passwords.replication.clone().into(),
+        sentinel_password: passwords.sentinel.clone().into(),
         password_secret,
     }))
 }
@@ -750,6 +761,7 @@ mod tests {
                     ("healthcheck-password", "kept-hc"),
                     ("replication-password", "kept-rep"),
                     ("backup-password", "kept-bk"),
+                    ("sentinel-password", "kept-sn"),
                 ],
             );
             expect_get(&mut api, "cache-operator")
@@ -794,6 +806,7 @@ mod tests {
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
                 ("backup-password", "bk"),
+                ("sentinel-password", "sn"),
                 ("accepted-passwords", &accepted),
             ],
         );
@@ -806,6 +819,7 @@ mod tests {
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
                 ("backup-password", "bk"),
+                ("sentinel-password", "sn"),
                 ("client-password", "the-clients-pw"),
             ],
         );
@@ -869,6 +883,7 @@ mod tests {
                 ("healthcheck-password", "hc"),
                 ("replication-password", "rep"),
                 ("backup-password", "bk"),
+                ("sentinel-password", "sn"),
                 ("accepted-passwords", &accepted),
             ],
         );

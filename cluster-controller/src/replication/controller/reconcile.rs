@@ -24,6 +24,7 @@ use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 use super::context::Context;
 use super::status::Outcome;
 use super::{desired, observe, report, restore, sentinels, services, validate};
+use crate::access::rights::SENTINEL_USER;
 use crate::engine::{Outcome as StepOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
@@ -33,6 +34,7 @@ use crate::parent::pass::{after_step, claim_for, reported_generation, requeue_af
 use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
 use crate::parent::{access, external, members, monitoring, tls};
+use crate::replication::engine::sentinel::Login;
 use crate::replication::engine::{Action, Decision, Spec, decide, decide_in, health};
 
 /// The field manager of the annotation that asks the node-controller to look at once.
@@ -104,10 +106,17 @@ pub async fn pass(
     let members = observe::engine_members(&existing);
     let engine = ctx.engine(key, &auth.credentials, trust);
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
-    let spec = Spec {
+    let mut spec = Spec {
         restored,
         ..desired::spec(replication)
     };
+    if let Some(watch) = spec.sentinel.as_mut() {
+        // Sentinel logs in to the servers and its peers as the `sentinel` user.
+        watch.login = Some(Login {
+            user: SENTINEL_USER.to_owned(),
+            password: auth.sentinel_password.expose().to_owned(),
+        });
+    }
     let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
     observe_sentinels(ctx, replication, &engine, &spec, &mut observed).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);
@@ -248,6 +257,7 @@ async fn prepare(
         // A restarted member of a replication starts parked (a replica of nothing): it takes no
         // write before the engine has judged its data.
         fence_clients: false,
+        sentinel: super::sentinels::watch(replication).is_some(),
         reason: status.and_then(|s| s.reason.as_deref()),
         message: status.and_then(|s| s.message.as_deref()),
     };
@@ -278,7 +288,7 @@ async fn prepare(
     let members_changed = apply_members(api, &ctx.events, replication, &desired, existing, forming)
         .await
         .map_err(|error| Stop::error(error, failures, key))?;
-    apply_sentinels(ctx, replication, api, node_auth.tls.as_ref())
+    apply_sentinels(ctx, replication, api, &node_auth)
         .await
         .map_err(|error| Stop::error(error, failures, key))?;
     Ok(Prepared {
@@ -297,10 +307,10 @@ async fn apply_sentinels(
     ctx: &Context,
     replication: &ValkeyReplication,
     api: &Api<ValkeyNode>,
-    tls: Option<&valkey_api::v1alpha1::NodeTls>,
+    auth: &crate::parent::node::NodeAuth,
 ) -> Result<(), Error> {
     let existing = observe::sentinel_nodes(&ctx.nodes, replication);
-    let wanted = sentinels::desired(replication, tls);
+    let wanted = sentinels::desired(replication, auth);
     apply_members(api, &ctx.events, replication, &wanted, &existing, true).await?;
     for gone in existing
         .iter()

@@ -17,10 +17,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use valkey_api::contract::SENTINEL_PORT;
 use valkey_api::contract::replication::REPLICATION_LABEL;
-use valkey_api::v1alpha1::{NodeServer, NodeTls, ValkeyNode, ValkeyReplication};
+use valkey_api::v1alpha1::{NodeServer, ValkeyNode, ValkeyReplication};
 
 use crate::parent::labels::FIELD_MANAGER;
-use crate::parent::node::{DesiredMember, NodeParts, sentinel_node};
+use crate::parent::node::{DesiredMember, NodeAuth, NodeParts, sentinel_node};
 use crate::parent::placement::{self, Spread};
 use crate::replication::engine::sentinel::Watch;
 
@@ -72,13 +72,13 @@ pub fn watch(replication: &ValkeyReplication) -> Option<Watch> {
 }
 
 /// The Sentinels' ValkeyNodes, by index (none when Sentinel is off).
-pub fn desired(replication: &ValkeyReplication, tls: Option<&NodeTls>) -> Vec<DesiredMember> {
+pub fn desired(replication: &ValkeyReplication, auth: &NodeAuth) -> Vec<DesiredMember> {
     let Some(watch) = watch(replication) else {
         return Vec::new();
     };
     (0..watch.sentinels)
         .filter_map(|index| {
-            let node = desired_node(replication, index, tls)?;
+            let node = desired_node(replication, index, auth)?;
             Some(DesiredMember {
                 shard: 0,
                 index,
@@ -112,7 +112,7 @@ fn common_labels(replication: &str) -> BTreeMap<String, String> {
 fn desired_node(
     replication: &ValkeyReplication,
     index: u32,
-    tls: Option<&NodeTls>,
+    auth: &NodeAuth,
 ) -> Option<ValkeyNode> {
     let name = replication.meta().name.as_deref()?;
     let settings = replication.spec.server_settings();
@@ -136,17 +136,13 @@ fn desired_node(
             // Sentinels and servers talk over pod IPs, as the members do: no name resolution,
             // and nothing announced but the pod's own address.
             ("sentinel".to_owned(), "resolve-hostnames no".to_owned()),
-            // Clients and the operator reach Sentinel from other pods; with no Sentinel password
-            // yet, Valkey's protected mode would refuse them all.
+            // Clients and the operator reach Sentinel from other pods: who may do what is the
+            // ACL file's business (as on the servers), so Valkey's protected mode, which
+            // refuses every remote client while the default user needs no password, stays off.
             ("protected-mode".to_owned(), "no".to_owned()),
         ]),
     };
-    Some(sentinel_node(
-        &settings,
-        parts,
-        common_labels(name),
-        tls.cloned(),
-    ))
+    Some(sentinel_node(&settings, parts, common_labels(name), auth))
 }
 
 /// The Service `<name>-sentinel` on port 26379, selecting every Sentinel's pod (none when
@@ -196,17 +192,18 @@ mod tests {
     #[test]
     fn without_sentinel_there_is_no_sentinel_node_and_no_service() {
         let r = replication(REPLICATION);
-        assert!(desired(&r, None).is_empty());
+        assert!(desired(&r, &NodeAuth::of("orders")).is_empty());
         assert!(service(&r).is_none());
         assert!(watch(&r).is_none());
     }
 
     /// Three Sentinels by default, spread apart like members, running Sentinel on the
-    /// replication's image with no data, no credentials and no secret in their config.
+    /// replication's image with no data and no secret in their config: they mount the Sentinels'
+    /// ACL file only, and their probes log in as the healthcheck user.
     #[test]
     fn sentinels_are_sentinel_nodes_of_the_replications_image_spread_apart() {
         let r = with_sentinel("");
-        let sentinels = desired(&r, None);
+        let sentinels = desired(&r, &NodeAuth::of("orders"));
         let names: Vec<&str> = sentinels.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
@@ -220,14 +217,21 @@ mod tests {
         assert_eq!(node.spec.server, NodeServer::Sentinel);
         assert_eq!(node.spec.image, r.spec.image);
         assert!(node.spec.persistence.is_none() && node.spec.exporter.is_none());
-        assert!(node.spec.credentials.is_none());
+        let credentials = node.spec.credentials.clone().expect("credentials");
+        assert_eq!(credentials.secret_name, "orders-acl");
+        assert_eq!(credentials.username, "healthcheck");
+        assert_eq!(credentials.files, Some(vec!["sentinel.acl".to_owned()]));
         let config = node.spec.config.clone().unwrap_or_default();
         assert_eq!(
             config.get("sentinel").map(String::as_str),
             Some("resolve-hostnames no")
         );
+        assert_eq!(
+            config.get("aclfile").map(String::as_str),
+            Some("/etc/valkey/credentials/sentinel.acl")
+        );
         assert!(
-            !config.contains_key("maxmemory") && !config.contains_key("aclfile"),
+            !config.contains_key("maxmemory") && !config.contains_key("include"),
             "the servers' settings are not Sentinel's: {config:?}"
         );
         let terms = node
@@ -263,7 +267,7 @@ mod tests {
     #[test]
     fn a_sentinels_pod_is_never_selected_as_a_member() {
         let r = with_sentinel("");
-        let sentinel = &desired(&r, None)[0].node;
+        let sentinel = &desired(&r, &NodeAuth::of("orders"))[0].node;
         let node_labels = sentinel.metadata.labels.clone().unwrap_or_default();
         assert_eq!(
             node_labels.get(REPLICATION_LABEL).map(String::as_str),
@@ -315,7 +319,10 @@ mod tests {
         let w =
             watch(&with_sentinel(", replicas: 5, quorum: 2")).unwrap_or_else(|| panic!("no watch"));
         assert_eq!(w.quorum, 2);
-        assert_eq!(desired(&with_sentinel(", replicas: 5"), None).len(), 5);
+        assert_eq!(
+            desired(&with_sentinel(", replicas: 5"), &NodeAuth::of("orders")).len(),
+            5
+        );
     }
 
     #[test]
@@ -333,7 +340,7 @@ mod tests {
         );
         let port = &spec.ports.unwrap_or_default()[0];
         assert_eq!(port.port, 26379);
-        let pod_labels = desired(&r, None)[0]
+        let pod_labels = desired(&r, &NodeAuth::of("orders"))[0]
             .node
             .spec
             .pod_labels

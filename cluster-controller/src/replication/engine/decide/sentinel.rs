@@ -114,7 +114,9 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
             }
         },
     };
-    if let Some(decision) = watching(view, watch, primary) {
+    // Not in the safety pass: it runs when the rest of the pass failed, without the login a
+    // Sentinel needs (told to monitor without it, it would find every server refusing it).
+    if !safety_only && let Some(decision) = watching(view, watch, primary) {
         return decision;
     }
     if let Some(sentinel) = failing_over(view) {

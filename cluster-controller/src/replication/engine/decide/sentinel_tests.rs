@@ -253,3 +253,16 @@ fn a_planned_switchover_is_a_sentinel_failover() {
     }
     assert!(!matches!(d.action(), Some(Action::Switchover { .. })));
 }
+
+/// The safety pass (the rest of the pass failed: no Secrets read, so no login to give) never
+/// tells a Sentinel to watch: a Sentinel told to monitor without the login would find every
+/// server refusing it and take the primary for down.
+#[test]
+fn the_safety_pass_tells_no_sentinel_what_to_watch() {
+    let w = World::healthy(2)
+        .sentinel_on()
+        .names(0, 0)
+        .unwatched(1)
+        .names(2, 0);
+    assert_eq!(w.decide_safely(), Decision::Steady);
+}

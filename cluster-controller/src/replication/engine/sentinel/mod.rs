@@ -158,8 +158,9 @@ fn parse_address(reply: &Value) -> Option<SocketAddr> {
 }
 
 /// Tells the Sentinel at `on` to watch `primary` as `watch` says: `SENTINEL MONITOR` when it
-/// does not monitor the name yet (`monitor`), then `SENTINEL SET` of the timeouts, the quorum
-/// and the login. The password goes over the connection only, never into a log line.
+/// does not monitor the name yet (`monitor`) and how it logs in to its peers (`SENTINEL CONFIG
+/// SET sentinel-user`, `sentinel-pass`), then `SENTINEL SET` of the timeouts, the quorum and the
+/// login to the servers. The password goes over the connection only, never into a log line.
 pub async fn configure(
     client: &impl ValkeyClient,
     on: SocketAddr,
@@ -179,6 +180,21 @@ pub async fn configure(
             &client.command(on, &cmd, timeout).await?,
             "SENTINEL MONITOR",
         )?;
+    }
+    if let Some(login) = watch.login.as_ref().filter(|_| monitor) {
+        // How it logs in to its peers: a Sentinel that was told nothing yet (new, or restarted
+        // clean) cannot vote with them.
+        for (key, value) in [
+            ("sentinel-user", &login.user),
+            ("sentinel-pass", &login.password),
+        ] {
+            let mut cmd = redis::cmd("SENTINEL");
+            cmd.arg("CONFIG").arg("SET").arg(key).arg(value);
+            ok(
+                &client.command(on, &cmd, timeout).await?,
+                "SENTINEL CONFIG SET",
+            )?;
+        }
     }
     let mut cmd = redis::cmd("SENTINEL");
     cmd.arg("SET")
