@@ -17,6 +17,9 @@ pub(super) enum Named {
     Unwatched,
     /// A majority of all the Sentinels name this member.
     Agreed(String),
+    /// Fewer than a majority name this member, no Sentinel names another, and the rest watch
+    /// nothing yet (they are being told one after another).
+    Partly(String),
     /// No majority names one member; why.
     Disagree(String),
 }
@@ -47,18 +50,21 @@ pub(super) fn named(view: &View, watch: &Watch) -> Named {
     let Some((address, votes)) = counts.iter().max_by_key(|(_, n)| *n).copied() else {
         return Named::Unwatched;
     };
-    if votes < majority {
+    let Some(member) = view.members.iter().find(|m| m.address == Some(address)) else {
         return Named::Disagree(format!(
-            "{} of {} Sentinels name {address}, not a majority ({majority})",
-            votes, watch.sentinels
-        ));
-    }
-    match view.members.iter().find(|m| m.address == Some(address)) {
-        Some(member) => Named::Agreed(member.name.clone()),
-        None => Named::Disagree(format!(
             "{votes} of {} Sentinels name {address}, which is no member's address",
             watch.sentinels
-        )),
+        ));
+    };
+    if votes >= majority {
+        Named::Agreed(member.name.clone())
+    } else if counts.len() == 1 {
+        Named::Partly(member.name.clone())
+    } else {
+        Named::Disagree(format!(
+            "{} of {} Sentinels name {address}, not a majority ({majority})",
+            votes, watch.sentinels
+        ))
     }
 }
 
@@ -78,6 +84,23 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
                 Reason::SentinelsDisagree,
                 format!("{why}: nothing changes until they agree"),
             );
+        }
+        Named::Partly(name) => {
+            // The rest are told to watch the same member, if it serves as primary; nothing else
+            // is done before a majority watches.
+            let serving = view.get(&name).filter(|p| p.state.is_primary());
+            let teach = serving.filter(|_| !safety_only);
+            return teach
+                .and_then(|primary| watching(view, watch, primary))
+                .unwrap_or_else(|| {
+                    Decision::wait(
+                        Reason::SentinelsDisagree,
+                        format!(
+                            "only a minority of the Sentinels watch {name}: nothing changes \
+                             until a majority does"
+                        ),
+                    )
+                });
         }
         Named::Unwatched => match view.primary() {
             // Nothing watches yet: the first primary is chosen as without Sentinel (nobody

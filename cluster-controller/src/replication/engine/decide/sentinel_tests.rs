@@ -266,3 +266,28 @@ fn the_safety_pass_tells_no_sentinel_what_to_watch() {
         .names(2, 0);
     assert_eq!(w.decide_safely(), Decision::Steady);
 }
+
+/// Sentinels told one at a time: while only one watches (a minority), the others that watch
+/// nothing are told to watch the same primary, which still serves; a Sentinel that names
+/// another member is a disagreement, and nothing is told.
+#[test]
+fn sentinels_are_taught_one_after_another_while_a_minority_watches() {
+    let w = World::healthy(2)
+        .sentinel_on()
+        .names(0, 0)
+        .unwatched(1)
+        .unwatched(2);
+    match w.decide().action() {
+        Some(Action::SentinelWatch { on, primary, .. }) => {
+            assert_eq!(on.member, "s-1");
+            assert_eq!(primary.member, name(0));
+        }
+        other => panic!("expected SENTINEL MONITOR, got {other:?}"),
+    }
+    let w = World::healthy(2)
+        .sentinel_on()
+        .names(0, 0)
+        .names(1, 1)
+        .unwatched(2);
+    assert!(waits_for(&w.decide(), Reason::SentinelsDisagree));
+}
