@@ -19,9 +19,10 @@ pub const REPLICATION_USER: &str = "replication";
 pub const BACKUP_USER: &str = "backup";
 
 /// Sentinel, logging in to the servers it watches (a replication with `spec.sentinel`), and to
-/// its peer Sentinels. Fenced on the servers like the replication user: a server that restarted
-/// is invisible to Sentinel (its PING refused) until the engine admits it, so Sentinel never
-/// elects a member the engine has not judged (one back empty, above all).
+/// its peer Sentinels. Fenced on the servers by its rights ([`SENTINEL_START_RULES`] until the
+/// engine admits the server): a server that restarted refuses Sentinel's PING and INFO, so
+/// Sentinel takes it for down and never elects a member the engine has not judged (one back
+/// empty, above all).
 pub const SENTINEL_USER: &str = "sentinel";
 
 /// Users a parent's spec may not name: the clients' default user and the operator's own.
@@ -89,6 +90,20 @@ pub const BACKUP_RULES: &str = backup::capture::BACKUP_RULES;
 pub const SENTINEL_RULES: &str = "resetchannels &__sentinel__:hello -@all +ping +info +role \
 +multi +exec +slaveof +replicaof +config|rewrite +client|setname +client|kill +script|kill \
 +subscribe +publish";
+
+/// The `sentinel` user's rights on a server the engine has not admitted: it may log in (so its
+/// connection is the `sentinel` user's, and gains [`SENTINEL_RULES`] the moment the engine
+/// admits the server, without reconnecting: Sentinel keeps a connection whose login failed, and
+/// would never log in again while the server answers) and greet its peers on the hello channel,
+/// nothing else. A user switched off, as the replication user is, would be such a failed login.
+pub const SENTINEL_START_RULES: &str =
+    "resetchannels &__sentinel__:hello -@all +client|setname +subscribe +publish";
+
+/// The rules a user gains when the engine admits its server, for a user that starts with fewer
+/// (the `sentinel` user); `None` for every other user.
+pub fn admitted_rules(user: &str) -> Option<&'static str> {
+    (user == SENTINEL_USER).then_some(SENTINEL_RULES)
+}
 
 /// What a client may ask of a Sentinel: every command but administration, and of `SENTINEL` the
 /// questions (which primary, its replicas, the other Sentinels), never MONITOR, SET, FAILOVER,

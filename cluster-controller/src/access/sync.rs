@@ -237,10 +237,11 @@ async fn apply<C: ValkeyClient>(
     if let Some(first) = commands.next() {
         run(client, address, &to_cmd(&first), timeout).await?;
     }
-    // Fenced clients are switched on only where the engine has admitted the server. Read on the
+    // Fenced clients are switched on, and users that start with fewer rights get theirs, only
+    // where the engine has admitted the server. Read on the
     // same connection as the commands that follow: a server that restarts in between breaks it,
     // and those commands fail rather than reach the new, unjudged process.
-    if users.clients_fenced() && admitted(client, address, timeout).await? {
+    if users.depends_on_admission() && admitted(client, address, timeout).await? {
         commands = users.setusers(version, true).into_iter();
         commands.next();
     }

@@ -8,7 +8,7 @@ use super::rights::{
     self, BACKUP_RULES, BACKUP_USER, CLIENT_DENY, DEFAULT_CLIENT_RULES, DEFAULT_USER,
     HEALTHCHECK_RULES, HEALTHCHECK_USER, OPERATOR_RULES, OPERATOR_USER, REPLICATION_RULES,
     REPLICATION_USER, SENTINEL_CLIENT_RULES, SENTINEL_HEALTHCHECK_RULES, SENTINEL_OPERATOR_RULES,
-    SENTINEL_PEER_RULES, SENTINEL_RULES, SENTINEL_USER,
+    SENTINEL_PEER_RULES, SENTINEL_RULES, SENTINEL_START_RULES, SENTINEL_USER,
 };
 use crate::valkey::Version;
 
@@ -47,6 +47,9 @@ pub struct AclUser {
     /// users never switches it on a server the engine has not admitted (see
     /// [`AclUser::setuser`]).
     pub fenced: bool,
+    /// The rules it has, on, from a server's start until the engine admits the server, when
+    /// they are fewer than `rules` (the `sentinel` user: see [`rights::SENTINEL_START_RULES`]).
+    pub start_rules: Option<String>,
 }
 
 impl AclUser {
@@ -57,6 +60,7 @@ impl AclUser {
             login,
             rules: format!("{} {CLIENT_DENY}", rules.trim()),
             fenced: false,
+            start_rules: None,
         }
     }
 
@@ -66,6 +70,7 @@ impl AclUser {
             login: Login::Hashes(vec![password_hash(password)]),
             rules: rules.to_owned(),
             fenced,
+            start_rules: None,
         }
     }
 
@@ -83,7 +88,7 @@ impl AclUser {
             "user {} {state} {} {}",
             self.name,
             self.login_tokens().join(" "),
-            self.rules
+            self.start_rules.as_deref().unwrap_or(&self.rules)
         )
     }
 
@@ -105,7 +110,11 @@ impl AclUser {
                 .into_iter()
                 .map(str::to_owned),
         );
-        args.extend(self.rules.split_whitespace().map(str::to_owned));
+        let rules = match &self.start_rules {
+            Some(start) if !admitted => start,
+            _ => &self.rules,
+        };
+        args.extend(rules.split_whitespace().map(str::to_owned));
         if let Some(extra) = rights::extras(&self.name, version) {
             args.extend(extra.split_whitespace().map(str::to_owned));
         }
@@ -200,10 +209,12 @@ impl UserSet {
         self
     }
 
-    /// The same set with the `sentinel` user, for the servers Sentinel watches: fenced, so a
-    /// server that restarted is invisible to Sentinel until the engine admits it.
+    /// The same set with the `sentinel` user, for the servers Sentinel watches: fenced by its
+    /// rights, so a server that restarted looks down to Sentinel until the engine admits it.
     pub fn with_sentinel(mut self, operator: &OperatorPasswords) -> Self {
-        let sentinel = AclUser::operator(SENTINEL_USER, &operator.sentinel, SENTINEL_RULES, true);
+        let mut sentinel =
+            AclUser::operator(SENTINEL_USER, &operator.sentinel, SENTINEL_RULES, false);
+        sentinel.start_rules = Some(SENTINEL_START_RULES.to_owned());
         // After the operator's own users, before the clients' named ones (the file's order).
         let at = self
             .users
@@ -212,6 +223,12 @@ impl UserSet {
             .unwrap_or(self.users.len());
         self.users.insert(at, sentinel);
         self
+    }
+
+    /// Whether what a server should hold depends on whether the engine admitted it: a client
+    /// user is fenced, or a user starts with fewer rights.
+    pub fn depends_on_admission(&self) -> bool {
+        self.clients_fenced() || self.users.iter().any(|u| u.start_rules.is_some())
     }
 
     /// Whether any client user is fenced.
@@ -341,8 +358,9 @@ mod tests {
         );
     }
 
-    /// With Sentinel on, the servers hold a fenced `sentinel` user (off at every start, like the
-    /// replication user, and not a client: the clients are not fenced by it), and the Sentinels'
+    /// With Sentinel on, the servers hold a `sentinel` user fenced by its rights (on, but
+    /// allowed only to log in until the engine admits the server; not a client: the clients are
+    /// not fenced by it), and the Sentinels'
     /// own file logs clients in with the default user's passwords, the operator, the probes and
     /// peer Sentinels with theirs, every one on, hashes only.
     #[test]
@@ -353,6 +371,7 @@ mod tests {
             [],
         );
         assert_eq!(plain.sentinel_acl_file(), None);
+        assert!(!plain.depends_on_admission());
         assert!(!plain.acl_file().contains("user sentinel"));
 
         let set = plain.with_sentinel(&passwords());
@@ -362,11 +381,30 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("user sentinel "))
             .unwrap_or_default();
-        assert!(
-            line.starts_with(&format!("user sentinel off #{}", password_hash("sn-pw"))),
-            "{line}"
+        // On with the start rules (log in, greet on the hello channel), the full ones once the
+        // engine admitted the server.
+        assert_eq!(
+            line,
+            format!(
+                "user sentinel on #{} {SENTINEL_START_RULES}",
+                password_hash("sn-pw")
+            )
         );
-        assert!(line.contains("&__sentinel__:hello") && line.contains("+config|rewrite"));
+        assert!(set.depends_on_admission());
+        let setuser = |admitted| {
+            set.setusers(v(9), admitted)
+                .into_iter()
+                .find(|args| args[2] == "sentinel")
+                .map(|args| args.join(" "))
+                .unwrap_or_default()
+        };
+        assert!(
+            setuser(false).ends_with(SENTINEL_START_RULES),
+            "{}",
+            setuser(false)
+        );
+        assert!(setuser(true).ends_with(SENTINEL_RULES), "{}", setuser(true));
+        assert!(SENTINEL_RULES.contains("+ping") && !SENTINEL_START_RULES.contains("+ping"));
 
         let sentinels = set.sentinel_acl_file().expect("a Sentinels' file");
         assert!(!sentinels.contains("sn-pw") && !sentinels.contains("client-pw"));

@@ -49,6 +49,7 @@ pub mod lab;
 pub mod memory;
 pub mod net;
 pub mod replication_lab;
+pub mod sentinels;
 pub mod servers;
 pub mod traffic;
 pub mod world;

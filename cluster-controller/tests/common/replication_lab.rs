@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 use cluster_controller::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
 use cluster_controller::engine::Member;
+use cluster_controller::replication::engine::sentinel::{Login, Watch};
 use cluster_controller::replication::engine::{
     Action, Decision, Engine, Health, Observation, Spec, decide, health,
 };
 use cluster_controller::valkey::value;
 use redis::Value;
 
+use super::sentinels::{self, SENTINEL_PASSWORD, SENTINEL_USER, Sentinel};
 use super::servers::{
     self, Binary, DEFAULT_PASSWORD, OPERATOR_PASSWORD, OPERATOR_USER, Options, REPLICATION_USER,
     Server,
@@ -51,6 +53,10 @@ pub struct ReplicationLab {
     /// Every distinct decision, in order, and every forced one.
     pub history: Vec<String>,
     pub forced: Vec<String>,
+    /// Every promotion the engine carried out (`REPLICAOF NO ONE`), by member.
+    pub promotions: Vec<String>,
+    /// With Sentinel on: the Sentinels, by index (`None` once killed for good).
+    pub sentinels: Vec<Option<Sentinel>>,
 }
 
 impl ReplicationLab {
@@ -62,6 +68,31 @@ impl ReplicationLab {
         replicas: u32,
         options: Options,
     ) -> Self {
+        Self::start_with(name, binary, subnet, replicas, options, None).await
+    }
+
+    /// A lab whose servers Sentinel watches: `watch.sentinels` real Sentinels on
+    /// `127.<subnet>.2.x`, the servers holding the `sentinel` user (fenced with the replication
+    /// user when `options.fenced`), and the engine telling the Sentinels to log in as it.
+    pub async fn start_with_sentinels(
+        name: &str,
+        binary: Binary,
+        subnet: u8,
+        replicas: u32,
+        options: Options,
+        watch: Watch,
+    ) -> Self {
+        Self::start_with(name, binary, subnet, replicas, options, Some(watch)).await
+    }
+
+    async fn start_with(
+        name: &str,
+        binary: Binary,
+        subnet: u8,
+        replicas: u32,
+        options: Options,
+        watch: Option<Watch>,
+    ) -> Self {
         let root = std::env::temp_dir()
             .join("valkey-engine-tests")
             .join(format!(
@@ -71,6 +102,19 @@ impl ReplicationLab {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
         let acl = servers::write_acl(&root, options);
+        if watch.is_some() {
+            let mut text = std::fs::read_to_string(&acl).unwrap_or_default();
+            text.push_str(&sentinels::server_acl_line());
+            text.push('\n');
+            std::fs::write(&acl, text).unwrap_or_else(|e| panic!("{}: {e}", acl.display()));
+        }
+        let watch = watch.map(|w| Watch {
+            login: Some(Login {
+                user: SENTINEL_USER.to_owned(),
+                password: SENTINEL_PASSWORD.to_owned(),
+            }),
+            ..w
+        });
         let engine = Engine::new(RedisClient::new(RedisClientConfig {
             credentials: Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD),
             trust: None,
@@ -88,7 +132,7 @@ impl ReplicationLab {
             fence_user: options.fenced.then(|| REPLICATION_USER.to_owned()),
             switchover_timeout: Duration::from_secs(5),
             restored: None,
-            sentinel: None,
+            sentinel: watch,
         };
         let mut lab = Self {
             binary,
@@ -106,11 +150,66 @@ impl ReplicationLab {
             pretended_ready: BTreeMap::new(),
             history: Vec::new(),
             forced: Vec::new(),
+            promotions: Vec::new(),
+            sentinels: Vec::new(),
         };
         for i in 0..=replicas {
             lab.add_member(i);
         }
+        let count = lab.spec.sentinel.as_ref().map_or(0, |w| w.sentinels);
+        for i in 0..count {
+            let ip = Ipv4Addr::new(127, subnet, 2, u8::try_from(i + 1).unwrap_or(1));
+            let dir = lab.root.join(format!("sentinel-{i}"));
+            lab.sentinels
+                .push(Some(Sentinel::start(&lab.binary, &dir, ip)));
+        }
         lab
+    }
+
+    /// Sentinel `i`'s name, as the engine knows it.
+    pub fn sentinel_name(i: usize) -> String {
+        format!("s-{i}")
+    }
+
+    /// SIGKILL Sentinel `i`; nobody starts it again.
+    pub fn kill_sentinel(&mut self, i: usize) {
+        if let Some(mut sentinel) = self.sentinels.get_mut(i).and_then(Option::take) {
+            sentinel.kill();
+        }
+    }
+
+    /// What every live Sentinel tells a client (the default user) the primary is, by index.
+    pub async fn sentinels_name(&self) -> Vec<Option<SocketAddr>> {
+        let Some(watch) = &self.spec.sentinel else {
+            return Vec::new();
+        };
+        let mut answers = Vec::new();
+        for sentinel in self.sentinels.iter().flatten() {
+            let mut cmd = redis::cmd("SENTINEL");
+            cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&watch.master_name);
+            let reply = self
+                .probe
+                .command(sentinel.address(), &cmd, Duration::from_secs(1))
+                .await
+                .ok();
+            let address = reply.as_ref().and_then(value::list).and_then(|parts| {
+                let ip: std::net::IpAddr = value::text(parts.first()?)?.parse().ok()?;
+                let port: u16 = value::text(parts.get(1)?)?.parse().ok()?;
+                Some(SocketAddr::new(ip, port))
+            });
+            answers.push(address);
+        }
+        answers
+    }
+
+    /// The last lines of every Sentinel's log, for a failing test's message.
+    pub fn sentinel_logs(&self) -> String {
+        self.sentinels
+            .iter()
+            .flatten()
+            .map(|s| format!("--- {}\n{}", s.ip, s.log_tail(30)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     pub fn name(i: u32) -> String {
@@ -186,6 +285,16 @@ impl ReplicationLab {
         server.start_parked(&binary, &acl, ip, persistence);
     }
 
+    /// SIGSTOP: the process hangs (a paused VM, a stuck disk); its address stays.
+    pub fn pause(&mut self, i: u32) {
+        self.server(i).signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&mut self, i: u32) {
+        self.server(i).signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
     /// SIGKILL; the member keeps its address and nobody restarts it.
     pub fn kill(&mut self, i: u32) {
         self.server(i).kill();
@@ -247,10 +356,21 @@ impl ReplicationLab {
     /// One pass: observe, decide, record a chosen primary, act.
     pub async fn pass(&mut self) -> Step {
         self.refresh().await;
-        let observed = self
+        let mut observed = self
             .engine
             .observe(&self.members, self.spec.fence_user.as_deref())
             .await;
+        if let Some(watch) = &self.spec.sentinel {
+            let addresses: Vec<(String, SocketAddr)> = self
+                .sentinels
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| Some((Self::sentinel_name(i), s.as_ref()?.address())))
+                .collect();
+            self.engine
+                .observe_sentinels(&mut observed, &addresses, &watch.master_name)
+                .await;
+        }
         let decision = decide(
             &self.spec,
             &self.members,
@@ -274,6 +394,7 @@ impl ReplicationLab {
             }
             if let Action::Promote { on } = action {
                 self.recorded = Some(on.member.clone());
+                self.promotions.push(on.member.clone());
             }
             match action {
                 Action::AllowRestart { member } => self.restart(member),

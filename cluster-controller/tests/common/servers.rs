@@ -299,6 +299,13 @@ impl Server {
         self.ip = None;
     }
 
+    /// Sends `signal` to the running process (SIGSTOP, SIGCONT).
+    pub fn signal(&mut self, signal: Signal) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
     /// SIGKILL: the process dies mid-flight, as on a node failure.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

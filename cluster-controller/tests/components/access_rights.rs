@@ -27,6 +27,7 @@ fn operator_passwords() -> OperatorPasswords {
         healthcheck: "hc-secret".into(),
         replication: "rep-secret".into(),
         backup: "bk-secret".into(),
+        sentinel: "sn-secret".into(),
     }
 }
 
@@ -550,6 +551,7 @@ async fn a_server_without_the_operators_users_is_brought_in_through_the_default_
             healthcheck: "hc".into(),
             replication: "rep".into(),
             backup: "bk".into(),
+            sentinel: "sn".into(),
         },
         [],
     );

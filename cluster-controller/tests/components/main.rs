@@ -25,3 +25,4 @@ mod garbage;
 mod legacy_migration;
 mod parse_fixtures;
 mod replication_engine;
+mod replication_sentinel;

@@ -112,8 +112,8 @@ pub async fn execute(
     }
 }
 
-/// Admits the server at `address`: every user it holds is switched on, the fenced replication
-/// user `fence_user` last. The users a server starts with off are the fenced ones (the replication
+/// Admits the server at `address`: every user it holds is switched on (and one fenced by its
+/// rights given them), the fenced replication user `fence_user` last. The users a server starts with off are the fenced ones (the replication
 /// user, and the clients of a server that keeps no data): the replication user being on is what
 /// says the server was admitted, so it goes last, and an admission cut short is taken again.
 /// Every mode's engine admits its servers this way.
@@ -142,6 +142,10 @@ pub async fn admit(
     for user in others.map(String::as_str).chain([fence_user]) {
         let mut cmd = redis::cmd("ACL");
         cmd.arg("SETUSER").arg(user).arg("on");
+        // A user fenced by its rights (Sentinel's) gains them now, on its open connections too.
+        if let Some(rules) = crate::access::rights::admitted_rules(user) {
+            cmd.arg(rules.split_whitespace().collect::<Vec<_>>());
+        }
         ok(client.command(address, &cmd, timeout).await?, "ACL SETUSER")?;
     }
     Ok(Outcome::Done)

@@ -158,7 +158,44 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
             .or_else(|| changes::preferred(view, primary))
             .or_else(|| changes::roll(view, primary))
     };
-    decision.map_or(Decision::Steady, |d| handed_to_sentinel(view, watch, d))
+    match decision {
+        Some(d) => handed_to_sentinel(view, watch, d),
+        None if safety_only => Decision::Steady,
+        None => learning(view, primary).unwrap_or(Decision::Steady),
+    }
+}
+
+/// A watching Sentinel that has not learned every replica in step with the primary, or every
+/// other Sentinel that answers: until it has, it could not elect a replica it does not know or
+/// gather the others' votes, so the replication is not steady (a Sentinel learns replicas from
+/// the primary's INFO every 10 s, and its peers from their hellos every 2 s).
+fn learning(view: &View, primary: Live<'_>) -> Option<Decision> {
+    let in_step = view
+        .live()
+        .filter(|l| l.name() != primary.name() && l.state.in_step_with(primary.address()))
+        .count();
+    let answering = view
+        .observed
+        .sentinels
+        .values()
+        .filter(|reach| reach.as_ref().is_ok_and(|s| s.master.is_some()))
+        .count();
+    view.observed.sentinels.iter().find_map(|(name, reach)| {
+        let master = reach.as_ref().ok()?.master.as_ref()?;
+        let replicas = usize::try_from(master.replicas_known).unwrap_or(usize::MAX);
+        let peers = usize::try_from(master.sentinels_known).unwrap_or(usize::MAX);
+        let missing = if replicas < in_step {
+            format!("{replicas} of the {in_step} replicas in step")
+        } else if peers + 1 < answering {
+            format!("{peers} of the {} other Sentinels", answering - 1)
+        } else {
+            return None;
+        };
+        Some(Decision::wait(
+            Reason::Converging,
+            format!("{name} has not learned {missing} yet: it could not fail over well before"),
+        ))
+    })
 }
 
 /// The first Sentinel that does not monitor the master name, or watches it otherwise than the

@@ -30,6 +30,8 @@ trait WithSentinels {
     fn names(self, i: u32, of: u32) -> Self;
     fn unwatched(self, i: u32) -> Self;
     fn sentinel_silent(self, i: u32) -> Self;
+    /// Sentinel `i` knows this many replicas and other Sentinels.
+    fn knows(self, i: u32, replicas: u32, sentinels: u32) -> Self;
 }
 
 impl WithSentinels for World {
@@ -50,6 +52,8 @@ impl WithSentinels for World {
                     down_after_ms: w.down_after_ms,
                     failover_timeout_ms: w.failover_timeout_ms,
                     failing_over: false,
+                    replicas_known: 2,
+                    sentinels_known: 2,
                 }),
             }),
         );
@@ -64,6 +68,18 @@ impl WithSentinels for World {
                 master: None,
             }),
         );
+        self
+    }
+
+    fn knows(mut self, i: u32, replicas: u32, sentinels: u32) -> Self {
+        if let Some(Ok(SentinelState {
+            master: Some(master),
+            ..
+        })) = self.observed.sentinels.get_mut(&format!("s-{i}"))
+        {
+            master.replicas_known = replicas;
+            master.sentinels_known = sentinels;
+        }
         self
     }
 
@@ -290,4 +306,33 @@ fn sentinels_are_taught_one_after_another_while_a_minority_watches() {
         .names(1, 1)
         .unwatched(2);
     assert!(waits_for(&w.decide(), Reason::SentinelsDisagree));
+}
+
+/// A Sentinel that has not learned every replica in step, or every other Sentinel that
+/// answers, could not fail over well (it would not know whom to elect, or could not gather a
+/// quorum): the replication is not steady (not Ready) until it has.
+#[test]
+fn the_replication_is_not_steady_before_every_sentinel_learned_the_replicas_and_its_peers() {
+    let learned = || {
+        World::healthy(2)
+            .sentinel_on()
+            .names(0, 0)
+            .names(1, 0)
+            .names(2, 0)
+    };
+    assert_eq!(learned().decide(), Decision::Steady);
+    for w in [learned().knows(1, 1, 2), learned().knows(2, 2, 1)] {
+        let d = w.decide();
+        assert!(waits_for(&d, Reason::Converging), "{d:?}");
+        assert!(d.message().contains("has not learned"), "{d:?}");
+    }
+    // A Sentinel that does not answer is not expected to be known.
+    let w = World::healthy(2)
+        .sentinel_on()
+        .names(0, 0)
+        .names(1, 0)
+        .sentinel_silent(2)
+        .knows(0, 2, 1)
+        .knows(1, 2, 1);
+    assert_eq!(w.decide(), Decision::Steady);
 }

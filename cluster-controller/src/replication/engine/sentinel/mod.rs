@@ -63,6 +63,12 @@ pub struct MasterView {
     pub failover_timeout_ms: u64,
     /// Its `flags` name a failover in progress.
     pub failing_over: bool,
+    /// How many replicas of the master it knows (`num-slaves`: learned from the master's INFO,
+    /// forgotten only by `SENTINEL RESET`).
+    pub replicas_known: u32,
+    /// How many other Sentinels watching the name it knows (`num-other-sentinels`: learned
+    /// from their hellos).
+    pub sentinels_known: u32,
 }
 
 impl MasterView {
@@ -145,6 +151,8 @@ async fn read(
             failing_over: fields
                 .get("flags")
                 .is_some_and(|f| f.split(',').any(|f| f.starts_with("failover"))),
+            replicas_known: u32::try_from(number("num-slaves")?).unwrap_or(u32::MAX),
+            sentinels_known: u32::try_from(number("num-other-sentinels")?).unwrap_or(u32::MAX),
         }),
     })
 }

@@ -1,0 +1,251 @@
+//! The replication engine with Sentinel on, against real servers and real Sentinels (9.1 and
+//! 8.0) on loopback: Sentinel, not the engine, replaces a lost primary (also with one Sentinel
+//! gone), the engine follows it and brings the old primary back as a replica; a member restarted
+//! empty is never elected, even while the primary hangs; a planned switchover is carried out by
+//! `SENTINEL FAILOVER`. Every test checks that no write a replica confirmed (WAIT 1) is lost.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use cluster_controller::replication::engine::Decision;
+use cluster_controller::replication::engine::sentinel::Watch;
+use common::replication_lab::{ReplicationLab, Step};
+use common::servers::{self, Binary, Options};
+
+const FORM: Duration = Duration::from_secs(60);
+/// Sentinel's own timing, short for a test: down after 2 s, a failover given 10 s.
+const DOWN_AFTER_MS: u64 = 2000;
+
+fn watch() -> Watch {
+    Watch {
+        master_name: "orders".into(),
+        quorum: 2,
+        sentinels: 3,
+        down_after_ms: DOWN_AFTER_MS,
+        failover_timeout_ms: 10_000,
+        login: None,
+    }
+}
+
+/// Formed, every Sentinel watching, and every Sentinel naming r-0 to a client.
+async fn formed(
+    name: &str,
+    binary: Binary,
+    subnet: u8,
+    replicas: u32,
+    options: Options,
+) -> ReplicationLab {
+    let mut lab =
+        ReplicationLab::start_with_sentinels(name, binary, subnet, replicas, options, watch())
+            .await;
+    let health = lab.converge(FORM).await;
+    assert_eq!(health.primary.as_deref(), Some("r-0"), "{:?}", lab.history);
+    assert_eq!(health.replicas_in_step, replicas);
+    let primary = lab.address(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while lab
+        .sentinels_name()
+        .await
+        .iter()
+        .any(|a| *a != Some(primary))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the Sentinels do not all name r-0: {:?}\n{}",
+            lab.sentinels_name().await,
+            lab.sentinel_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    lab
+}
+
+/// Passes until `done`, or panics after `within` with the history and the Sentinels' logs.
+async fn wait_for(
+    lab: &mut ReplicationLab,
+    within: Duration,
+    what: &str,
+    mut done: impl FnMut(&Step) -> bool,
+) -> Step {
+    let deadline = Instant::now() + within;
+    loop {
+        let step = lab.pass().await;
+        if done(&step) {
+            return step;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {within:?}; last: {:?}\nhistory:\n{}\nSentinels:\n{}",
+            step.decision,
+            lab.history.join("\n"),
+            lab.sentinel_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn persistent_fenced() -> Options {
+    Options {
+        fenced: true,
+        ..Options::default()
+    }
+}
+
+async fn a_lost_primary_is_replaced_by_sentinel(binary: Binary, subnet: u8) {
+    let mut lab = formed("sentinel-lost", binary, subnet, 2, persistent_fenced()).await;
+    let confirmed = lab.write_confirmed(0, "k", 100).await;
+    assert_eq!(confirmed.len(), 100);
+    // One Sentinel lost first: the two left are still a majority and the quorum.
+    lab.kill_sentinel(2);
+    lab.kill(0);
+    // The engine is not steady while r-0 does not answer; its status names Sentinel's primary.
+    let step = wait_for(
+        &mut lab,
+        Duration::from_secs(60),
+        "Sentinel elects a new primary and the engine follows",
+        |s| {
+            s.health.primary.as_deref().is_some_and(|p| p != "r-0")
+                && s.health.replicas_in_step == 1
+        },
+    )
+    .await;
+    let new = step.health.primary.clone().unwrap_or_default();
+    assert_eq!(
+        lab.promotions,
+        ["r-0"],
+        "the engine promoted only at formation: Sentinel elected {new}"
+    );
+    let i: u32 = new.trim_start_matches("r-").parse().unwrap_or(0);
+    assert_eq!(lab.missing(i, &confirmed).await, Vec::<String>::new());
+    let address = lab.address(i);
+    assert!(
+        lab.sentinels_name()
+            .await
+            .iter()
+            .all(|a| *a == Some(address)),
+        "{:?}",
+        lab.sentinels_name().await
+    );
+
+    // The old primary comes back on a new address with its data: the engine (not Sentinel,
+    // which cannot log in to it before the engine admits it) makes it a replica of the new one.
+    lab.start_again(0);
+    wait_for(
+        &mut lab,
+        Duration::from_secs(60),
+        "the old primary is back as a replica in step",
+        |s| s.decision == Decision::Steady && s.health.replicas_in_step == 2,
+    )
+    .await;
+    assert_eq!(lab.role(0).await, "slave");
+    assert_eq!(lab.promotions, ["r-0"]);
+    assert_eq!(lab.missing(0, &confirmed).await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn sentinel_replaces_a_lost_primary_with_one_sentinel_gone_and_the_engine_follows_on_9() {
+    a_lost_primary_is_replaced_by_sentinel(servers::valkey_9(), 240).await;
+}
+
+#[tokio::test]
+async fn sentinel_replaces_a_lost_primary_with_one_sentinel_gone_and_the_engine_follows_on_8() {
+    a_lost_primary_is_replaced_by_sentinel(servers::valkey_8(), 241).await;
+}
+
+/// A replica restarts empty (no persistence) and the primary then hangs past Sentinel's
+/// down-after: Sentinel tries to fail over but finds no replica it may elect (the restarted one
+/// refuses its login until the engine admits it), so the empty replica never becomes the
+/// primary its peers would then sync from. The primary resumes, the replica syncs from it, and
+/// no confirmed write is lost.
+#[tokio::test]
+async fn a_replica_back_empty_is_never_elected_while_the_primary_hangs() {
+    let options = Options {
+        fenced: true,
+        persistence: false,
+        ..Options::default()
+    };
+    let mut lab = formed("sentinel-empty", servers::valkey_9(), 242, 1, options).await;
+    let confirmed = lab.write_confirmed(0, "k", 100).await;
+    assert_eq!(confirmed.len(), 100);
+    lab.kill_and_restart(1);
+    lab.pause(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The engine keeps looking (it may not promote either), and r-1 never serves as primary.
+        let step = lab.pass().await;
+        assert_eq!(lab.promotions, ["r-0"], "{:?}", step.decision);
+        assert_ne!(lab.role(1).await, "master", "{}", lab.sentinel_logs());
+        if lab
+            .sentinel_logs()
+            .contains("-failover-abort-no-good-slave")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Sentinel never tried to fail over:\n{}",
+            lab.sentinel_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    lab.resume(0);
+    wait_for(
+        &mut lab,
+        Duration::from_secs(60),
+        "r-1 is back in step with r-0",
+        |s| {
+            s.decision == Decision::Steady
+                && s.health.primary.as_deref() == Some("r-0")
+                && s.health.replicas_in_step == 1
+        },
+    )
+    .await;
+    assert_eq!(lab.missing(0, &confirmed).await, Vec::<String>::new());
+    assert_eq!(lab.missing(1, &confirmed).await, Vec::<String>::new());
+}
+
+/// `spec.primary` naming a replica: the engine hands the switchover to Sentinel (`SENTINEL
+/// FAILOVER`), never promotes, and reports the primary Sentinel elected.
+async fn a_planned_switchover_is_sentinels(binary: Binary, subnet: u8) {
+    let mut lab = formed("sentinel-switch", binary, subnet, 1, persistent_fenced()).await;
+    let confirmed = lab.write_confirmed(0, "k", 100).await;
+    assert_eq!(confirmed.len(), 100);
+    lab.spec.preferred = Some("r-1".into());
+    wait_for(
+        &mut lab,
+        Duration::from_secs(60),
+        "r-1 is the primary Sentinel names",
+        |s| {
+            s.decision == Decision::Steady
+                && s.health.primary.as_deref() == Some("r-1")
+                && s.health.replicas_in_step == 1
+        },
+    )
+    .await;
+    assert!(
+        lab.history.iter().any(|l| l.contains("SENTINEL FAILOVER")),
+        "{:?}",
+        lab.history
+    );
+    assert_eq!(lab.promotions, ["r-0"]);
+    assert_eq!(lab.role(1).await, "master");
+    assert_eq!(lab.missing(1, &confirmed).await, Vec::<String>::new());
+    let address = lab.address(1);
+    assert!(
+        lab.sentinels_name()
+            .await
+            .iter()
+            .all(|a| *a == Some(address))
+    );
+}
+
+#[tokio::test]
+async fn a_planned_switchover_is_carried_out_by_sentinel_on_9() {
+    a_planned_switchover_is_sentinels(servers::valkey_9(), 243).await;
+}
+
+#[tokio::test]
+async fn a_planned_switchover_is_carried_out_by_sentinel_on_8() {
+    a_planned_switchover_is_sentinels(servers::valkey_8(), 244).await;
+}
