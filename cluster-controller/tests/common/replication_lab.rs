@@ -202,6 +202,31 @@ impl ReplicationLab {
         answers
     }
 
+    /// How many replicas each live Sentinel knows of the master name (`num-slaves`).
+    pub async fn sentinels_replicas_known(&self) -> Vec<Option<String>> {
+        let Some(watch) = &self.spec.sentinel else {
+            return Vec::new();
+        };
+        let mut known = Vec::new();
+        for sentinel in self.sentinels.iter().flatten() {
+            let mut cmd = redis::cmd("SENTINEL");
+            cmd.arg("MASTER").arg(&watch.master_name);
+            let reply = self
+                .engine
+                .client()
+                .command(sentinel.address(), &cmd, Duration::from_secs(1))
+                .await
+                .ok();
+            known.push(reply.as_ref().and_then(value::pairs).and_then(|pairs| {
+                pairs
+                    .into_iter()
+                    .find(|(k, _)| k == "num-slaves")
+                    .and_then(|(_, v)| value::text(v))
+            }));
+        }
+        known
+    }
+
     /// The last lines of every Sentinel's log, for a failing test's message.
     pub fn sentinel_logs(&self) -> String {
         self.sentinels

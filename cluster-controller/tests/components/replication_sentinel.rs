@@ -1,6 +1,7 @@
 //! The replication engine with Sentinel on, against real servers and real Sentinels (9.1 and
 //! 8.0) on loopback: Sentinel, not the engine, replaces a lost primary (also with one Sentinel
-//! gone), the engine follows it and brings the old primary back as a replica; a member restarted
+//! gone), the engine follows it, brings the old primary back as a replica and has the Sentinels
+//! forget its old address (`SENTINEL RESET`); a member restarted
 //! empty is never elected, even while the primary hangs; a planned switchover is carried out by
 //! `SENTINEL FAILOVER`. Every test checks that no write a replica confirmed (WAIT 1) is lost.
 
@@ -140,6 +141,19 @@ async fn a_lost_primary_is_replaced_by_sentinel(binary: Binary, subnet: u8) {
     .await;
     assert_eq!(lab.role(0).await, "slave");
     assert_eq!(lab.promotions, ["r-0"]);
+    // Steady means every Sentinel forgot r-0's old address (SENTINEL RESET) and knows the two
+    // live replicas.
+    let known = lab.sentinels_replicas_known().await;
+    assert!(
+        known.iter().all(|k| k.as_deref() == Some("2")),
+        "{known:?}\n{}",
+        lab.history.join("\n")
+    );
+    assert!(
+        lab.history
+            .iter()
+            .any(|l| l.contains("learns the live ones again"))
+    );
     assert_eq!(lab.missing(0, &confirmed).await, Vec::<String>::new());
 }
 

@@ -155,14 +155,32 @@ impl ReplicationFixture {
             .await?)
     }
 
-    /// The replication's ValkeyNodes.
+    /// The replication's member ValkeyNodes (its Sentinels, which carry its label too, left out).
     pub async fn nodes(&self) -> Result<Vec<ValkeyNode>> {
+        let mut nodes = self.all_nodes().await?;
+        nodes.retain(|n| n.spec.server != valkey_api::v1alpha1::NodeServer::Sentinel);
+        Ok(nodes)
+    }
+
+    /// Every ValkeyNode with the replication's label: its members and its Sentinels.
+    async fn all_nodes(&self) -> Result<Vec<ValkeyNode>> {
         let list = self
             .ns
             .api::<ValkeyNode>()
             .list(&ListParams::default().labels(&format!("valkey.io/replication={}", self.name)))
             .await?;
         Ok(list.items)
+    }
+
+    /// The pod IPs of the replication's Sentinels (with `spec.sentinel`), by node name.
+    pub async fn sentinel_ips(&self) -> Result<BTreeMap<String, String>> {
+        Ok(self
+            .all_nodes()
+            .await?
+            .into_iter()
+            .filter(|n| n.spec.server == valkey_api::v1alpha1::NodeServer::Sentinel)
+            .filter_map(|n| Some((n.name_any(), n.status?.pod_ip?)))
+            .collect())
     }
 
     pub async fn node(&self, name: &str) -> Result<ValkeyNode> {

@@ -54,6 +54,9 @@ pub enum Action {
         from: Target,
         to: Target,
     },
+    /// `SENTINEL RESET` on the Sentinel `on`: it forgets the replicas and Sentinels it knows of
+    /// the master name and learns the live ones again.
+    SentinelReset { on: Target, master_name: String },
     /// Kubernetes: release the member's pod restart (`spec.allowedRevision`).
     AllowRestart { member: String },
     /// Kubernetes: delete a member the spec no longer wants.
@@ -68,7 +71,7 @@ impl Action {
                 &on.member
             }
             Action::Switchover { to, .. } | Action::SentinelFailover { to, .. } => &to.member,
-            Action::SentinelWatch { on, .. } => &on.member,
+            Action::SentinelWatch { on, .. } | Action::SentinelReset { on, .. } => &on.member,
             Action::AllowRestart { member } | Action::DeleteMember { member } => member,
         }
     }
@@ -82,6 +85,7 @@ impl Action {
             Action::Admit { .. } => "AdmitReplication",
             Action::SentinelWatch { .. } => "WatchWithSentinel",
             Action::SentinelFailover { .. } => "SentinelFailover",
+            Action::SentinelReset { .. } => "SentinelReset",
             Action::AllowRestart { .. } => "AllowRestart",
             Action::DeleteMember { .. } => "DeleteNode",
         }
@@ -124,6 +128,9 @@ impl fmt::Display for Action {
                 f,
                 "SENTINEL FAILOVER {master_name} on {on} (from {from}, toward {to})"
             ),
+            Action::SentinelReset { on, master_name } => {
+                write!(f, "SENTINEL RESET {master_name} on {on}")
+            }
             Action::AllowRestart { member } => write!(f, "allow {member} to restart"),
             Action::DeleteMember { member } => write!(f, "delete {member}"),
         }

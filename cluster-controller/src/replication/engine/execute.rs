@@ -65,6 +65,9 @@ pub async fn execute(
         Action::SentinelFailover {
             on, master_name, ..
         } => super::sentinel::failover(client, on.address, master_name, timeout).await,
+        Action::SentinelReset { on, master_name } => {
+            super::sentinel::reset(client, on.address, master_name, timeout).await
+        }
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
     }
 }

@@ -15,4 +15,5 @@ mod node_controller;
 mod realnode;
 mod replication;
 mod security;
+mod sentinel;
 mod tls;

@@ -161,39 +161,91 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
     match decision {
         Some(d) => handed_to_sentinel(view, watch, d),
         None if safety_only => Decision::Steady,
-        None => learning(view, primary).unwrap_or(Decision::Steady),
+        None => learning(view, primary)
+            .or_else(|| forgetting(view, watch))
+            .unwrap_or(Decision::Steady),
     }
 }
 
-/// A watching Sentinel that has not learned every replica in step with the primary, or every
-/// other Sentinel that answers: until it has, it could not elect a replica it does not know or
-/// gather the others' votes, so the replication is not steady (a Sentinel learns replicas from
-/// the primary's INFO every 10 s, and its peers from their hellos every 2 s).
-fn learning(view: &View, primary: Live<'_>) -> Option<Decision> {
-    let in_step = view
-        .live()
-        .filter(|l| l.name() != primary.name() && l.state.in_step_with(primary.address()))
-        .count();
-    let answering = view
+/// The first watching Sentinel that knows a replica at an address no member has, or (when every
+/// Sentinel answers, so that one cut off for a while is not taken for gone) a Sentinel at an
+/// address none of them has, is told `SENTINEL RESET`: a Sentinel never forgets an address by
+/// itself (a deleted pod's, a restarted Sentinel's old one). Only once every Sentinel has learned
+/// the live ones ([`learning`] comes first), so one at a time.
+fn forgetting(view: &View, watch: &Watch) -> Option<Decision> {
+    let members: Vec<SocketAddr> = view.members.iter().filter_map(|m| m.address).collect();
+    let all_answer = view.observed.sentinels.len() == watch.sentinels as usize
+        && view.observed.sentinels.values().all(Result::is_ok);
+    let sentinels: Vec<SocketAddr> = view
         .observed
         .sentinels
         .values()
-        .filter(|reach| reach.as_ref().is_ok_and(|s| s.master.is_some()))
-        .count();
+        .filter_map(|reach| Some(reach.as_ref().ok()?.address))
+        .collect();
     view.observed.sentinels.iter().find_map(|(name, reach)| {
-        let master = reach.as_ref().ok()?.master.as_ref()?;
-        let replicas = usize::try_from(master.replicas_known).unwrap_or(usize::MAX);
-        let peers = usize::try_from(master.sentinels_known).unwrap_or(usize::MAX);
-        let missing = if replicas < in_step {
-            format!("{replicas} of the {in_step} replicas in step")
-        } else if peers + 1 < answering {
-            format!("{peers} of the {} other Sentinels", answering - 1)
+        let state = reach.as_ref().ok()?;
+        let master = state.master.as_ref()?;
+        let why = if let Some(gone) = master.replicas.iter().find(|r| !members.contains(r)) {
+            format!("{name} knows a replica at {gone}, which no member has")
+        } else if let Some(gone) = master
+            .peers
+            .iter()
+            .find(|p| all_answer && !sentinels.contains(p))
+        {
+            format!("{name} knows a Sentinel at {gone}, which none of them has")
         } else {
             return None;
         };
+        Some(Decision::act(
+            Action::SentinelReset {
+                on: Target {
+                    member: name.clone(),
+                    address: state.address,
+                },
+                master_name: watch.master_name.clone(),
+            },
+            Reason::Converging,
+            format!("{why}: it forgets those gone and learns the live ones again"),
+        ))
+    })
+}
+
+/// A watching Sentinel that does not know every replica in step with the primary, or every
+/// other Sentinel that answers: until it does, it could not elect a replica it does not know or
+/// gather the others' votes, so the replication is not steady (a Sentinel learns replicas from
+/// the primary's INFO every 10 s, and its peers from their hellos every 2 s).
+fn learning(view: &View, primary: Live<'_>) -> Option<Decision> {
+    let in_step: Vec<(String, SocketAddr)> = view
+        .live()
+        .filter(|l| l.name() != primary.name() && l.state.in_step_with(primary.address()))
+        .filter_map(|l| Some((l.name().to_owned(), l.member.address?)))
+        .collect();
+    let answering: Vec<(&str, SocketAddr)> = view
+        .observed
+        .sentinels
+        .iter()
+        .filter_map(|(name, reach)| {
+            let state = reach.as_ref().ok()?;
+            state.master.as_ref()?;
+            Some((name.as_str(), state.address))
+        })
+        .collect();
+    view.observed.sentinels.iter().find_map(|(name, reach)| {
+        let state = reach.as_ref().ok()?;
+        let master = state.master.as_ref()?;
+        let unknown = in_step
+            .iter()
+            .find(|(_, a)| !master.replicas.contains(a))
+            .map(|(replica, _)| format!("the replica {replica}"))
+            .or_else(|| {
+                answering
+                    .iter()
+                    .find(|(_, a)| *a != state.address && !master.peers.contains(a))
+                    .map(|(sentinel, _)| format!("the Sentinel {sentinel}"))
+            })?;
         Some(Decision::wait(
             Reason::Converging,
-            format!("{name} has not learned {missing} yet: it could not fail over well before"),
+            format!("{name} has not learned {unknown} yet: it could not fail over well before"),
         ))
     })
 }
@@ -241,6 +293,8 @@ fn failing_over<'a>(view: &View<'a>) -> Option<&'a str> {
     })
 }
 
+/// A planned switchover (FAILOVER TO) becomes `SENTINEL FAILOVER` on a Sentinel that answers;
+/// every other decision stays as it is (none of the engine's rules here promotes).
 /// A planned switchover (FAILOVER TO) becomes `SENTINEL FAILOVER` on a Sentinel that answers;
 /// every other decision stays as it is (none of the engine's rules here promotes).
 fn handed_to_sentinel(view: &View, watch: &Watch, decision: Decision) -> Decision {

@@ -30,8 +30,8 @@ trait WithSentinels {
     fn names(self, i: u32, of: u32) -> Self;
     fn unwatched(self, i: u32) -> Self;
     fn sentinel_silent(self, i: u32) -> Self;
-    /// Sentinel `i` knows this many replicas and other Sentinels.
-    fn knows(self, i: u32, replicas: u32, sentinels: u32) -> Self;
+    /// Sentinel `i` knows the replicas at these members' addresses and these other Sentinels.
+    fn knows(self, i: u32, replicas: &[u32], sentinels: &[u32]) -> Self;
 }
 
 impl WithSentinels for World {
@@ -52,8 +52,9 @@ impl WithSentinels for World {
                     down_after_ms: w.down_after_ms,
                     failover_timeout_ms: w.failover_timeout_ms,
                     failing_over: false,
-                    replicas_known: 2,
-                    sentinels_known: 2,
+                    // Everything learned: the healthy worlds' replicas and the other two.
+                    replicas: vec![addr(1), addr(2)],
+                    peers: (0..3).filter(|j| *j != i).map(sentinel_addr).collect(),
                 }),
             }),
         );
@@ -71,14 +72,14 @@ impl WithSentinels for World {
         self
     }
 
-    fn knows(mut self, i: u32, replicas: u32, sentinels: u32) -> Self {
+    fn knows(mut self, i: u32, replicas: &[u32], sentinels: &[u32]) -> Self {
         if let Some(Ok(SentinelState {
             master: Some(master),
             ..
         })) = self.observed.sentinels.get_mut(&format!("s-{i}"))
         {
-            master.replicas_known = replicas;
-            master.sentinels_known = sentinels;
+            master.replicas = replicas.iter().map(|r| addr(*r)).collect();
+            master.peers = sentinels.iter().map(|s| sentinel_addr(*s)).collect();
         }
         self
     }
@@ -321,7 +322,10 @@ fn the_replication_is_not_steady_before_every_sentinel_learned_the_replicas_and_
             .names(2, 0)
     };
     assert_eq!(learned().decide(), Decision::Steady);
-    for w in [learned().knows(1, 1, 2), learned().knows(2, 2, 1)] {
+    for w in [
+        learned().knows(1, &[1], &[0, 2]),
+        learned().knows(2, &[1, 2], &[0]),
+    ] {
         let d = w.decide();
         assert!(waits_for(&d, Reason::Converging), "{d:?}");
         assert!(d.message().contains("has not learned"), "{d:?}");
@@ -332,7 +336,56 @@ fn the_replication_is_not_steady_before_every_sentinel_learned_the_replicas_and_
         .names(0, 0)
         .names(1, 0)
         .sentinel_silent(2)
-        .knows(0, 2, 1)
-        .knows(1, 2, 1);
+        .knows(0, &[1, 2], &[1])
+        .knows(1, &[1, 2], &[0]);
     assert_eq!(w.decide(), Decision::Steady);
+}
+
+/// A Sentinel remembers every replica and Sentinel it ever saw (an address a pod no longer has,
+/// a Sentinel restarted at a new address). Once everything else is steady, a Sentinel that knows
+/// a replica at an address no member has, or a Sentinel none of them is, is told `SENTINEL
+/// RESET`, one at a time: it forgets them and learns the live ones again (and until it has, the
+/// replication is not steady, so the next waits).
+#[test]
+fn a_sentinel_that_remembers_gone_replicas_or_sentinels_is_reset_once_steady() {
+    let stale = |w: World| {
+        let d = w.decide();
+        match d.action() {
+            Some(Action::SentinelReset { on, master_name }) => {
+                assert_eq!(master_name, "orders");
+                on.member.clone()
+            }
+            other => panic!("expected SENTINEL RESET, got {other:?} ({d:?})"),
+        }
+    };
+    let learned = || {
+        World::healthy(2)
+            .sentinel_on()
+            .names(0, 0)
+            .names(1, 0)
+            .names(2, 0)
+    };
+    // Member 7 does not exist (a deleted pod's address); Sentinel 5 neither.
+    assert_eq!(stale(learned().knows(1, &[1, 2, 7], &[0, 2])), "s-1");
+    assert_eq!(stale(learned().knows(2, &[1, 2], &[0, 1, 5])), "s-2");
+    // Not while another is still learning again.
+    let d = learned()
+        .knows(0, &[1], &[1, 2])
+        .knows(1, &[1, 2, 7], &[0, 2])
+        .decide();
+    assert!(waits_for(&d, Reason::Converging), "{d:?}");
+    // A Sentinel that does not answer may only be cut off: the others keep knowing it.
+    let w = World::healthy(2)
+        .sentinel_on()
+        .names(0, 0)
+        .names(1, 0)
+        .sentinel_silent(2)
+        .knows(0, &[1, 2], &[1, 2])
+        .knows(1, &[1, 2], &[0, 2]);
+    assert_eq!(w.decide(), Decision::Steady);
+    // Not in the safety pass.
+    assert_eq!(
+        learned().knows(1, &[1, 2, 7], &[0, 2]).decide_safely(),
+        Decision::Steady
+    );
 }

@@ -63,12 +63,12 @@ pub struct MasterView {
     pub failover_timeout_ms: u64,
     /// Its `flags` name a failover in progress.
     pub failing_over: bool,
-    /// How many replicas of the master it knows (`num-slaves`: learned from the master's INFO,
-    /// forgotten only by `SENTINEL RESET`).
-    pub replicas_known: u32,
-    /// How many other Sentinels watching the name it knows (`num-other-sentinels`: learned
-    /// from their hellos).
-    pub sentinels_known: u32,
+    /// The replicas of the master it knows (`SENTINEL REPLICAS`: learned from the master's
+    /// INFO, forgotten only by `SENTINEL RESET`).
+    pub replicas: Vec<SocketAddr>,
+    /// The other Sentinels watching the name it knows (`SENTINEL SENTINELS`: learned from their
+    /// hellos, forgotten only by `SENTINEL RESET`).
+    pub peers: Vec<SocketAddr>,
 }
 
 impl MasterView {
@@ -151,10 +151,40 @@ async fn read(
             failing_over: fields
                 .get("flags")
                 .is_some_and(|f| f.split(',').any(|f| f.starts_with("failover"))),
-            replicas_known: u32::try_from(number("num-slaves")?).unwrap_or(u32::MAX),
-            sentinels_known: u32::try_from(number("num-other-sentinels")?).unwrap_or(u32::MAX),
+            replicas: instances(client, address, "REPLICAS", master_name, timeout).await?,
+            peers: instances(client, address, "SENTINELS", master_name, timeout).await?,
         }),
     })
+}
+
+/// The addresses `SENTINEL <what> <name>` lists (a map of fields per instance: `ip`, `port`).
+async fn instances(
+    client: &impl ValkeyClient,
+    address: SocketAddr,
+    what: &str,
+    master_name: &str,
+    timeout: Duration,
+) -> Result<Vec<SocketAddr>, String> {
+    let mut cmd = redis::cmd("SENTINEL");
+    cmd.arg(what).arg(master_name);
+    let reply = client
+        .command(address, &cmd, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let items = value::list(&reply)
+        .ok_or_else(|| format!("SENTINEL {what}: {}", value::describe(&reply)))?;
+    Ok(items
+        .iter()
+        .filter_map(|item| {
+            let fields: BTreeMap<String, String> = value::pairs(item)?
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, value::text(v)?)))
+                .collect();
+            let ip: IpAddr = fields.get("ip")?.parse().ok()?;
+            let port: u16 = fields.get("port")?.parse().ok()?;
+            Some(SocketAddr::new(ip, port))
+        })
+        .collect())
 }
 
 /// `[ip, port]`.
@@ -236,6 +266,26 @@ pub async fn failover(
         &client.command(on, &cmd, timeout).await?,
         "SENTINEL FAILOVER",
     )
+}
+
+/// `SENTINEL RESET <name>` on the Sentinel at `on`: it forgets the replicas and Sentinels it
+/// knows of the name (it answers how many names it reset: one). The name is the spec's, which
+/// the API allows no glob character in.
+pub async fn reset(
+    client: &impl ValkeyClient,
+    on: SocketAddr,
+    master_name: &str,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    let mut cmd = redis::cmd("SENTINEL");
+    cmd.arg("RESET").arg(master_name);
+    match client.command(on, &cmd, timeout).await? {
+        Value::Int(1) => Ok(Outcome::Done),
+        other => Err(EngineError::UnexpectedReply {
+            command: "SENTINEL RESET".to_owned(),
+            reply: value::describe(&other),
+        }),
+    }
 }
 
 fn ok(reply: &Value, command: &str) -> Result<Outcome, EngineError> {

@@ -1,0 +1,267 @@
+//! ValkeyReplication with Sentinel (issue 31) end to end: valkey-py's `Sentinel` client (the
+//! way Jedis', Lettuce's and Spring's Sentinel pools work) finds the primary through the
+//! Sentinels, writes with `WAIT 1`, and keeps working through the primary's pod deleted and a
+//! planned switchover; `valkey-cli -p 26379 SENTINEL GET-MASTER-ADDR-BY-NAME` names the primary;
+//! and the status, the read/write Service and every Sentinel agree on it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::replication::ReplicationFixture;
+use e2e::{E2eError, Poll, Result, check, wait_until};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
+
+const FORM: Duration = Duration::from_secs(240);
+const HEAL: Duration = Duration::from_secs(240);
+/// Status, Services and Sentinel agree within this long of a change settling.
+const AGREE: Duration = Duration::from_secs(60);
+
+fn spec(image: &str) -> String {
+    format!(
+        "{{image: \"{image}\", replicas: 2, persistence: {{enabled: true}}, \
+         sentinel: {{enabled: true, downAfterMilliseconds: 3000, failoverTimeoutMilliseconds: 20000}}}}"
+    )
+}
+
+/// `valkey-cli -h <sentinel> -p 26379 SENTINEL GET-MASTER-ADDR-BY-NAME orders`, as `ip:port`.
+async fn cli_names(sentinel_ip: &str, password: Option<&str>) -> Result<String> {
+    let cli = e2e::localkube_dir().join("images/valkey-9.1/bin/valkey-cli");
+    let mut cmd = tokio::process::Command::new(&cli);
+    cmd.args(["-h", sentinel_ip, "-p", "26379", "--no-auth-warning"]);
+    if let Some(password) = password {
+        cmd.env("REDISCLI_AUTH", password);
+    }
+    let out = cmd
+        .args(["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "orders"])
+        .output()
+        .await
+        .map_err(|e| E2eError::Check(format!("valkey-cli: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let parts: Vec<&str> = text.lines().map(str::trim).collect();
+    Ok(parts.join(":"))
+}
+
+/// Waits until the status's primary, the read/write Service's endpoint and every Sentinel (asked
+/// with valkey-cli as a client) name the same member at its pod IP; returns it and its IP.
+async fn all_agree(r: &ReplicationFixture) -> Result<(String, String)> {
+    let password = r.password().await?;
+    wait_until(AGREE, "status, Service and Sentinels agree", || async {
+        let (primary, ip) = r.primary().await?;
+        let service = r.endpoints(&r.name).await?;
+        let mut named = BTreeMap::new();
+        for (sentinel, sentinel_ip) in r.sentinel_ips().await? {
+            named.insert(
+                sentinel,
+                cli_names(&sentinel_ip, password.as_deref()).await?,
+            );
+        }
+        let want = format!("{ip}:6379");
+        Ok(
+            if service == [ip.clone()] && named.len() == 3 && named.values().all(|n| *n == want) {
+                Poll::Ready((primary, ip))
+            } else {
+                Poll::NotYet(format!(
+                    "status {primary} at {ip}, Service {service:?}, Sentinels {named:?}"
+                ))
+            },
+        )
+    })
+    .await
+}
+
+/// valkey-py's Sentinel client writing until stopped (tests/clients/valkey_py_sentinel.py).
+struct PyWriter {
+    child: tokio::process::Child,
+    stop: std::path::PathBuf,
+    prefix: String,
+}
+
+#[derive(serde::Deserialize, Debug)]
+struct PyRun {
+    acked: usize,
+    confirmed: Vec<String>,
+    errors: BTreeMap<String, usize>,
+    named: Vec<String>,
+    longest_gap_s: f64,
+}
+
+impl PyWriter {
+    async fn start(r: &ReplicationFixture, prefix: &str) -> Result<Self> {
+        let sentinels: Vec<String> = r
+            .sentinel_ips()
+            .await?
+            .values()
+            .map(|ip| format!("{ip}:26379"))
+            .collect();
+        let stop = std::env::temp_dir().join(format!("{}-{prefix}.stop", r.ns.name));
+        let _ = std::fs::remove_file(&stop);
+        let script = e2e::repo_root().join("tests/clients/valkey_py_sentinel.py");
+        let child = tokio::process::Command::new("python3")
+            .env("PYTHONPATH", e2e::localkube_dir().join("python"))
+            .env("VALKEY_PASSWORD", r.password().await?.unwrap_or_default())
+            .arg(&script)
+            .args([&sentinels.join(","), "orders", prefix])
+            .arg(&stop)
+            .arg("600")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| E2eError::Check(format!("python3 {}: {e}", script.display())))?;
+        Ok(Self {
+            child,
+            stop,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// Waits until the primary holds `n` of its keys: the client found the primary and writes.
+    async fn wait_writing(&self, r: &ReplicationFixture, n: usize) -> Result<()> {
+        let key = format!("{}:{n}", self.prefix);
+        wait_until(Duration::from_secs(60), "valkey-py writes", || async {
+            let (_, ip) = r.primary().await?;
+            let got = r.command_on(&ip, &["EXISTS", &key]).await?;
+            Ok(if got.trim() == "1" {
+                Poll::Ready(())
+            } else {
+                Poll::NotYet(format!("{key} not written yet"))
+            })
+        })
+        .await
+    }
+
+    async fn finish(self) -> Result<PyRun> {
+        std::fs::write(&self.stop, b"")
+            .map_err(|e| E2eError::Check(format!("{}: {e}", self.stop.display())))?;
+        let out = tokio::time::timeout(Duration::from_secs(60), self.child.wait_with_output())
+            .await
+            .map_err(|_| E2eError::Check("valkey-py did not stop".into()))?
+            .map_err(|e| E2eError::Check(format!("valkey-py: {e}")))?;
+        let _ = std::fs::remove_file(&self.stop);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        serde_json::from_str(text.trim()).map_err(|e| {
+            E2eError::Check(format!(
+                "valkey-py's Sentinel client ({e}): {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })
+    }
+}
+
+/// Every key valkey-py had confirmed (`WAIT 1` answered ≥ 1) is on the primary with its value.
+async fn none_lost(r: &ReplicationFixture, run: &PyRun) -> Result<()> {
+    let expected: BTreeMap<String, String> = run
+        .confirmed
+        .iter()
+        .map(|k| {
+            let n = k.rsplit(':').next().unwrap_or_default();
+            (k.clone(), format!("v{n}"))
+        })
+        .collect();
+    let missing = r.missing(expected.iter()).await?;
+    check(
+        missing.is_empty(),
+        format!(
+            "{} of {} WAIT-confirmed writes lost: {:?}",
+            missing.len(),
+            expected.len(),
+            &missing[..missing.len().min(10)]
+        ),
+    )
+}
+
+enum Change {
+    DeletePrimaryPod,
+    Switchover,
+}
+
+async fn through(prefix: &str, image: &str, change: Change) -> Result<()> {
+    let r = ReplicationFixture::start(prefix, "orders", &spec(image)).await?;
+    r.wait_done(FORM).await?;
+    let (old, _) = all_agree(&r).await?;
+    let writer = PyWriter::start(&r, "py").await?;
+    writer.wait_writing(&r, 100).await?;
+    match change {
+        Change::DeletePrimaryPod => {
+            let pod = r.pod_of(&old).await?;
+            r.ns.api::<Pod>()
+                .delete(&pod, &DeleteParams::default())
+                .await?;
+            // Sentinel elects a replica (the pod's server is gone longer than down-after).
+            r.wait(HEAL, "Sentinel's new primary in the status", |x| {
+                x.status
+                    .as_ref()
+                    .and_then(|s| s.primary.as_deref())
+                    .is_some_and(|p| p != old)
+            })
+            .await?;
+        }
+        Change::Switchover => {
+            let target = r
+                .nodes()
+                .await?
+                .into_iter()
+                .map(|n| kube::ResourceExt::name_any(&n))
+                .find(|n| *n != old)
+                .ok_or_else(|| E2eError::Check("no replica".into()))?;
+            r.patch_spec(serde_json::json!({"primary": target})).await?;
+            r.wait(HEAL, &format!("{target} primary"), |x| {
+                x.status
+                    .as_ref()
+                    .is_some_and(|s| s.primary.as_deref() == Some(target.as_str()))
+            })
+            .await?;
+        }
+    }
+    r.wait_done(HEAL).await?;
+    let (now, now_ip) = all_agree(&r).await?;
+    check(now != old, format!("{old} is still the primary"))?;
+    writer.wait_writing(&r, 100 + 200).await?;
+    let run = writer.finish().await?;
+    eprintln!(
+        "MEASURE sentinel {prefix}: valkey-py acknowledged {}, confirmed {}, errors {:?}, longest gap {:.2} s; Sentinels name {:?}",
+        run.acked,
+        run.confirmed.len(),
+        run.errors,
+        run.longest_gap_s,
+        run.named
+    );
+    let want = format!("{now_ip}:6379");
+    check(
+        run.named.iter().all(|n| *n == want),
+        format!(
+            "valkey-py's Sentinels name {:?}, the primary is {want}",
+            run.named
+        ),
+    )?;
+    check(run.confirmed.len() >= 300, "valkey-py confirmed too few")?;
+    none_lost(&r, &run).await?;
+    r.check_roles().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_clients_keep_writing_through_the_primary_pod_deleted_on_valkey_9() -> Result<()> {
+    through(
+        "sentinel-del9",
+        "valkey/valkey:9.1",
+        Change::DeletePrimaryPod,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_clients_keep_writing_through_the_primary_pod_deleted_on_valkey_8() -> Result<()> {
+    through(
+        "sentinel-del8",
+        "valkey/valkey:8.0",
+        Change::DeletePrimaryPod,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_clients_keep_writing_through_a_planned_switchover_on_valkey_9() -> Result<()> {
+    through("sentinel-switch9", "valkey/valkey:9.1", Change::Switchover).await
+}
