@@ -41,6 +41,9 @@ const SPEC_NODE_PORT_3X1: &str = "{shards: 3, replicas: 1, externalAccess: {type
 /// A replication's primary and one or two replicas.
 const REPLICATION_1: &str = "{replicas: 1}";
 const REPLICATION_2: &str = "{replicas: 2}";
+/// With Sentinel (issue 31): Sentinel elects, the operator follows.
+const SENTINEL_1: &str = "{replicas: 1, sentinel: {enabled: true, downAfterMilliseconds: 3000}}";
+const SENTINEL_2: &str = "{replicas: 2, sentinel: {enabled: true, downAfterMilliseconds: 3000}}";
 /// How many random points the operator is killed at, per operation, in the full matrix.
 const KILL_POINTS: u64 = 10;
 
@@ -183,6 +186,46 @@ fn replication_operations() -> Operations {
     ]
 }
 
+/// A replication with Sentinel: what a user does to one.
+fn sentinel_operations() -> Operations {
+    vec![
+        ("idle", SENTINEL_2, Operation::Idle, Duration::from_secs(5)),
+        (
+            "replicas-up",
+            SENTINEL_1,
+            Operation::Replicas(2),
+            Duration::from_secs(10),
+        ),
+        (
+            "roll",
+            SENTINEL_2,
+            Operation::Image("valkey/valkey:9.1.2"),
+            Duration::from_secs(25),
+        ),
+        (
+            "switchover",
+            SENTINEL_2,
+            Operation::Primary(1),
+            Duration::from_secs(5),
+        ),
+    ]
+}
+
+/// The faults of a replication with Sentinel: the issue's list (the primary's pod deleted, its
+/// process killed and restarted in place, the primary isolated or paused, one Sentinel lost) and
+/// the operator's own.
+fn sentinel_faults() -> Vec<(&'static str, Fault)> {
+    vec![
+        ("none", Fault::None),
+        ("kill-operator", Fault::KillClusterController),
+        ("delete-primary", Fault::DeletePrimaryPod),
+        ("isolate-primary", Fault::IsolatePrimary { seconds: 30 }),
+        ("pause-primary", Fault::PausePrimary { seconds: 20 }),
+        ("restart-in-place", Fault::RestartPrimaryInPlace),
+        ("delete-sentinel", Fault::DeleteSentinelPod),
+    ]
+}
+
 /// The faults of the matrix: (name, fault). A replication has those of
 /// [`Fault::applies_to`] only: no partial partition, zone, stale replica, second shard or node.
 fn faults() -> Vec<(&'static str, Fault)> {
@@ -321,9 +364,18 @@ fn named() -> Vec<Scenario> {
 /// `<prefix><operation>.<fault>`: no prefix for a cluster, `replication.` for a replication,
 /// `external.` and `external-nodeport.` for a cluster with external access.
 fn cross(prefix: &str, kind: Kind, operations: Operations) -> Vec<Scenario> {
+    cross_with(prefix, kind, operations, &faults())
+}
+
+fn cross_with(
+    prefix: &str,
+    kind: Kind,
+    operations: Operations,
+    faults: &[(&'static str, Fault)],
+) -> Vec<Scenario> {
     let mut all = Vec::new();
     for (op_name, spec, operation, window) in operations {
-        for (fault_name, fault) in faults() {
+        for (fault_name, fault) in faults.iter().cloned() {
             if !fault.applies_to(kind) {
                 continue;
             }
@@ -361,6 +413,12 @@ fn matrix() -> Vec<Scenario> {
         "replication.",
         Kind::Replication,
         replication_operations(),
+    ));
+    all.extend(cross_with(
+        "replication-sentinel.",
+        Kind::Replication,
+        sentinel_operations(),
+        &sentinel_faults(),
     ));
     all.extend(cross("external.", Kind::Cluster, external_operations()));
     // Every scenario again on Valkey 8.0, but the upgrade from 8.0, which is on both already.

@@ -132,6 +132,10 @@ pub enum Fault {
     },
     /// The API server restarts.
     RestartApiServer,
+    /// One of a replication's Sentinels loses its pod (with `spec.sentinel`): the node-controller
+    /// starts a new one, clean, at a new address; the operator tells it what to watch and the
+    /// others forget the old one.
+    DeleteSentinelPod,
 }
 
 impl Fault {
@@ -152,6 +156,7 @@ impl Fault {
             Fault::PartialZonePartition { .. }
             | Fault::MemberOutWhileAnotherPrimaryRestarts { .. }
             | Fault::DrainDuringFullSync
+            | Fault::DeleteSentinelPod
             | Fault::DeletePasswordSecret => false,
             Fault::OperatorHeldDown { during, .. } => {
                 during.valkey_alone_may_lose_writes(persistence)
@@ -182,6 +187,7 @@ impl Fault {
             | Fault::RestartPrimaryInPlace
             | Fault::RestartApiServer
             | Fault::DeletePasswordSecret => true,
+            Fault::DeleteSentinelPod => kind == Kind::Replication,
             Fault::OperatorHeldDown { during, .. } => during.applies_to(kind),
             Fault::PartialPartition { .. }
             | Fault::PartitionZone { .. }
@@ -248,6 +254,7 @@ impl fmt::Display for Fault {
                 f.write_str("primary's node drained while its replica full-syncs")
             }
             Fault::DeletePasswordSecret => f.write_str("clients' password Secret deleted"),
+            Fault::DeleteSentinelPod => f.write_str("a Sentinel's pod deleted"),
             Fault::OperatorHeldDown { seconds, during } => {
                 write!(f, "operator held down {seconds}s while: {during}")
             }
@@ -609,6 +616,21 @@ async fn strike(c: &mut Fixture, fault: &Fault) -> Result<()> {
         }
         Fault::RestartApiServer => faults::restart_apiserver(false).await,
         Fault::DeletePasswordSecret => delete_password_secret(c).await,
+        Fault::DeleteSentinelPod => {
+            let pods = c
+                .ns()
+                .kubectl(&["get", "pods", "-l", "valkey.io/sentinel", "-o", "name"])
+                .await?;
+            let pod = pods
+                .lines()
+                .next()
+                .map(|l| l.trim_start_matches("pod/").to_owned())
+                .ok_or_else(|| E2eError::Check("no Sentinel pod".to_owned()))?;
+            c.ns()
+                .kubectl(&["delete", "pod", &pod, "--timeout=180s"])
+                .await
+                .map(|_| ())
+        }
         Fault::OperatorHeldDown { seconds, during } => {
             let held = c.hold_cluster_controller()?;
             let started = Instant::now();
