@@ -80,7 +80,8 @@ pub async fn apply_members<K: Resource<DynamicType = ()>>(
     Ok(applied)
 }
 
-async fn apply_node(api: &Api<ValkeyNode>, node: &ValkeyNode) -> Result<(), Error> {
+/// Applies one ValkeyNode as this controller wants it.
+pub(crate) async fn apply_node(api: &Api<ValkeyNode>, node: &ValkeyNode) -> Result<(), Error> {
     let name = node.name_any();
     api.patch(
         &name,

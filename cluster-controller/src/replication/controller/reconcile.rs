@@ -301,8 +301,9 @@ async fn prepare(
 }
 
 /// The Sentinels' nodes as `spec.sentinel` wants them, and those it no longer wants deleted.
-/// They take a new spec at once, all together (no restart gate): a restarted Sentinel is told
-/// again what to watch by the engine.
+/// A new spec restarts them one at a time (each gated at its running revision, and released by
+/// [`sentinels::next_to_restart`] once the replication is Ready again): a restarted Sentinel
+/// starts clean and is told again what to watch by the engine.
 async fn apply_sentinels(
     ctx: &Context,
     replication: &ValkeyReplication,
@@ -311,7 +312,16 @@ async fn apply_sentinels(
 ) -> Result<(), Error> {
     let existing = observe::sentinel_nodes(&ctx.nodes, replication);
     let wanted = sentinels::desired(replication, auth);
-    apply_members(api, &ctx.events, replication, &wanted, &existing, true).await?;
+    apply_members(api, &ctx.events, replication, &wanted, &existing, false).await?;
+    let settled = replication.status.as_ref().is_some_and(|s| {
+        s.state == Some(valkey_api::v1alpha1::ReplicationState::Ready)
+            && s.observed_generation == replication.metadata.generation
+    });
+    if let Some((name, revision)) = sentinels::next_to_restart(&existing, settled)
+        && let Some(sentinel) = wanted.iter().find(|w| w.name == name)
+    {
+        crate::parent::apply::apply_node(api, &sentinel.gated(Some(revision))).await?;
+    }
     for gone in existing
         .iter()
         .filter(|n| !wanted.iter().any(|w| w.name == n.name_any()))

@@ -10,6 +10,7 @@
 //! which select that label, never select a Sentinel.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -145,6 +146,37 @@ fn desired_node(
     Some(sentinel_node(&settings, parts, common_labels(name), auth))
 }
 
+/// The Sentinel whose pod may restart now for a new spec (its name and the revision to allow),
+/// if any: one at a time, by index, and only while every Sentinel is ready and none is mid-way
+/// through a restart, and the replication `settled` (its status Ready: the engine has told the
+/// last restarted Sentinel what to watch and every Sentinel has learned the replicas and the
+/// others). Restarted together, every Sentinel would forget the primary at once: clients asking
+/// one would get no answer, and a failure meanwhile would find nobody to elect a replica.
+pub fn next_to_restart(existing: &[Arc<ValkeyNode>], settled: bool) -> Option<(String, String)> {
+    let mut sorted: Vec<&ValkeyNode> = existing.iter().map(AsRef::as_ref).collect();
+    sorted.sort_by_key(|n| n.name_any());
+    let mut pending = None;
+    for node in sorted {
+        let status = node.status.as_ref()?;
+        let (current, desired) = (
+            status.current_revision.as_deref(),
+            status.desired_revision.as_deref(),
+        );
+        if !status.ready {
+            return None;
+        }
+        let Some(desired) = desired.filter(|d| current != Some(d)) else {
+            continue;
+        };
+        if node.spec.allowed_revision.as_deref() == Some(desired) {
+            // Released already, and not restarted yet.
+            return None;
+        }
+        pending = pending.or_else(|| Some((node.name_any(), desired.to_owned())));
+    }
+    pending.filter(|_| settled)
+}
+
 /// The Service `<name>-sentinel` on port 26379, selecting every Sentinel's pod (none when
 /// Sentinel is off).
 pub fn service(replication: &ValkeyReplication) -> Option<Service> {
@@ -259,6 +291,74 @@ mod tests {
             owner.first().map(|o| o.kind.as_str()),
             Some("ValkeyReplication")
         );
+    }
+
+    fn sentinel_at(
+        name: &str,
+        ready: bool,
+        current: &str,
+        desired: &str,
+        allowed: Option<&str>,
+    ) -> Arc<ValkeyNode> {
+        let r = with_sentinel("");
+        let index = name
+            .rsplit('-')
+            .next()
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0);
+        let mut node = desired_node(&r, index, &NodeAuth::of("orders")).expect("a node");
+        node.spec.allowed_revision = allowed.map(str::to_owned);
+        node.status = Some(valkey_api::v1alpha1::ValkeyNodeStatus {
+            ready,
+            current_revision: Some(current.to_owned()),
+            desired_revision: Some(desired.to_owned()),
+            ..Default::default()
+        });
+        Arc::new(node)
+    }
+
+    /// A new spec restarts the Sentinels one at a time, by index, each once every Sentinel is
+    /// ready, none is mid-restart and the replication is Ready again.
+    #[test]
+    fn sentinels_restart_one_at_a_time_once_everything_settled() {
+        let all_new = [
+            sentinel_at("orders-sentinel-0", true, "a", "b", Some("a")),
+            sentinel_at("orders-sentinel-1", true, "a", "b", Some("a")),
+            sentinel_at("orders-sentinel-2", true, "a", "b", Some("a")),
+        ];
+        assert_eq!(
+            next_to_restart(&all_new, true),
+            Some(("orders-sentinel-0".to_owned(), "b".to_owned()))
+        );
+        assert_eq!(
+            next_to_restart(&all_new, false),
+            None,
+            "not while unsettled"
+        );
+        // 0 released and not restarted yet: nobody else.
+        let released = [
+            sentinel_at("orders-sentinel-0", true, "a", "b", Some("b")),
+            sentinel_at("orders-sentinel-1", true, "a", "b", Some("a")),
+        ];
+        assert_eq!(next_to_restart(&released, true), None);
+        // 0 restarted but not ready: nobody else.
+        let restarting = [
+            sentinel_at("orders-sentinel-0", false, "b", "b", Some("b")),
+            sentinel_at("orders-sentinel-1", true, "a", "b", Some("a")),
+        ];
+        assert_eq!(next_to_restart(&restarting, true), None);
+        // 0 done: 1 next.
+        let done = [
+            sentinel_at("orders-sentinel-0", true, "b", "b", Some("b")),
+            sentinel_at("orders-sentinel-1", true, "a", "b", Some("a")),
+        ];
+        assert_eq!(
+            next_to_restart(&done, true),
+            Some(("orders-sentinel-1".to_owned(), "b".to_owned()))
+        );
+        // Nothing to restart.
+        let current = [sentinel_at("orders-sentinel-0", true, "b", "b", Some("b"))];
+        assert_eq!(next_to_restart(&current, true), None);
     }
 
     /// A Sentinel's node is watched with the replication's label, but its pod carries neither
