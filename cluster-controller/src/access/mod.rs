@@ -7,6 +7,7 @@
 
 pub mod rights;
 pub mod rotation;
+pub mod sentinels;
 pub mod sync;
 pub mod users;
 

@@ -114,8 +114,10 @@ pub const SENTINEL_CLIENT_RULES: &str = "~* &* +@all -@admin +role \
 +sentinel|sentinels +sentinel|myid +sentinel|ckquorum";
 
 /// The operator on a Sentinel: the `SENTINEL` command (telling it what to watch, its settings,
-/// planned failovers), PING and INFO.
-pub const SENTINEL_OPERATOR_RULES: &str = "resetchannels -@all +@connection +ping +info +sentinel";
+/// planned failovers), PING and INFO, and `ACL SETUSER` (a clients' password changed reaches a
+/// running Sentinel).
+pub const SENTINEL_OPERATOR_RULES: &str =
+    "resetchannels -@all +@connection +ping +info +sentinel +acl|setuser";
 
 /// Probes on a Sentinel: PING and INFO.
 pub const SENTINEL_HEALTHCHECK_RULES: &str = "resetchannels -@all +ping +info";

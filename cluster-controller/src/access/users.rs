@@ -243,26 +243,54 @@ impl UserSet {
     /// Sentinel what to watch or to fail over), the operator and the probes with theirs, peer
     /// Sentinels as `sentinel`. Every user is on: a Sentinel holds no data to fence.
     pub fn sentinel_acl_file(&self) -> Option<String> {
+        Some(
+            self.sentinel_users()?
+                .iter()
+                .map(|(name, tokens, rules)| format!("user {name} on {tokens} {rules}\n"))
+                .collect(),
+        )
+    }
+
+    /// The commands that bring a running Sentinel to [`Self::sentinel_acl_file`] (a password
+    /// changed since it started): each user reset and given its login and rights in one command,
+    /// the operator's own first.
+    pub fn sentinel_setusers(&self) -> Option<Vec<Vec<String>>> {
+        Some(
+            self.sentinel_users()?
+                .into_iter()
+                .map(|(name, tokens, rules)| {
+                    let mut args: Vec<String> = ["ACL", "SETUSER", name, "reset", "on"]
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect();
+                    args.extend(tokens.split_whitespace().map(str::to_owned));
+                    args.extend(rules.split_whitespace().map(str::to_owned));
+                    args
+                })
+                .collect(),
+        )
+    }
+
+    /// The Sentinels' users (name, login tokens, rules), the operator's first; `None` without
+    /// the `sentinel` user.
+    fn sentinel_users(&self) -> Option<Vec<(&'static str, String, &'static str)>> {
         let tokens = |name: &str| {
             self.users
                 .iter()
                 .find(|u| u.name == name)
                 .map(|u| u.login_tokens().join(" "))
         };
-        let lines = [
-            (DEFAULT_USER, SENTINEL_CLIENT_RULES),
-            (OPERATOR_USER, SENTINEL_OPERATOR_RULES),
-            (HEALTHCHECK_USER, SENTINEL_HEALTHCHECK_RULES),
-            (SENTINEL_USER, SENTINEL_PEER_RULES),
-        ];
         tokens(SENTINEL_USER)?;
         Some(
-            lines
-                .iter()
-                .filter_map(|(name, rules)| {
-                    Some(format!("user {name} on {} {rules}\n", tokens(name)?))
-                })
-                .collect(),
+            [
+                (OPERATOR_USER, SENTINEL_OPERATOR_RULES),
+                (DEFAULT_USER, SENTINEL_CLIENT_RULES),
+                (HEALTHCHECK_USER, SENTINEL_HEALTHCHECK_RULES),
+                (SENTINEL_USER, SENTINEL_PEER_RULES),
+            ]
+            .into_iter()
+            .filter_map(|(name, rules)| Some((name, tokens(name)?, rules)))
+            .collect(),
         )
     }
 
@@ -412,13 +440,21 @@ mod tests {
             .lines()
             .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
             .collect();
-        assert_eq!(users, ["default", "operator", "healthcheck", "sentinel"]);
+        assert_eq!(users, ["operator", "default", "healthcheck", "sentinel"]);
+        let setusers = set.sentinel_setusers().expect("commands");
+        assert_eq!(setusers.len(), 4);
+        assert!(
+            setusers
+                .iter()
+                .all(|c| c[..5].join(" ") == format!("ACL SETUSER {} reset on", c[2]))
+        );
+        assert!(setusers[1].contains(&format!("#{}", password_hash("client-pw"))));
         assert!(
             sentinels
                 .lines()
                 .all(|l| l.split_whitespace().nth(2) == Some("on"))
         );
-        let default = sentinels.lines().next().unwrap_or_default();
+        let default = sentinels.lines().nth(1).unwrap_or_default();
         assert!(default.contains(&format!("#{}", password_hash("client-pw"))));
         assert!(
             default.contains("-@admin") && !default.contains("+sentinel|failover"),

@@ -39,6 +39,8 @@ impl Default for Settings {
 pub struct ParentMemory {
     /// Which servers hold which users.
     pub access: AccessState,
+    /// Which Sentinels (a replication's, with Sentinel on) hold which users.
+    pub sentinel_users: crate::access::sentinels::SentinelUsers,
     /// The operator's passwords last used: kept so that losing both of the cluster's Secrets
     /// while the controller runs does not lock it out.
     passwords: Mutex<Option<OperatorPasswords>>,

@@ -17,6 +17,11 @@ pub const SENTINEL_PASSWORD: &str = "sentinel-secret";
 /// The operator's users with the lab's passwords: the Sentinels' file and the servers'
 /// `sentinel` line come from the product's own [`UserSet`].
 fn users() -> UserSet {
+    users_with_clients_password(DEFAULT_PASSWORD)
+}
+
+/// The same users with another clients' password.
+pub fn users_with_clients_password(password: &str) -> UserSet {
     let passwords = OperatorPasswords {
         operator: OPERATOR_PASSWORD.into(),
         healthcheck: "healthcheck-secret".into(),
@@ -24,12 +29,8 @@ fn users() -> UserSet {
         backup: "backup-secret".into(),
         sentinel: SENTINEL_PASSWORD.into(),
     };
-    UserSet::new(
-        Login::Hashes(vec![password_hash(DEFAULT_PASSWORD)]),
-        &passwords,
-        [],
-    )
-    .with_sentinel(&passwords)
+    UserSet::new(Login::Hashes(vec![password_hash(password)]), &passwords, [])
+        .with_sentinel(&passwords)
 }
 
 /// The `sentinel` user's line of the servers' ACL file, as the operator writes it: fenced by

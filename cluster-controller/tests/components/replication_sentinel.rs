@@ -263,3 +263,64 @@ async fn a_planned_switchover_is_carried_out_by_sentinel_on_9() {
 async fn a_planned_switchover_is_carried_out_by_sentinel_on_8() {
     a_planned_switchover_is_sentinels(servers::valkey_8(), 244).await;
 }
+
+/// A changed clients' password reaches a running Sentinel (which read its ACL file when it
+/// started) through the operator's `ACL SETUSER`: the new password logs in, the old one no more.
+#[tokio::test]
+async fn a_changed_clients_password_reaches_a_running_sentinel() {
+    use cluster_controller::access::sentinels::SentinelUsers;
+    use cluster_controller::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
+    use common::sentinels::{self, Sentinel};
+
+    let dir = std::env::temp_dir()
+        .join("valkey-engine-tests")
+        .join(format!("sentinel-password-{}", std::process::id()));
+    let ip = std::net::Ipv4Addr::new(127, 245, 2, 1);
+    let sentinel = Sentinel::start(&servers::valkey_9(), &dir, ip);
+    let client = |user: &str, password: &str| {
+        RedisClient::new(RedisClientConfig {
+            credentials: Credentials::user(user, password),
+            trust: None,
+            connect_timeout: Duration::from_millis(500),
+        })
+    };
+    let at = sentinel.address();
+    let asks = |c: RedisClient| async move {
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("MASTERS");
+        c.command(at, &cmd, Duration::from_secs(1)).await.is_ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !asks(client("default", servers::DEFAULT_PASSWORD)).await {
+        assert!(Instant::now() < deadline, "{}", sentinel.log_tail(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let operator = client(servers::OPERATOR_USER, servers::OPERATOR_PASSWORD);
+    let state = SentinelUsers::default();
+    let users = sentinels::users_with_clients_password("rotated-secret");
+    let failed = state
+        .sync(
+            &operator,
+            &[sentinel.address()],
+            &users,
+            Duration::from_secs(2),
+        )
+        .await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(asks(client("default", "rotated-secret")).await);
+    assert!(!asks(client("default", servers::DEFAULT_PASSWORD)).await);
+    // The operator kept its rights: a second change goes through too.
+    let again = sentinels::users_with_clients_password("rotated-again");
+    assert!(
+        state
+            .sync(
+                &operator,
+                &[sentinel.address()],
+                &again,
+                Duration::from_secs(2)
+            )
+            .await
+            .is_empty()
+    );
+    assert!(asks(client("default", "rotated-again")).await);
+}

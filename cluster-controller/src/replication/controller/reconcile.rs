@@ -22,6 +22,9 @@ use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use super::context::Context;
+
+/// Time each command of the Sentinels' user sync may take.
+const SENTINEL_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 use super::status::Outcome;
 use super::{desired, observe, report, restore, sentinels, services, validate};
 use crate::access::rights::SENTINEL_USER;
@@ -118,6 +121,22 @@ pub async fn pass(
         });
     }
     let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
+    if spec.sentinel.is_some() {
+        // A changed clients' password reaches the running Sentinels (they read their file at
+        // start only); one that missed it is tried again next pass.
+        let sentinels =
+            observe::sentinel_addresses(&observe::sentinel_nodes(&ctx.nodes, replication));
+        let addresses: Vec<std::net::SocketAddr> = sentinels.iter().map(|(_, a)| *a).collect();
+        memory
+            .sentinel_users
+            .sync(
+                engine.client(),
+                &addresses,
+                &auth.users,
+                SENTINEL_SYNC_TIMEOUT,
+            )
+            .await;
+    }
     observe_sentinels(ctx, replication, &engine, &spec, &mut observed).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);
     let health = health(&spec, &members, recorded.as_deref(), &observed);
