@@ -46,13 +46,15 @@ pub enum Action {
         watch: Box<Watch>,
         monitor: bool,
     },
-    /// `SENTINEL FAILOVER` on the Sentinel `on`: a planned switchover away from `from`, handed to
-    /// Sentinel (it elects the replica; `to` is the one the engine wants).
+    /// A planned switchover away from `from` to `to`, handed to Sentinel: the `others`' replica
+    /// priority 0 (so Sentinel elects `to`), `from`'s writes paused until every replica has them,
+    /// then `SENTINEL FAILOVER` on the Sentinel `on`; the priorities back once it is done.
     SentinelFailover {
         on: Target,
         master_name: String,
         from: Target,
         to: Target,
+        others: Vec<Target>,
     },
     /// `SENTINEL RESET` on the Sentinel `on`: it forgets the replicas and Sentinels it knows of
     /// the master name and learns the live ones again.
@@ -124,6 +126,7 @@ impl fmt::Display for Action {
                 master_name,
                 from,
                 to,
+                ..
             } => write!(
                 f,
                 "SENTINEL FAILOVER {master_name} on {on} (from {from}, toward {to})"

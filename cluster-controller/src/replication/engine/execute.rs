@@ -1,5 +1,6 @@
 //! Carrying out a decided action: one command each. Kubernetes actions are the caller's.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use redis::{Cmd, Value};
@@ -63,8 +64,22 @@ pub async fn execute(
             .await
         }
         Action::SentinelFailover {
-            on, master_name, ..
-        } => super::sentinel::failover(client, on.address, master_name, timeout).await,
+            on,
+            master_name,
+            from,
+            to,
+            others,
+        } => {
+            let others: Vec<SocketAddr> = others.iter().map(|o| o.address).collect();
+            let switch = super::sentinel::Switchover {
+                sentinel: on.address,
+                master_name,
+                from: from.address,
+                to: to.address,
+                others: &others,
+            };
+            super::sentinel::switchover(client, &switch, timeout).await
+        }
         Action::SentinelReset { on, master_name } => {
             super::sentinel::reset(client, on.address, master_name, timeout).await
         }

@@ -24,8 +24,8 @@ pub(super) enum Named {
     Disagree(String),
 }
 
-/// The primary a majority of all `watch.sentinels` Sentinels name (a Sentinel that does not
-/// answer counts against every address).
+/// The primary a majority of all `watch.sentinels` Sentinels name, and no Sentinel that answers
+/// names another (a Sentinel that does not answer counts against every address).
 pub(super) fn named(view: &View, watch: &Watch) -> Named {
     let answers: Vec<(&str, SocketAddr)> = view
         .observed
@@ -50,6 +50,19 @@ pub(super) fn named(view: &View, watch: &Watch) -> Named {
     let Some((address, votes)) = counts.iter().max_by_key(|(_, n)| *n).copied() else {
         return Named::Unwatched;
     };
+    if counts.len() > 1 {
+        // A Sentinel names another member: one that just elected a new primary while the others
+        // have not heard yet, or one left behind. Acting on the majority could demote the
+        // primary just elected; the Sentinels agree again within seconds.
+        let named: Vec<String> = answers
+            .iter()
+            .map(|(name, address)| format!("{name} names {address}"))
+            .collect();
+        return Named::Disagree(format!(
+            "the Sentinels name different primaries ({})",
+            named.join(", ")
+        ));
+    }
     let Some(member) = view.members.iter().find(|m| m.address == Some(address)) else {
         return Named::Disagree(format!(
             "{votes} of {} Sentinels name {address}, which is no member's address",
@@ -58,13 +71,8 @@ pub(super) fn named(view: &View, watch: &Watch) -> Named {
     };
     if votes >= majority {
         Named::Agreed(member.name.clone())
-    } else if counts.len() == 1 {
-        Named::Partly(member.name.clone())
     } else {
-        Named::Disagree(format!(
-            "{} of {} Sentinels name {address}, not a majority ({majority})",
-            votes, watch.sentinels
-        ))
+        Named::Partly(member.name.clone())
     }
 }
 
@@ -317,12 +325,18 @@ fn handed_to_sentinel(view: &View, watch: &Watch, decision: Decision) -> Decisio
     let Some(on) = sentinel else {
         return Decision::wait(*reason, "no Sentinel answers to hand the switchover to");
     };
+    let others = view
+        .live()
+        .filter(|l| l.name() != from.member && l.name() != to.member)
+        .map(|l| l.target())
+        .collect();
     Decision::act(
         Action::SentinelFailover {
             on,
             master_name: watch.master_name.clone(),
             from: from.clone(),
             to: to.clone(),
+            others,
         },
         *reason,
         format!(

@@ -389,3 +389,20 @@ fn a_sentinel_that_remembers_gone_replicas_or_sentinels_is_reset_once_steady() {
         Decision::Steady
     );
 }
+
+/// Right after a Sentinel elected a new primary the others still name the old one for a moment
+/// (they learn the new configuration from its hellos): a majority names the old primary, but
+/// acting on it would demote the primary just elected. While any Sentinel that answers names
+/// another member, nothing is done (found by the component test with a writer running: the
+/// engine turned the new primary back into a replica and confirmed writes were lost).
+#[test]
+fn a_sentinel_naming_another_primary_stops_everything_even_against_a_majority() {
+    let w = World::healthy(2)
+        .up(1, primary(1, NEW, OLD, 5000, 100))
+        .sentinel_on()
+        .names(0, 1)
+        .names(1, 0)
+        .names(2, 0);
+    let d = w.decide();
+    assert!(waits_for(&d, Reason::SentinelsDisagree), "{d:?}");
+}

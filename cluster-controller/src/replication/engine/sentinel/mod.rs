@@ -252,20 +252,202 @@ pub async fn configure(
     ok(&client.command(on, &cmd, timeout).await?, "SENTINEL SET")
 }
 
-/// `SENTINEL FAILOVER <name>` on the Sentinel at `on`: a failover without agreement, for a
-/// planned switchover.
-pub async fn failover(
+/// How long the old primary may pause writes while `to` catches up (Valkey's `FAILOVER TO`).
+const HANDOVER: Duration = Duration::from_secs(5);
+/// How long the Sentinel has to see the other replicas' priority 0 (it reads INFO every 10 s).
+const PRIORITY_SEEN: Duration = Duration::from_secs(15);
+/// How long each step of the switchover may take (the handover, Sentinel's election).
+const ELECTION: Duration = Duration::from_secs(10);
+
+/// A planned switchover handed to Sentinel.
+pub struct Switchover<'a> {
+    pub sentinel: SocketAddr,
+    pub master_name: &'a str,
+    pub from: SocketAddr,
+    pub to: SocketAddr,
+    pub others: &'a [SocketAddr],
+}
+
+/// A planned switchover with Sentinel that loses no write a replica confirmed. `SENTINEL
+/// FAILOVER` of a live primary does not stop it: until Sentinel moves every replica, a replica
+/// still following it confirms writes the new primary never gets (the e2e test lost half of a
+/// writer's confirmed writes that way, and pausing the old primary's writes only moved the loss
+/// to when the pause ended). So the handover is Valkey's own `FAILOVER TO` (writes paused until
+/// `to` has every one, then the old primary a replica of `to`: it never takes another write),
+/// and then `SENTINEL FAILOVER`, with the other replicas' `replica-priority` 0 meanwhile, so that
+/// Sentinel elects `to` (already the primary) and tells its clients (`+switch-master`). Until
+/// then Sentinel still names the old primary, which refuses writes (a client retries). The
+/// priorities come back once Sentinel names `to` (or after [`ELECTION`]).
+pub async fn switchover(
     client: &impl ValkeyClient,
-    on: SocketAddr,
-    master_name: &str,
+    s: &Switchover<'_>,
     timeout: Duration,
 ) -> Result<Outcome, EngineError> {
+    let mut priorities = Vec::new();
+    for other in s.others {
+        let before = config_get(client, *other, "replica-priority", timeout).await?;
+        priorities.push((*other, before));
+        if let Err(e) = config_set(client, *other, "replica-priority", "0", timeout).await {
+            restore(client, &priorities, timeout).await;
+            return Err(e);
+        }
+    }
+    // Sentinel reads a replica's priority from its INFO, every 10 s: elected on an older reading,
+    // another replica than `to` would win.
+    let deadline = tokio::time::Instant::now() + PRIORITY_SEEN;
+    while !priorities_seen(client, s, timeout).await {
+        if tokio::time::Instant::now() >= deadline {
+            restore(client, &priorities, timeout).await;
+            return Err(EngineError::UnexpectedReply {
+                command: "SENTINEL REPLICAS (waiting for the priorities)".to_owned(),
+                reply: "the Sentinel still sees another replica electable".to_owned(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let result = handover(client, s, timeout).await;
+    if result.is_ok() {
+        let deadline = tokio::time::Instant::now() + ELECTION;
+        while tokio::time::Instant::now() < deadline
+            && read(client, s.sentinel, s.master_name, timeout)
+                .await
+                .ok()
+                .and_then(|state| state.master)
+                .is_none_or(|m| m.primary != s.to)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    restore(client, &priorities, timeout).await;
+    result
+}
+
+/// Whether the Sentinel that will carry out the failover sees priority 0 on every other replica.
+async fn priorities_seen(
+    client: &impl ValkeyClient,
+    s: &Switchover<'_>,
+    timeout: Duration,
+) -> bool {
     let mut cmd = redis::cmd("SENTINEL");
-    cmd.arg("FAILOVER").arg(master_name);
+    cmd.arg("REPLICAS").arg(s.master_name);
+    let Ok(reply) = client.command(s.sentinel, &cmd, timeout).await else {
+        return false;
+    };
+    let seen: Vec<(SocketAddr, String)> = value::list(&reply)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|item| {
+            let fields: BTreeMap<String, String> = value::pairs(item)?
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, value::text(v)?)))
+                .collect();
+            let ip: IpAddr = fields.get("ip")?.parse().ok()?;
+            let port: u16 = fields.get("port")?.parse().ok()?;
+            Some((
+                SocketAddr::new(ip, port),
+                fields.get("slave-priority")?.clone(),
+            ))
+        })
+        .collect();
+    s.others
+        .iter()
+        .all(|o| seen.iter().any(|(a, p)| a == o && p == "0"))
+}
+
+/// `FAILOVER TO` on the old primary, then, once `to` serves as primary, `SENTINEL FAILOVER`.
+async fn handover(
+    client: &impl ValkeyClient,
+    s: &Switchover<'_>,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    let mut failover = redis::cmd("FAILOVER");
+    failover
+        .arg("TO")
+        .arg(s.to.ip().to_string())
+        .arg(s.to.port())
+        .arg("TIMEOUT")
+        .arg(HANDOVER.as_millis().to_string());
     ok(
-        &client.command(on, &cmd, timeout).await?,
+        &client.command(s.from, &failover, timeout).await?,
+        "FAILOVER TO",
+    )?;
+    let deadline = tokio::time::Instant::now() + ELECTION;
+    while !serves_as_primary(client, s.to, timeout).await {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(EngineError::UnexpectedReply {
+                command: "FAILOVER TO (waiting for the new primary)".to_owned(),
+                reply: "it does not serve as primary".to_owned(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut cmd = redis::cmd("SENTINEL");
+    cmd.arg("FAILOVER").arg(s.master_name);
+    ok(
+        &client.command(s.sentinel, &cmd, timeout).await?,
         "SENTINEL FAILOVER",
     )
+}
+
+/// The replicas' priorities put back, each tried again while it refuses (a replica loading a
+/// full sync refuses CONFIG): left at 0, a replica could never be elected again.
+async fn restore(
+    client: &impl ValkeyClient,
+    priorities: &[(SocketAddr, String)],
+    timeout: Duration,
+) {
+    for (other, before) in priorities {
+        let deadline = tokio::time::Instant::now() + ELECTION;
+        while config_set(client, *other, "replica-priority", before, timeout)
+            .await
+            .is_err()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Whether the server at `at` says `role:master`.
+async fn serves_as_primary(client: &impl ValkeyClient, at: SocketAddr, timeout: Duration) -> bool {
+    let mut info = redis::cmd("INFO");
+    info.arg("replication");
+    client
+        .command(at, &info, timeout)
+        .await
+        .ok()
+        .as_ref()
+        .and_then(value::text)
+        .is_some_and(|t| t.lines().any(|l| l.trim() == "role:master"))
+}
+
+async fn config_get(
+    client: &impl ValkeyClient,
+    at: SocketAddr,
+    key: &str,
+    timeout: Duration,
+) -> Result<String, EngineError> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg(key);
+    let reply = client.command(at, &cmd, timeout).await?;
+    value::list(&reply)
+        .and_then(|l| value::text(l.get(1)?))
+        .ok_or_else(|| EngineError::UnexpectedReply {
+            command: format!("CONFIG GET {key}"),
+            reply: value::describe(&reply),
+        })
+}
+
+async fn config_set(
+    client: &impl ValkeyClient,
+    at: SocketAddr,
+    key: &str,
+    to: &str,
+    timeout: Duration,
+) -> Result<Outcome, EngineError> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("SET").arg(key).arg(to);
+    ok(&client.command(at, &cmd, timeout).await?, "CONFIG SET")
 }
 
 /// `SENTINEL RESET <name>` on the Sentinel at `on`: it forgets the replicas and Sentinels it
