@@ -16,6 +16,15 @@ pub struct Target {
     pub address: SocketAddr,
 }
 
+/// A planned switchover handed to Sentinel: from the primary `from` to `to`; the `others` are
+/// the other replicas, kept from being elected meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handover {
+    pub from: Target,
+    pub to: Target,
+    pub others: Vec<Target>,
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.member, self.address)
@@ -52,9 +61,7 @@ pub enum Action {
     SentinelFailover {
         on: Target,
         master_name: String,
-        from: Target,
-        to: Target,
-        others: Vec<Target>,
+        handover: Box<Handover>,
     },
     /// `SENTINEL RESET` on the Sentinel `on`: it forgets the replicas and Sentinels it knows of
     /// the master name and learns the live ones again.
@@ -72,7 +79,8 @@ impl Action {
             Action::Promote { on } | Action::Follow { on, .. } | Action::Admit { on, .. } => {
                 &on.member
             }
-            Action::Switchover { to, .. } | Action::SentinelFailover { to, .. } => &to.member,
+            Action::Switchover { to, .. } => &to.member,
+            Action::SentinelFailover { handover, .. } => &handover.to.member,
             Action::SentinelWatch { on, .. } | Action::SentinelReset { on, .. } => &on.member,
             Action::AllowRestart { member } | Action::DeleteMember { member } => member,
         }
@@ -124,12 +132,11 @@ impl fmt::Display for Action {
             Action::SentinelFailover {
                 on,
                 master_name,
-                from,
-                to,
-                ..
+                handover,
             } => write!(
                 f,
-                "SENTINEL FAILOVER {master_name} on {on} (from {from}, toward {to})"
+                "SENTINEL FAILOVER {master_name} on {on} (from {}, toward {})",
+                handover.from, handover.to
             ),
             Action::SentinelReset { on, master_name } => {
                 write!(f, "SENTINEL RESET {master_name} on {on}")

@@ -66,16 +66,14 @@ pub async fn execute(
         Action::SentinelFailover {
             on,
             master_name,
-            from,
-            to,
-            others,
+            handover,
         } => {
-            let others: Vec<SocketAddr> = others.iter().map(|o| o.address).collect();
+            let others: Vec<SocketAddr> = handover.others.iter().map(|o| o.address).collect();
             let switch = super::sentinel::Switchover {
                 sentinel: on.address,
                 master_name,
-                from: from.address,
-                to: to.address,
+                from: handover.from.address,
+                to: handover.to.address,
                 others: &others,
             };
             super::sentinel::switchover(client, &switch, timeout).await

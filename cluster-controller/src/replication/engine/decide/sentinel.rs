@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use super::super::decision::{Action, Decision, Reason, Target};
+use super::super::decision::{Action, Decision, Handover, Reason, Target};
 use super::super::sentinel::Watch;
 use super::{Live, View, attach, changes, primary};
 
@@ -334,9 +334,11 @@ fn handed_to_sentinel(view: &View, watch: &Watch, decision: Decision) -> Decisio
         Action::SentinelFailover {
             on,
             master_name: watch.master_name.clone(),
-            from: from.clone(),
-            to: to.clone(),
-            others,
+            handover: Box::new(Handover {
+                from: from.clone(),
+                to: to.clone(),
+                others,
+            }),
         },
         *reason,
         format!(

@@ -259,12 +259,16 @@ fn a_planned_switchover_is_a_sentinel_failover() {
     match d.action() {
         Some(Action::SentinelFailover {
             master_name,
-            from,
-            to,
+            handover,
             ..
         }) => {
             assert_eq!(master_name, "orders");
-            assert_eq!((from.member.as_str(), to.member.as_str()), ("r-0", "r-2"));
+            assert_eq!(
+                (handover.from.member.as_str(), handover.to.member.as_str()),
+                ("r-0", "r-2")
+            );
+            let others: Vec<&str> = handover.others.iter().map(|o| o.member.as_str()).collect();
+            assert_eq!(others, ["r-1"]);
         }
         other => panic!("expected SENTINEL FAILOVER, got {other:?} ({d:?})"),
     }
