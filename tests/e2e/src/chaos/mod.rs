@@ -472,19 +472,32 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     })
 }
 
-/// The operator's `SpreadingPrimaries` Events in the test namespace so far (0 when they cannot
-/// be read: the figure is informative, not a verdict).
+/// The operator's `SpreadingPrimaries` moves in the test namespace so far, by their Events: a
+/// repeated Event is one series, counted by its `series.count` (0 when they cannot be read: the
+/// figure is informative, not a verdict).
 async fn spreads(c: &Fixture) -> usize {
-    c.ns()
-        .events()
-        .await
-        .map(|events| {
-            events
-                .lines()
-                .filter(|l| l.starts_with("Normal SpreadingPrimaries"))
-                .count()
+    let listed = c
+        .ns()
+        .kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-o",
+            "jsonpath={range .items[*]}{.reason} {.series.count}{\"\\n\"}{end}",
+        ])
+        .await;
+    listed.map_or(0, |events| spread_count(&events))
+}
+
+/// `reason [series count]` lines → the `SpreadingPrimaries` occurrences.
+fn spread_count(events: &str) -> usize {
+    events
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("SpreadingPrimaries"))
+                .then(|| words.next().and_then(|n| n.parse().ok()).unwrap_or(1))
         })
-        .unwrap_or(0)
+        .sum()
 }
 
 /// Seconds from `from` to `to`, negative when `to` came first.
@@ -1133,6 +1146,13 @@ pub fn matches_filter(name: &str, filter: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spreads_count_each_event_and_each_repeat_of_a_series() {
+        let events = "Forming \nSpreadingPrimaries \nSpreadingPrimaries 3\nClusterReady \n";
+        assert_eq!(spread_count(events), 4);
+        assert_eq!(spread_count(""), 0);
+    }
 
     #[test]
     fn a_filter_keeps_names_containing_any_of_its_parts() {
