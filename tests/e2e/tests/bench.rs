@@ -278,7 +278,9 @@ async fn bench_failover() -> Result<()> {
              writes; pauses: how many gaps of 0.1 s or more from the fault on, and each one's \
              length (– where not counted yet). Planned failovers: the operator's \
              `SpreadingPrimaries` moves in the same time, each a pause of its own (of about \
-             50 ms here, too short to tell from the writer's own stalls). Ready after: from the \
+             50 ms here, too short to tell from the writer's own stalls); the operator holds \
+             them until the cluster has been steady for `--spread-after-steady-seconds` (300 s \
+             by default), past the end of a run. Ready after: from the \
              fault's end to the cluster Ready with every shard's replica back. Command: \
              `{filtered}CHAOS_SEED={seed} cargo test --workspace --test bench -- --ignored \
              --nocapture bench_failover`{others}; raw figures: \
