@@ -32,6 +32,13 @@ struct Cli {
     #[arg(long, default_value_t = 120)]
     password_rotation_grace_seconds: u64,
 
+    /// Seconds a ValkeyCluster must have been steady (whole, every slot served, nothing else to
+    /// do) before a planned failover spreads primaries that share a Kubernetes node or zone.
+    /// Each such failover pauses writes; right after a failover Valkey made, clients have just
+    /// paid one, and the cluster is Ready meanwhile. 0 spreads at once.
+    #[arg(long, default_value_t = 300)]
+    spread_after_steady_seconds: u64,
+
     /// The kinds to reconcile, comma-separated; a kind left out is not even watched. The
     /// default is what releases without the flag were granted (ValkeyClusters only); the chart
     /// passes the kinds its values enable.
@@ -60,6 +67,7 @@ async fn main() -> std::process::ExitCode {
         password_rotation_grace: std::time::Duration::from_secs(
             cli.password_rotation_grace_seconds,
         ),
+        spread_after: std::time::Duration::from_secs(cli.spread_after_steady_seconds),
         // Set by the chart (Downward API): where the controllers' pods run.
         operator_namespace: std::env::var("POD_NAMESPACE")
             .ok()

@@ -162,6 +162,7 @@ fn steady(shards: u32, members: usize) -> Health {
         slots_to_move: Some(0),
         members_to_restart: 0,
         shards_wanted: shards,
+        spread_held: None,
     }
 }
 

@@ -88,6 +88,8 @@ pub async fn pass(
         restoring_at_other_count,
     } = prepared;
     topology.held_keys = memory.held_keys();
+    topology.steady_for = memory.steady_for();
+    topology.spread_after = ctx.settings.spread_after;
     topology.slot_moves_held = ctx
         .backups
         .as_ref()
@@ -232,6 +234,8 @@ async fn protect(
     existing: &[Arc<ValkeyNode>],
 ) -> Result<Requeue, Error> {
     stop.announce(&ctx.metrics, super::CONTROLLER);
+    // Not in step with the spec: not steady either, whatever the safety rules find.
+    memory.note_steady(false);
     let members = observe::engine_members(existing, cluster);
     let pass = match memory.last_login(cluster.spec.tls.enabled) {
         Some((credentials, trust)) => {

@@ -40,10 +40,18 @@ pub fn compute(
         } => (
             ClusterState::Ready,
             Reason::ClusterHealthy.status(),
-            format!(
-                "{} shards serve all {} slots; {} of {} replicas in sync.",
-                h.shards, h.slots_assigned, h.replicas_in_sync, h.replicas_wanted
-            ),
+            {
+                let serving = format!(
+                    "{} shards serve all {} slots; {} of {} replicas in sync.",
+                    h.shards, h.slots_assigned, h.replicas_in_sync, h.replicas_wanted
+                );
+                // A planned failover that waits for the cluster to stay steady: no countdown,
+                // so the status is not written again on every pass.
+                match &h.spread_held {
+                    Some(held) => format!("{serving} {held}."),
+                    None => serving,
+                }
+            },
             true,
             false,
             false,
@@ -264,6 +272,41 @@ mod tests {
             .as_deref()
             .and_then(|c| plumbing::conditions::find_condition(c, t))
             .unwrap_or_else(|| panic!("no {t}"))
+    }
+
+    /// While a planned failover waits for the cluster to stay steady, the cluster is Ready and
+    /// the status says what will move.
+    #[test]
+    fn a_held_spread_is_ready_and_says_what_will_move() {
+        let d = Decision::Steady(Health {
+            spread_held: Some(
+                "c-0-0 shares node a with another primary; its replica c-0-1 on node b takes \
+                 over with a planned failover once the cluster has been steady for 5m"
+                    .into(),
+            ),
+            ..health()
+        });
+        let s = compute(
+            None,
+            Some(1),
+            &Outcome::Decided {
+                decision: &d,
+                health: None,
+            },
+            None,
+            &at(1),
+        );
+        assert_eq!(
+            (s.state, s.reason.as_deref()),
+            (Some(ClusterState::Ready), Some("ClusterHealthy"))
+        );
+        assert_eq!(condition(&s, READY).status, "True");
+        let message = s.message.as_deref().unwrap_or_default();
+        assert!(message.starts_with("3 shards serve all"), "{message}");
+        assert!(
+            message.ends_with("once the cluster has been steady for 5m."),
+            "{message}"
+        );
     }
 
     #[test]

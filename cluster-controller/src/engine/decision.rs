@@ -329,6 +329,9 @@ pub struct Health {
     pub members_to_restart: usize,
     /// Shards the spec wants.
     pub shards_wanted: u32,
+    /// A planned failover that would spread the primaries apart, held until the cluster has
+    /// been steady for long enough (see [`super::Desired::spread_after`]): what it will do.
+    pub spread_held: Option<String>,
 }
 
 /// The outcome of [`super::decide`].

@@ -1,6 +1,7 @@
 //! The members as the Kubernetes side sees them (one ValkeyNode each) and what the spec wants.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slots::SlotSet;
@@ -102,6 +103,13 @@ pub struct Desired {
     /// Why no slot move may start now, when one may not: a backup of the cluster is being
     /// captured (its name). Moves already under way go on.
     pub slot_moves_held: Option<String>,
+    /// How long the cluster has been steady (whole, every slot served, nothing to do) as the
+    /// Kubernetes side saw it in its earlier passes; zero when its last pass was not.
+    pub steady_for: Duration,
+    /// How long the cluster must have been steady before a planned failover spreads its
+    /// primaries apart: each costs clients a write pause, and right after a failover Valkey
+    /// made they have just paid one; a cluster still settling may move again anyway.
+    pub spread_after: Duration,
 }
 
 /// What the user allows when data is lost (`spec.onSlotsLost`, `spec.acceptLostSlots`). The
@@ -171,6 +179,8 @@ impl Desired {
             },
             restore: None,
             slot_moves_held: None,
+            steady_for: Duration::ZERO,
+            spread_after: Duration::ZERO,
         }
     }
 

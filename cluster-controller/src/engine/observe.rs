@@ -74,6 +74,12 @@ impl NodeState {
         })
     }
 
+    /// The same state, with `keys` keys (DBSIZE).
+    pub fn with_keys(mut self, keys: u64) -> Self {
+        self.keys = keys;
+        self
+    }
+
     /// The same state, with what `CONFIG GET` said of its failover settings.
     pub fn with_settings(mut self, settings: Result<FailoverSettings, String>) -> Self {
         self.settings = settings;

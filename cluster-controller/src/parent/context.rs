@@ -23,6 +23,9 @@ pub struct Settings {
     /// The namespace the controllers' pods run in (`$POD_NAMESPACE`), whose operator pods the
     /// clusters' NetworkPolicies let in; none when the controller runs outside the cluster.
     pub operator_namespace: Option<String>,
+    /// How long a cluster must have been steady before a planned failover spreads its primaries
+    /// apart (the engine's `Desired::spread_after`).
+    pub spread_after: Duration,
 }
 
 impl Default for Settings {
@@ -30,6 +33,7 @@ impl Default for Settings {
         Self {
             password_rotation_grace: Duration::from_secs(120),
             operator_namespace: None,
+            spread_after: Duration::from_secs(300),
         }
     }
 }
@@ -64,8 +68,9 @@ pub struct ParentMemory {
     /// Whether the cluster held keys when a pass looked (sticky): what tells a primary that lost
     /// its data from one that came up new (see the engine's `Desired::held_keys`).
     held_keys: std::sync::atomic::AtomicBool,
-    /// Whether the last pass found the cluster steady with nothing to do.
-    steady: std::sync::atomic::AtomicBool,
+    /// Since when the passes found the cluster steady with nothing to do (since the first of
+    /// them); none when the last did not.
+    steady_since: Mutex<Option<std::time::Instant>>,
     /// A restore's plan (`spec.restoreFrom`), once read from the backup and its store: not read
     /// again each pass.
     restore_plan: Mutex<Option<Arc<Vec<crate::parent::restore::ShardRestore>>>>,
@@ -76,9 +81,23 @@ pub struct ParentMemory {
 impl ParentMemory {
     /// Records whether this pass found the cluster steady; true when the one before did too.
     pub fn note_steady(&self, steady: bool) -> bool {
-        self.steady
-            .swap(steady, std::sync::atomic::Ordering::Relaxed)
-            && steady
+        let mut since = self.steady_since.lock().unwrap_or_else(|e| e.into_inner());
+        let before = since.is_some();
+        if !steady {
+            *since = None;
+        } else if !before {
+            *since = Some(std::time::Instant::now());
+        }
+        before && steady
+    }
+
+    /// How long the passes have found the cluster steady, from the first of them; zero when the
+    /// last did not. Forgotten with the controller: a new one waits the whole time again.
+    pub fn steady_for(&self) -> Duration {
+        self.steady_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_or(Duration::ZERO, |since| since.elapsed())
     }
 
     /// The restore's plan, if read.
@@ -297,4 +316,26 @@ pub fn engine_fingerprint(credentials: &Credentials, trust: Option<&Trust>) -> S
         fingerprint.push_str(&auth::fingerprint(&String::from_utf8_lossy(trust.pem())));
     }
     fingerprint
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hold before a spreading failover counts from the first of the steady passes in a
+    /// row, and starts again after any pass that was not.
+    #[test]
+    fn steadiness_counts_from_the_first_steady_pass_in_a_row() {
+        let memory = ParentMemory::default();
+        assert_eq!(memory.steady_for(), Duration::ZERO);
+        assert!(!memory.note_steady(true), "the first steady pass");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(memory.note_steady(true), "still steady");
+        let first = memory.steady_for();
+        assert!(first >= Duration::from_millis(20), "{first:?}");
+        assert!(!memory.note_steady(false));
+        assert_eq!(memory.steady_for(), Duration::ZERO);
+        assert!(!memory.note_steady(true));
+        assert!(memory.steady_for() < first, "starts again");
+    }
 }

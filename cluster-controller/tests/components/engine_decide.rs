@@ -1,6 +1,8 @@
 //! The pure decision, from observations built out of the captured replies in `fixtures/`
 //! (see `common/world.rs` for how the members' views are made from one capture).
 
+use std::time::Duration;
+
 use crate::common;
 
 use cluster_controller::engine::{
@@ -891,4 +893,68 @@ fn primaries_that_cannot_be_spread_further_are_left_alone() {
     // Without places nothing can be judged.
     let world = World::new("v9", &v9_primary(), v9_members(), &["127.0.0.67"]);
     assert!(matches!(world.decide(THREE_BY_ONE), Decision::Steady(_)));
+}
+
+/// A planned failover costs clients a write pause. Right after a failover Valkey made (a
+/// primary's pod deleted, its replica promoted where another primary runs), the cluster is whole
+/// again and the spread rule had its say at once, so clients paid a second pause before the
+/// cluster even said Ready. The move waits until the cluster has been steady for the hold, and
+/// the cluster reports Ready meanwhile, saying what will move.
+#[test]
+fn spreading_waits_until_the_cluster_has_been_steady_for_the_hold() {
+    let world = placed_on(["a", "b", "a", "d", "c", "a"]);
+    let hold = Duration::from_secs(300);
+    let after = |steady_for: Duration| Desired {
+        held_keys: true,
+        steady_for,
+        spread_after: hold,
+        ..THREE_BY_ONE
+    };
+    for steady_for in [Duration::ZERO, Duration::from_secs(299)] {
+        match world.decide(after(steady_for)) {
+            Decision::Steady(health) => {
+                let held = health.spread_held.expect("the held move is reported");
+                assert!(held.contains("planned failover"), "{held}");
+                assert!(held.contains("5m"), "says how long it waits: {held}");
+            }
+            other => panic!("steady for {steady_for:?}: {other}"),
+        }
+    }
+    match world.decide(after(hold)) {
+        Decision::Act {
+            action: Action::Failover { .. },
+            reason: Reason::SpreadingPrimaries,
+            ..
+        } => {}
+        other => panic!("steady for the hold: {other}"),
+    }
+    // No hold: the move is the next step at once, as before.
+    let no_hold = Desired {
+        spread_after: Duration::ZERO,
+        ..after(Duration::ZERO)
+    };
+    assert_eq!(world.decide(no_hold).reason(), Reason::SpreadingPrimaries);
+    // Keys held now, though no earlier pass saw any: held.
+    let unseen = Desired {
+        held_keys: false,
+        ..after(Duration::ZERO)
+    };
+    assert_eq!(
+        world.decide(unseen.clone()).reason(),
+        Reason::ClusterHealthy
+    );
+    // A cluster that never held a key (just formed) pauses no one's writes: at once.
+    let mut empty = placed_on(["a", "b", "a", "d", "c", "a"]);
+    for reach in empty.observed.members.values_mut() {
+        if let Reach::Up(state) = reach {
+            **state = (**state).clone().with_keys(0);
+        }
+    }
+    assert_eq!(empty.decide(unseen).reason(), Reason::SpreadingPrimaries);
+    // Primaries already apart: nothing is held.
+    let apart = placed_on(["a", "b", "c", "d", "d", "a"]);
+    match apart.decide(after(Duration::ZERO)) {
+        Decision::Steady(health) => assert_eq!(health.spread_held, None),
+        other => panic!("{other}"),
+    }
 }

@@ -486,7 +486,7 @@ impl ServiceWriter {
                     Some(replicated) => {
                         let now = Instant::now();
                         let mut acks = a.lock().await;
-                        acks.longest_gap = acks.longest_gap.max(now - last_ack);
+                        acks.note_gap(now - last_ack);
                         last_ack = now;
                         if replicated {
                             acks.replicated.insert(key.clone(), value.clone());
@@ -503,7 +503,7 @@ impl ServiceWriter {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let mut acks = a.lock().await;
-            acks.longest_gap = acks.longest_gap.max(last_ack.elapsed());
+            acks.note_gap(last_ack.elapsed());
         });
         Self { stop, acks, task }
     }

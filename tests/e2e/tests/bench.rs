@@ -142,13 +142,25 @@ async fn bench_resharding() -> Result<()> {
 }
 
 /// One failover measurement, as `bench/results/failover.json` holds it.
-#[derive(serde::Serialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct FailoverFigures {
-    valkey: &'static str,
-    fault: &'static str,
+    valkey: String,
+    fault: String,
     seed: u64,
     /// The longest time between two acknowledged writes of the writer.
     longest_gap_s: f64,
+    /// Gaps between two acknowledged writes of at least 0.1 s (`e2e::chaos::writer::PAUSE`)
+    /// from the fault on: how many times the writer's writes stopped. Absent from figures
+    /// measured before it was counted.
+    #[serde(default)]
+    pauses: Option<u32>,
+    /// Each pause's length, in order.
+    #[serde(default)]
+    pauses_s: Vec<f64>,
+    /// Planned failovers the operator made to spread primaries apart during the run (its
+    /// `SpreadingPrimaries` Events); absent from figures measured before it was counted.
+    #[serde(default)]
+    spread_failovers: Option<usize>,
     /// From the fault's end to the cluster Ready with every shard's replica back.
     ready_after_s: f64,
     plain_acked: usize,
@@ -158,18 +170,37 @@ struct FailoverFigures {
     check_ok: bool,
 }
 
+/// The pauses column: how many, and each one's length (`2: 1.89 s, 0.08 s`).
+fn pauses(f: &FailoverFigures) -> String {
+    match f.pauses {
+        None => "–".to_owned(),
+        Some(0) => "0".to_owned(),
+        Some(n) => {
+            let each: Vec<String> = f.pauses_s.iter().map(|s| format!("{s:.2} s")).collect();
+            format!("{n}: {}", each.join(", "))
+        }
+    }
+}
+
 /// Failover with a writer running (the chaos harness's: a cluster client writing, plain and
 /// `WAIT 1`-acknowledged) on a 3×1 cluster with Valkey's default `cluster-node-timeout` (15 s):
 /// a primary's pod deleted, its process killed (the kubelet restarts it in place, with its
 /// data), and the primary cut off from every other pod and the host for 30 s. Figures: the
 /// longest write gap, and the time from the fault's end to Ready. `CHAOS_SEED` picks the moment
 /// each fault strikes. Writes `bench/results/failover.json` and its section of
-/// `docs/benchmarks.md`.
+/// `docs/benchmarks.md`. `BENCH_FAILOVER_FILTER` (e.g. `9.1 primary pod deleted`) runs only the
+/// cases whose `<valkey> <fault>` contains it; the others keep their figures from the last run.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
 async fn bench_failover() -> Result<()> {
     use e2e::chaos::{self, Fault, Kind, Operation, Scenario};
     let seed = chaos::seed_from_env();
+    let filter = std::env::var("BENCH_FAILOVER_FILTER").unwrap_or_default();
+    let results = e2e::repo_root().join("bench/results/failover.json");
+    let earlier: Vec<FailoverFigures> = std::fs::read_to_string(&results)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
     let faults = [
         ("primary pod deleted", Fault::DeletePrimaryPod),
         ("primary process killed", Fault::RestartPrimaryInPlace),
@@ -180,8 +211,22 @@ async fn bench_failover() -> Result<()> {
     ];
     let mut figures = Vec::new();
     let mut failures = Vec::new();
+    let mut run = 0u64;
     for valkey in ["9.1", "8.0"] {
         for (i, (what, fault)) in faults.iter().enumerate() {
+            // Each case keeps its seed (the base seed plus its place) whichever cases run.
+            let run_seed = seed.wrapping_add(run);
+            run += 1;
+            if !format!("{valkey} {what}").contains(filter.as_str()) {
+                // Not run this time: as the last run measured it.
+                figures.extend(
+                    earlier
+                        .iter()
+                        .find(|f| f.valkey == valkey && f.fault == *what)
+                        .cloned(),
+                );
+                continue;
+            }
             let on_9 = Scenario {
                 name: format!("failover-{i}"),
                 kind: Kind::Cluster,
@@ -196,16 +241,24 @@ async fn bench_failover() -> Result<()> {
             } else {
                 on_9
             };
-            let run_seed = seed.wrapping_add(figures.len() as u64);
             let report = chaos::run(&scenario, run_seed).await?;
+            let pauses = report.pauses();
+            eprintln!(
+                "{valkey} {what}: gaps between acknowledged writes (s after the fault, length): \
+                 {:?}",
+                report.gaps
+            );
             if let Some(failure) = &report.failure {
                 failures.push(format!("{valkey}, {what}: {failure}"));
             }
             figures.push(FailoverFigures {
-                valkey,
-                fault: what,
+                valkey: valkey.to_owned(),
+                fault: (*what).to_owned(),
                 seed: run_seed,
                 longest_gap_s: report.longest_gap.as_secs_f64(),
+                pauses: Some(u32::try_from(pauses.len()).unwrap_or(u32::MAX)),
+                pauses_s: pauses.iter().map(Duration::as_secs_f64).collect(),
+                spread_failovers: Some(report.spread_failovers),
                 ready_after_s: report.ready_after.as_secs_f64(),
                 plain_acked: report.plain_acked,
                 plain_lost: report.plain_lost,
@@ -220,22 +273,42 @@ async fn bench_failover() -> Result<()> {
         String::new(),
         format!(
             "A 3×1 cluster, Valkey's default `cluster-node-timeout` (15 s), a cluster client \
-             writing throughout (plain and `WAIT 1`-acknowledged). Longest gap: the longest time \
-             between two acknowledged writes. Ready after: from the fault's end to the cluster \
-             Ready with every shard's replica back. Command: `CHAOS_SEED={seed} cargo test \
-             --workspace --test bench -- --ignored --nocapture bench_failover`; raw figures: \
-             [bench/results/failover.json](../bench/results/failover.json)."
+             writing throughout (plain and `WAIT 1`-acknowledged), from before the fault until \
+             50 writes after Ready. Longest gap: the longest time between two acknowledged \
+             writes; pauses: how many gaps of 0.1 s or more from the fault on, and each one's \
+             length (– where not counted yet). Planned failovers: the operator's \
+             `SpreadingPrimaries` moves in the same time, each a pause of its own (of about \
+             50 ms here, too short to tell from the writer's own stalls); the operator holds \
+             them until the cluster has been steady for `--spread-after-steady-seconds` (300 s \
+             by default), past the end of a run. Ready after: from the \
+             fault's end to the cluster Ready with every shard's replica back. Command: \
+             `{filtered}CHAOS_SEED={seed} cargo test --workspace --test bench -- --ignored \
+             --nocapture bench_failover`{others}; raw figures: \
+             [bench/results/failover.json](../bench/results/failover.json).",
+            filtered = if filter.is_empty() {
+                String::new()
+            } else {
+                format!("BENCH_FAILOVER_FILTER='{filter}' ")
+            },
+            others = if filter.is_empty() {
+                ""
+            } else {
+                " (the cases the filter leaves out are as an earlier run measured them)"
+            },
         ),
         String::new(),
-        "| Valkey | fault | longest write gap (s) | Ready after (s) | plain acked / lost | WAIT acked / lost | cluster check |".to_owned(),
-        "| --- | --- | ---: | ---: | ---: | ---: | --- |".to_owned(),
+        "| Valkey | fault | longest write gap (s) | pauses | planned failovers | Ready after (s) | plain acked / lost | WAIT acked / lost | cluster check |".to_owned(),
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |".to_owned(),
     ];
     body.extend(figures.iter().map(|f| {
         format!(
-            "| {} | {} | {:.1} | {:.1} | {} / {} | {} / {} | {} |",
+            "| {} | {} | {:.1} | {} | {} | {:.1} | {} / {} | {} / {} | {} |",
             f.valkey,
             f.fault,
             f.longest_gap_s,
+            pauses(f),
+            f.spread_failovers
+                .map_or_else(|| "–".to_owned(), |n| n.to_string()),
             f.ready_after_s,
             f.plain_acked,
             f.plain_lost,

@@ -97,5 +97,6 @@ pub(super) fn health(t: &Topology) -> Health {
             .filter(|m| m.is_outdated())
             .count(),
         shards_wanted: t.desired.shards,
+        spread_held: None,
     }
 }

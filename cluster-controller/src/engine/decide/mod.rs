@@ -26,7 +26,9 @@
 //! 11. leaving members hand over, are forgotten, and deleted;
 //! 12. the cluster is whole (replicas in sync, `cluster_state:ok`, everyone connected);
 //! 13. outdated members restart one at a time;
-//! 14. primaries that share a node or a zone are spread again, one planned failover at a time;
+//! 14. primaries that share a node or a zone are spread again, one planned failover at a time,
+//!     each once the cluster has been steady for a while (`Desired::spread_after`; steady and
+//!     Ready until then);
 //! 15. otherwise the cluster is steady.
 
 mod emptied;

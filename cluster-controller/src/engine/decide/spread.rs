@@ -4,11 +4,19 @@
 //! planned failover to an in-sync replica makes the arrangement strictly better, that failover
 //! is the next step: one at a time, each only once the cluster is whole again, and never one that
 //! makes anything worse, so it cannot go back and forth.
+//!
+//! A planned failover costs clients a write pause, and the usual cause of crowded primaries is a
+//! failover that just cost them one: once the cluster holds data, the move waits until the
+//! cluster has been steady for [`crate::engine::Desired::spread_after`]. Meanwhile the cluster is
+//! steady (Ready), and its health says what will move and when ([`Health::spread_held`]). A
+//! cluster that never held a key (one just formed) costs no one a pause, and spreads at once.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use crate::engine::decision::{Action, Decision, Reason};
+use crate::engine::decision::{Action, Decision, Health, Reason};
 
+use super::health;
 use super::topology::{Live, Topology};
 
 /// Where a primary's pod runs.
@@ -50,8 +58,37 @@ fn crowding(places: &[Place<'_>]) -> Crowding {
 }
 
 /// The planned failover that spreads the primaries most, if one makes them strictly less
-/// crowded. Called only when the cluster is whole, every slot served and nothing else to do.
+/// crowded; until the cluster has been steady for the hold, the steady report that says it
+/// waits. Called only when the cluster is whole, every slot served and nothing else to do.
 pub(super) fn spread_primaries(t: &Topology) -> Option<Decision> {
+    let (action, message) = best_move(t)?;
+    let hold = t.desired.spread_after;
+    // A cluster that never held a key (a new one) pauses no one's writes: spread at once.
+    let holds_data = t.desired.held_keys || t.live.iter().any(|l| l.state.keys() > 0);
+    if holds_data && t.desired.steady_for < hold {
+        return Some(Decision::Steady(Health {
+            spread_held: Some(format!(
+                "{message} once the cluster has been steady for {}",
+                human(hold)
+            )),
+            ..health::health(t)
+        }));
+    }
+    Some(Decision::act(action, Reason::SpreadingPrimaries, message))
+}
+
+/// `5m`, `90s`, `1m30s`.
+fn human(d: Duration) -> String {
+    let (m, s) = (d.as_secs() / 60, d.as_secs() % 60);
+    match (m, s) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
+
+/// The move that spreads the primaries most, and why, if one makes them strictly less crowded.
+fn best_move(t: &Topology) -> Option<(Action, String)> {
     let primaries: Vec<&Live> = t
         .staying()
         .filter(|l| l.is_primary() && !l.slots().is_empty())
@@ -98,12 +135,11 @@ pub(super) fn spread_primaries(t: &Topology) -> Option<Decision> {
         }
         _ => format!("node {}", here.node),
     };
-    Some(Decision::act(
+    Some((
         Action::Failover {
             on_replica: replica.node_ref(),
             primary: primary.node_ref(),
         },
-        Reason::SpreadingPrimaries,
         format!(
             "{} shares {shared} with another primary; its replica {} on node {} takes over \
              with a planned failover",
@@ -123,6 +159,13 @@ mod tests {
             node,
             zone: Some(zone),
         }
+    }
+
+    #[test]
+    fn holds_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_secs(300)), "5m");
+        assert_eq!(human(Duration::from_secs(90)), "1m30s");
+        assert_eq!(human(Duration::from_secs(45)), "45s");
     }
 
     #[test]

@@ -317,6 +317,12 @@ pub struct Report {
     pub replicated_lost: usize,
     pub refused: u64,
     pub longest_gap: Duration,
+    /// Gaps between acknowledged writes of at least [`writer::NOTED_GAP`], in order: when each
+    /// ended, in seconds after the fault struck (negative before), and how long it was.
+    pub gaps: Vec<(f64, Duration)>,
+    /// Planned failovers the operator made to spread primaries apart (its `SpreadingPrimaries`
+    /// Events) from just before the fault to the end of the writes.
+    pub spread_failovers: usize,
     /// From the fault's end to a Ready cluster or replication.
     pub ready_after: Duration,
     /// The kind's consistency check passed (`valkey-cli --cluster check`; one primary and every
@@ -331,6 +337,16 @@ pub struct Report {
 impl Report {
     pub fn passed(&self) -> bool {
         self.failure.is_none()
+    }
+
+    /// The pauses writes made from the fault on (gaps of at least [`writer::PAUSE`] that ended
+    /// after it struck): their lengths, in order.
+    pub fn pauses(&self) -> Vec<Duration> {
+        self.gaps
+            .iter()
+            .filter(|(after, gap)| *after > 0.0 && *gap >= writer::PAUSE)
+            .map(|(_, gap)| *gap)
+            .collect()
     }
 
     /// The table's header.
@@ -393,6 +409,7 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
         more.push(c.start_writer(&format!("w{i}")).await?);
     }
 
+    let spreads_before = spreads(&c).await;
     let started = Instant::now();
     c.apply(&scenario.operation).await?;
     tokio::time::sleep(struck_after).await;
@@ -412,6 +429,7 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     {
         failure = Some(format!("no writes after the recovery: {e}"));
     }
+    let spread_failovers = spreads(&c).await.saturating_sub(spreads_before);
     let mut acks = writer.stop().await;
     for other in more {
         acks.merge(other.stop().await);
@@ -448,11 +466,53 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
         replicated_lost,
         refused: acks.refused,
         longest_gap: acks.longest_gap,
+        gaps: acks
+            .gaps
+            .iter()
+            .map(|(ended, gap)| (since(struck, *ended), *gap))
+            .collect(),
+        spread_failovers,
         ready_after,
         check_ok,
         plain_loss_allowed,
         failure,
     })
+}
+
+/// The operator's `SpreadingPrimaries` moves in the test namespace so far, by their Events: a
+/// repeated Event is one series, counted by its `series.count` (0 when they cannot be read: the
+/// figure is informative, not a verdict).
+async fn spreads(c: &Fixture) -> usize {
+    let listed = c
+        .ns()
+        .kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-o",
+            "jsonpath={range .items[*]}{.reason} {.series.count}{\"\\n\"}{end}",
+        ])
+        .await;
+    listed.map_or(0, |events| spread_count(&events))
+}
+
+/// `reason [series count]` lines → the `SpreadingPrimaries` occurrences.
+fn spread_count(events: &str) -> usize {
+    events
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("SpreadingPrimaries"))
+                .then(|| words.next().and_then(|n| n.parse().ok()).unwrap_or(1))
+        })
+        .sum()
+}
+
+/// Seconds from `from` to `to`, negative when `to` came first.
+fn since(from: Instant, to: Instant) -> f64 {
+    match to.checked_duration_since(from) {
+        Some(after) => after.as_secs_f64(),
+        None => -from.duration_since(to).as_secs_f64(),
+    }
 }
 
 /// The test namespace's prefix: the scenario's name as a DNS label. `replication.` is shortened:
@@ -1043,6 +1103,8 @@ fn report_or_error(scenario: &Scenario, result: Result<Report>, seed: u64) -> Re
         replicated_lost: 0,
         refused: 0,
         longest_gap: Duration::ZERO,
+        gaps: Vec::new(),
+        spread_failovers: 0,
         ready_after: Duration::ZERO,
         check_ok: false,
         plain_loss_allowed: false,
@@ -1106,6 +1168,13 @@ pub fn matches_filter(name: &str, filter: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spreads_count_each_event_and_each_repeat_of_a_series() {
+        let events = "Forming \nSpreadingPrimaries \nSpreadingPrimaries 3\nClusterReady \n";
+        assert_eq!(spread_count(events), 4);
+        assert_eq!(spread_count(""), 0);
+    }
 
     #[test]
     fn a_filter_keeps_names_containing_any_of_its_parts() {

@@ -282,6 +282,8 @@ mod tests {
             replicated_lost: 0,
             refused: 3,
             longest_gap: Duration::from_millis(15_460),
+            gaps: vec![(15.5, Duration::from_millis(15_460))],
+            spread_failovers: 0,
             ready_after: Duration::from_millis(2_060),
             check_ok: failure.is_none(),
             plain_loss_allowed: true,

@@ -21,6 +21,14 @@ use tokio::task::JoinHandle;
 
 /// How long `WAIT` may block for a replica's confirmation.
 const WAIT_MS: u64 = 500;
+/// A gap between two acknowledged writes at least this long counts as a pause clients felt:
+/// twenty times the writer's rhythm (a write every few milliseconds), above the stalls of about
+/// 50 ms an idle cluster shows now and then. A planned failover on an idle cluster with little
+/// data stops writes for about that long too (50 to 80 ms measured on localkube), so it is not
+/// counted here: the chaos report counts the operator's planned failovers by their Events.
+pub const PAUSE: Duration = Duration::from_millis(100);
+/// Gaps at least this long are kept (with when they ended), to judge [`PAUSE`] by.
+pub const NOTED_GAP: Duration = Duration::from_millis(20);
 /// Refused writes in a row after which the writer builds a new connection (its slot map may be
 /// stale beyond what redirections fix, e.g. every node it knew was replaced).
 const RECONNECT_AFTER: u32 = 20;
@@ -36,6 +44,10 @@ pub struct Acks {
     pub refused: u64,
     /// The longest time between two plain acknowledgements.
     pub longest_gap: Duration,
+    /// Every gap between two plain acknowledgements of at least [`NOTED_GAP`], with when it
+    /// ended, in order: the pauses writes made (a failover Valkey made, then a planned one the
+    /// operator made, are two).
+    pub gaps: Vec<(Instant, Duration)>,
     /// When each plain acknowledgement arrived: what was acknowledged after a fault struck is
     /// not Valkey's own asynchronous replication's to lose.
     pub acked_at: BTreeMap<String, Instant>,
@@ -49,6 +61,16 @@ impl Acks {
         self.refused += other.refused;
         self.acked_at.extend(other.acked_at);
         self.longest_gap = self.longest_gap.max(other.longest_gap);
+        self.gaps.extend(other.gaps);
+        self.gaps.sort();
+    }
+
+    /// Records the time since the previous acknowledgement (or, at the end, since the last).
+    pub fn note_gap(&mut self, gap: Duration) {
+        self.longest_gap = self.longest_gap.max(gap);
+        if gap >= NOTED_GAP {
+            self.gaps.push((Instant::now(), gap));
+        }
     }
 }
 
@@ -82,7 +104,7 @@ impl ReplicatedWriter {
                         refused_in_a_row = 0;
                         let now = Instant::now();
                         let mut acks = a.lock().await;
-                        acks.longest_gap = acks.longest_gap.max(now - last_ack);
+                        acks.note_gap(now - last_ack);
                         last_ack = now;
                         if replicated {
                             acks.replicated.insert(key.clone(), value.clone());
@@ -105,7 +127,7 @@ impl ReplicatedWriter {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let mut acks = a.lock().await;
-            acks.longest_gap = acks.longest_gap.max(last_ack.elapsed());
+            acks.note_gap(last_ack.elapsed());
         });
         Self { stop, acks, task }
     }

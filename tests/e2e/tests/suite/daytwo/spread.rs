@@ -1,5 +1,7 @@
 //! Item 3: primaries that a failover leaves on one Kubernetes node are spread again by the
-//! operator, with a planned failover, once the cluster is healthy; the data stays.
+//! operator, with a planned failover, once the cluster has been healthy for the hold
+//! (`--spread-after-steady-seconds`, short here); Ready meanwhile, saying what will move; the
+//! data stays.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use e2e::{E2eError, Poll, Result, check, wait_until};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use valkey_api::v1alpha1::ClusterState;
 
 const FORM: Duration = Duration::from_secs(240);
 
@@ -78,7 +81,13 @@ async fn primaries_crowded_on_one_node_by_a_failover_are_spread_again() -> Resul
          values: [{}, {}]}}]}}]}}}}}}}}",
         hosts[0], hosts[1]
     );
-    let c = ClusterFixture::start("d2-spread", "spread", &spec).await?;
+    let c = ClusterFixture::start_with(
+        "d2-spread",
+        "spread",
+        &spec,
+        &["--spread-after-steady-seconds", "20"],
+    )
+    .await?;
     c.wait_ready(FORM).await?;
     let keys = c.write_keys("spread", 500).await?;
 
@@ -140,6 +149,15 @@ async fn primaries_crowded_on_one_node_by_a_failover_are_spread_again() -> Resul
             })
         },
     )
+    .await?;
+
+    // Whole again at once, and Ready while the move waits for the hold, saying what will move.
+    c.wait_status(Duration::from_secs(60), "Ready, the spread held", |s| {
+        s.state == Some(ClusterState::Ready)
+            && s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("once the cluster has been steady for 20s"))
+    })
     .await?;
 
     // The operator hands one shard back with a planned failover: primaries on two nodes again.
