@@ -55,6 +55,17 @@ impl NodeAuth {
             tls: None,
         }
     }
+
+    /// What a node's probes log in with (the healthcheck user), mounting only `files` of the
+    /// ACL Secret.
+    fn probe_credentials(&self, files: &[&str]) -> NodeCredentials {
+        NodeCredentials {
+            secret_name: self.secret.clone(),
+            username: HEALTHCHECK_USER.to_owned(),
+            password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
+            files: Some(files.iter().map(|k| (*k).to_owned()).collect()),
+        }
+    }
 }
 
 /// The settings of every server, whatever its parent: the parent's mode settings first, then
@@ -127,12 +138,7 @@ pub fn server_node(
     let mut pod_labels = settings.pod_labels.clone().unwrap_or_default();
     pod_labels.extend(parts.labels.clone());
     let pod_annotations = settings.pod_annotations.clone().unwrap_or_default();
-    let credentials = Some(NodeCredentials {
-        secret_name: auth.secret.clone(),
-        username: HEALTHCHECK_USER.to_owned(),
-        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
-        files: Some(MOUNTED_KEYS.iter().map(|k| (*k).to_owned()).collect()),
-    });
+    let credentials = Some(auth.probe_credentials(&MOUNTED_KEYS));
     ValkeyNode {
         metadata: ObjectMeta {
             name: Some(parts.name),
@@ -203,12 +209,7 @@ pub fn sentinel_node(
         "aclfile".to_owned(),
         format!("{CREDENTIALS_DIR}/{}", auth::SENTINEL_ACL_FILE_KEY),
     );
-    let credentials = NodeCredentials {
-        secret_name: auth.secret.clone(),
-        username: HEALTHCHECK_USER.to_owned(),
-        password_key: HEALTHCHECK_PASSWORD_KEY.to_owned(),
-        files: Some(vec![auth::SENTINEL_ACL_FILE_KEY.to_owned()]),
-    };
+    let credentials = auth.probe_credentials(&[auth::SENTINEL_ACL_FILE_KEY]);
     let mut labels = settings.pod_labels.clone().unwrap_or_default();
     labels.extend(pod_labels);
     let pod_annotations = settings.pod_annotations.clone().unwrap_or_default();

@@ -130,11 +130,8 @@ async fn read(
         .command(address, &master, timeout)
         .await
         .map_err(|e| e.to_string())?;
-    let fields: BTreeMap<String, String> = value::pairs(&reply)
-        .ok_or_else(|| format!("SENTINEL MASTER: {}", value::describe(&reply)))?
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, value::text(v)?)))
-        .collect();
+    let fields = text_fields(&reply)
+        .ok_or_else(|| format!("SENTINEL MASTER: {}", value::describe(&reply)))?;
     let number = |key: &str| {
         fields
             .get(key)
@@ -175,16 +172,26 @@ async fn instances(
         .ok_or_else(|| format!("SENTINEL {what}: {}", value::describe(&reply)))?;
     Ok(items
         .iter()
-        .filter_map(|item| {
-            let fields: BTreeMap<String, String> = value::pairs(item)?
-                .into_iter()
-                .filter_map(|(k, v)| Some((k, value::text(v)?)))
-                .collect();
-            let ip: IpAddr = fields.get("ip")?.parse().ok()?;
-            let port: u16 = fields.get("port")?.parse().ok()?;
-            Some(SocketAddr::new(ip, port))
-        })
+        .filter_map(|item| Some(instance(item)?.0))
         .collect())
+}
+
+/// One instance of `SENTINEL REPLICAS` or `SENTINELS`: its address (`ip`, `port`) and fields.
+fn instance(item: &Value) -> Option<(SocketAddr, BTreeMap<String, String>)> {
+    let fields = text_fields(item)?;
+    let ip: IpAddr = fields.get("ip")?.parse().ok()?;
+    let port: u16 = fields.get("port")?.parse().ok()?;
+    Some((SocketAddr::new(ip, port), fields))
+}
+
+/// A reply of field-value pairs (RESP2 flat list or RESP3 map), the values as text.
+fn text_fields(reply: &Value) -> Option<BTreeMap<String, String>> {
+    Some(
+        value::pairs(reply)?
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, value::text(v)?)))
+            .collect(),
+    )
 }
 
 /// `[ip, port]`.
@@ -337,16 +344,8 @@ async fn priorities_seen(
         .unwrap_or_default()
         .iter()
         .filter_map(|item| {
-            let fields: BTreeMap<String, String> = value::pairs(item)?
-                .into_iter()
-                .filter_map(|(k, v)| Some((k, value::text(v)?)))
-                .collect();
-            let ip: IpAddr = fields.get("ip")?.parse().ok()?;
-            let port: u16 = fields.get("port")?.parse().ok()?;
-            Some((
-                SocketAddr::new(ip, port),
-                fields.get("slave-priority")?.clone(),
-            ))
+            let (address, fields) = instance(item)?;
+            Some((address, fields.get("slave-priority")?.clone()))
         })
         .collect();
     s.others

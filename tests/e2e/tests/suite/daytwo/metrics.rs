@@ -104,7 +104,26 @@ async fn every_member_serves_redis_up_and_its_replication_state() -> Result<()> 
     )
     .await?;
     c.wait_ready(FORM).await?;
-    let nodes = c.nodes().await?;
+    // The members' roles as their ValkeyNodes report them: the node-controller writes a role it
+    // reads from its server, which may come a moment after the cluster is Ready (a replica just
+    // attached still reads as a primary on its node until its next probe).
+    let nodes = wait_until(
+        Duration::from_secs(60),
+        "the ValkeyNodes report two primaries",
+        || async {
+            let nodes = c.nodes().await?;
+            let primaries = nodes
+                .iter()
+                .filter(|n| n.status.as_ref().and_then(|s| s.role) == Some(Role::Primary))
+                .count();
+            Ok(if nodes.len() == 4 && primaries == 2 {
+                Poll::Ready(nodes)
+            } else {
+                Poll::NotYet(format!("{} members, {primaries} primaries", nodes.len()))
+            })
+        },
+    )
+    .await?;
     check(nodes.len() == 4, format!("{} members, not 4", nodes.len()))?;
 
     let mut served = BTreeSet::new();
