@@ -35,6 +35,11 @@ impl SentinelUsers {
             return Vec::new();
         };
         let fingerprint = hex::encode(&Sha256::digest(file.as_bytes())[..8]);
+        // Addresses no Sentinel has any more (a pod replaced) are forgotten.
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|address, _| sentinels.contains(address));
         let mut failed = Vec::new();
         for address in sentinels {
             if self.last(address).as_deref() == Some(fingerprint.as_str()) {

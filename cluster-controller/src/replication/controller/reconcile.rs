@@ -121,11 +121,10 @@ pub async fn pass(
         });
     }
     let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
-    if spec.sentinel.is_some() {
+    let sentinels = sentinel_addresses(ctx, replication, &spec);
+    if !sentinels.is_empty() {
         // A changed clients' password reaches the running Sentinels (they read their file at
         // start only); one that missed it is tried again next pass.
-        let sentinels =
-            observe::sentinel_addresses(&observe::sentinel_nodes(&ctx.nodes, replication));
         let addresses: Vec<std::net::SocketAddr> = sentinels.iter().map(|(_, a)| *a).collect();
         memory
             .sentinel_users
@@ -137,7 +136,7 @@ pub async fn pass(
             )
             .await;
     }
-    observe_sentinels(ctx, replication, &engine, &spec, &mut observed).await;
+    observe_sentinels(&engine, &spec, &sentinels, &mut observed).await;
     let decision = decide(&spec, &members, recorded.as_deref(), &observed);
     let health = health(&spec, &members, recorded.as_deref(), &observed);
     let client = engine.client();
@@ -350,20 +349,31 @@ async fn apply_sentinels(
     Ok(())
 }
 
-/// With Sentinel on, every Sentinel's answer about the master name (at its pod IP, port 26379).
-async fn observe_sentinels(
+/// With Sentinel on, its Sentinels by node name, at their pod IPs and the Sentinel port (none
+/// with Sentinel off).
+fn sentinel_addresses(
     ctx: &Context,
     replication: &ValkeyReplication,
+    spec: &Spec,
+) -> Vec<(String, std::net::SocketAddr)> {
+    if spec.sentinel.is_none() {
+        return Vec::new();
+    }
+    observe::sentinel_addresses(&observe::sentinel_nodes(&ctx.nodes, replication))
+}
+
+/// With Sentinel on, every Sentinel's answer about the master name.
+async fn observe_sentinels(
     engine: &crate::replication::engine::Engine<crate::client::RedisClient>,
     spec: &Spec,
+    sentinels: &[(String, std::net::SocketAddr)],
     observed: &mut crate::replication::engine::Observation,
 ) {
     let Some(watch) = &spec.sentinel else {
         return;
     };
-    let addresses = observe::sentinel_addresses(&observe::sentinel_nodes(&ctx.nodes, replication));
     engine
-        .observe_sentinels(observed, &addresses, &watch.master_name)
+        .observe_sentinels(observed, sentinels, &watch.master_name)
         .await;
 }
 
@@ -404,7 +414,8 @@ async fn protect(
         let members = observe::engine_members(existing);
         let spec = desired::spec(replication);
         let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
-        observe_sentinels(ctx, replication, &engine, &spec, &mut observed).await;
+        let sentinels = sentinel_addresses(ctx, replication, &spec);
+        observe_sentinels(&engine, &spec, &sentinels, &mut observed).await;
         let decision = decide_in(
             Scope::Safety,
             &spec,
