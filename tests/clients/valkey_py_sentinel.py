@@ -7,7 +7,9 @@ replica acknowledged it too. Connection errors and a read-only replica (a failov
 counted and retried, as an application's pool would. Prints one JSON line: the acknowledged
 count, the confirmed keys, the errors seen, the primary each Sentinel names at the end, and the
 longest gap between two acknowledged writes. The password, if any, comes from the environment
-(VALKEY_PASSWORD), for the Sentinels and the servers alike, never from the command line.
+(VALKEY_PASSWORD), for the Sentinels and the servers alike, never from the command line. With
+VALKEY_TLS_CA (a PEM file) every connection, to the Sentinels and to the servers, is TLS verified
+against that CA.
 
     PYTHONPATH=.localkube/python python3 tests/clients/valkey_py_sentinel.py \
         SENTINELS MASTER PREFIX STOP SECONDS
@@ -28,12 +30,11 @@ def main() -> int:
     sentinels = [
         (hp.rsplit(":", 1)[0], int(hp.rsplit(":", 1)[1])) for hp in sentinels_arg.split(",")
     ]
-    sentinel = Sentinel(
-        sentinels,
-        socket_timeout=2,
-        sentinel_kwargs={"password": password, "socket_timeout": 2},
-    )
-    client = sentinel.master_for(master, password=password, socket_timeout=2)
+    ca = os.environ.get("VALKEY_TLS_CA") or None
+    tls = {"ssl": True, "ssl_ca_certs": ca} if ca else {}
+    sentinel_kwargs = {"password": password, "socket_timeout": 2, **tls}
+    sentinel = Sentinel(sentinels, socket_timeout=2, sentinel_kwargs=sentinel_kwargs)
+    client = sentinel.master_for(master, password=password, socket_timeout=2, **tls)
     deadline = time.monotonic() + float(seconds)
     acked, confirmed, errors = 0, [], {}
     last_ack, longest_gap = None, 0.0
@@ -57,7 +58,7 @@ def main() -> int:
     named = []
     for host, port in sentinels:
         try:
-            one = Sentinel([(host, port)], sentinel_kwargs={"password": password, "socket_timeout": 2})
+            one = Sentinel([(host, port)], sentinel_kwargs=sentinel_kwargs)
             addr = one.discover_master(master)
             named.append(f"{addr[0]}:{addr[1]}")
         except Exception as e:  # a Sentinel lost on purpose answers nothing

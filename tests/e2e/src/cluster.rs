@@ -605,23 +605,7 @@ pub async fn tls_command(
     password: Option<&str>,
     args: &[&str],
 ) -> Result<String> {
-    let mut settings = redis::RedisConnectionInfo::default();
-    if let Some(password) = password {
-        settings = settings.set_password(password);
-    }
-    let trust = plumbing::valkey_tls::Trust::from_pem(ca.to_vec());
-    let valkey = |source| E2eError::Valkey {
-        addr: ip.to_owned(),
-        source,
-    };
-    let client = plumbing::valkey_tls::client(ip, 6379, Some(&trust), settings).map_err(valkey)?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(3)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(valkey)?;
+    let mut conn = crate::replication::connect_tls(ip, 6379, ca, password).await?;
     crate::valkey_cmd(&mut conn, args).await
 }
 

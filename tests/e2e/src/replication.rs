@@ -22,6 +22,8 @@ use valkey_api::v1alpha1::{
     ReplicationState, ValkeyNode, ValkeyReplication, ValkeyReplicationStatus,
 };
 
+use valkey_api::contract::SENTINEL_PORT;
+
 use crate::chaos::writer::Acks;
 use crate::operator::{ControllerProcess, install_crds};
 use crate::{E2eError, Poll, Result, TestNamespace, check, wait_until};
@@ -210,9 +212,32 @@ impl ReplicationFixture {
         ready_endpoints(&self.ns.api::<EndpointSlice>(), service).await
     }
 
-    /// A connection to the member at `ip` as the clients' user.
+    /// A connection to the member at `ip` as the clients' user; with `spec.tls`, over TLS
+    /// verified against the replication's CA, as its clients connect.
     pub async fn connect(&self, ip: &str) -> Result<MultiplexedConnection> {
-        connect(ip, self.password().await?.as_deref()).await
+        let password = self.password().await?;
+        match self.ca().await? {
+            None => connect(ip, password.as_deref()).await,
+            Some(ca) => connect_tls(ip, 6379, &ca, password.as_deref()).await,
+        }
+    }
+
+    /// With `spec.tls`: the CA its servers' certificates chain to (`ca.crt` of the certificate
+    /// Secret: the one the spec names, else the one the operator issues, `<name>-tls`).
+    pub async fn ca(&self) -> Result<Option<Vec<u8>>> {
+        let tls = self.get().await?.spec.tls;
+        if !tls.enabled {
+            return Ok(None);
+        }
+        let name = tls
+            .certificate_secret
+            .unwrap_or_else(|| format!("{}-tls", self.name));
+        let secret = self.ns.api::<Secret>().get(&name).await?;
+        secret
+            .data
+            .and_then(|d| d.get("ca.crt").cloned())
+            .map(|ca| Some(ca.0))
+            .ok_or_else(|| E2eError::Check(format!("Secret {name} has no ca.crt")))
     }
 
     /// One command on the member at `ip`, its reply as text.
@@ -341,14 +366,64 @@ impl ReplicationFixture {
         Ok(missing)
     }
 
-    /// Starts a writer that follows the read/write Service.
+    /// A writer that finds the primary as the replication's clients do: through the Sentinels
+    /// with `spec.sentinel`, else through the read/write Service.
     pub async fn start_writer(&self, prefix: &str) -> Result<ServiceWriter> {
-        Ok(ServiceWriter::start(
-            prefix,
-            self.ns.api::<EndpointSlice>(),
-            self.name.clone(),
-            self.password().await?,
-        ))
+        let slices = self.ns.api::<EndpointSlice>();
+        let source = match self.sentinel_master().await? {
+            Some(master_name) => PrimarySource::Sentinels {
+                slices,
+                service: format!("{}-sentinel", self.name),
+                master_name,
+            },
+            None => PrimarySource::Service {
+                slices,
+                service: self.name.clone(),
+            },
+        };
+        Ok(ServiceWriter::start(prefix, source, self.password().await?))
+    }
+
+    /// The master name the Sentinels watch, with `spec.sentinel`.
+    pub async fn sentinel_master(&self) -> Result<Option<String>> {
+        let sentinel = self.get().await?.spec.sentinel;
+        Ok(sentinel
+            .enabled
+            .then(|| sentinel.master_name.unwrap_or_else(|| self.name.clone())))
+    }
+
+    /// With `spec.sentinel`: waits until every Sentinel names the status's primary at its pod
+    /// IP, as a Sentinel client asks (`SENTINEL GET-MASTER-ADDR-BY-NAME`); returns at once
+    /// without Sentinel.
+    pub async fn wait_sentinels_agree(&self, within: Duration) -> Result<()> {
+        let Some(master_name) = self.sentinel_master().await? else {
+            return Ok(());
+        };
+        let password = self.password().await?;
+        let wanted = usize::try_from(self.get().await?.spec.sentinel.replicas).unwrap_or(0);
+        wait_until(
+            within,
+            "every Sentinel names the status's primary",
+            || async {
+                let (primary, ip) = self.primary().await?;
+                let mut named = BTreeMap::new();
+                for (sentinel, sentinel_ip) in self.sentinel_ips().await? {
+                    let answer = sentinel_names(&sentinel_ip, password.as_deref(), &master_name)
+                        .await
+                        .map_or_else(|e| e.to_string(), |(ip, port)| format!("{ip}:{port}"));
+                    named.insert(sentinel, answer);
+                }
+                let want = format!("{ip}:6379");
+                Ok(
+                    if named.len() == wanted && named.values().all(|n| *n == want) {
+                        Poll::Ready(())
+                    } else {
+                        Poll::NotYet(format!("status {primary} at {ip}, Sentinels {named:?}"))
+                    },
+                )
+            },
+        )
+        .await
     }
 }
 
@@ -397,9 +472,42 @@ pub async fn ready_endpoints(api: &Api<EndpointSlice>, service: &str) -> Result<
 
 /// A connection to `ip:6379`, as the default user with `password` when there is one.
 pub async fn connect(ip: &str, password: Option<&str>) -> Result<MultiplexedConnection> {
+    connect_to(ip, 6379, password).await
+}
+
+/// A connection over TLS to `ip:port`, verified against `ca`, as the default user with
+/// `password` when there is one.
+pub async fn connect_tls(
+    ip: &str,
+    port: u16,
+    ca: &[u8],
+    password: Option<&str>,
+) -> Result<MultiplexedConnection> {
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(password) = password {
+        settings = settings.set_password(password);
+    }
+    let trust = plumbing::valkey_tls::Trust::from_pem(ca.to_vec());
+    let err = |source| E2eError::Valkey {
+        addr: format!("{ip}:{port}"),
+        source,
+    };
+    let client = plumbing::valkey_tls::client(ip, port, Some(&trust), settings).map_err(err)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_secs(3)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(err)
+}
+
+/// A connection to `ip:port` (a server, or a Sentinel on 26379), as the default user with
+/// `password` when there is one.
+async fn connect_to(ip: &str, port: u16, password: Option<&str>) -> Result<MultiplexedConnection> {
     let url = match password {
-        Some(p) => format!("redis://:{p}@{ip}:6379/"),
-        None => format!("redis://{ip}:6379/"),
+        Some(p) => format!("redis://:{p}@{ip}:{port}/"),
+        None => format!("redis://{ip}:{port}/"),
     };
     let err = |source| E2eError::Valkey {
         addr: ip.to_owned(),
@@ -441,9 +549,71 @@ async fn write(conn: &mut MultiplexedConnection, key: &str, value: &str) -> Opti
     }
 }
 
-/// A writer that reaches the primary as an application does, through the read/write Service:
-/// it writes to the address the Service's EndpointSlice names, and after a refused write asks
-/// the slice again.
+/// Where a writer learns the primary's address, as the replication's applications do.
+#[derive(Clone)]
+enum PrimarySource {
+    /// The read/write Service: the address its EndpointSlice names.
+    Service {
+        slices: Api<EndpointSlice>,
+        service: String,
+    },
+    /// The Sentinels behind the Sentinel Service (with `spec.sentinel`), asked
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME` one after another, the first answer taken: what
+    /// Sentinel clients (valkey-py's `Sentinel`, Jedis' and Lettuce's Sentinel pools) do.
+    Sentinels {
+        slices: Api<EndpointSlice>,
+        service: String,
+        master_name: String,
+    },
+}
+
+impl PrimarySource {
+    /// The primary's IP as the source names it now, if it names one.
+    async fn primary(&self, password: Option<&str>) -> Option<String> {
+        match self {
+            PrimarySource::Service { slices, service } => ready_endpoints(slices, service)
+                .await
+                .ok()?
+                .into_iter()
+                .next(),
+            PrimarySource::Sentinels {
+                slices,
+                service,
+                master_name,
+            } => {
+                for sentinel in ready_endpoints(slices, service).await.ok()? {
+                    if let Ok(named) = sentinel_names(&sentinel, password, master_name).await {
+                        return Some(named.0);
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// What the Sentinel at `ip` names as the primary of `master_name`: its IP and port.
+pub async fn sentinel_names(
+    ip: &str,
+    password: Option<&str>,
+    master_name: &str,
+) -> Result<(String, u16)> {
+    let mut conn = connect_to(ip, SENTINEL_PORT, password).await?;
+    let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master_name)
+        .query_async(&mut conn)
+        .await
+        .map_err(|source| E2eError::Valkey {
+            addr: format!("{ip}:{SENTINEL_PORT}"),
+            source,
+        })?;
+    reply.ok_or_else(|| E2eError::Check(format!("the Sentinel at {ip} names no {master_name}")))
+}
+
+/// A writer that reaches the primary as an application does, through the read/write Service or
+/// (with Sentinel) through the Sentinels: it writes to the address its source names, and after a
+/// refused write (a connection lost, a replica's READONLY) asks again.
 pub struct ServiceWriter {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Acks>>,
@@ -451,12 +621,7 @@ pub struct ServiceWriter {
 }
 
 impl ServiceWriter {
-    fn start(
-        prefix: &str,
-        slices: Api<EndpointSlice>,
-        service: String,
-        password: Option<String>,
-    ) -> Self {
+    fn start(prefix: &str, source: PrimarySource, password: Option<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let acks = Arc::new(Mutex::new(Acks::default()));
         let (s, a, prefix) = (stop.clone(), acks.clone(), prefix.to_owned());
@@ -466,11 +631,7 @@ impl ServiceWriter {
             let mut last_ack = Instant::now();
             while !s.load(Ordering::Relaxed) {
                 if conn.is_none() {
-                    let ip = ready_endpoints(&slices, &service)
-                        .await
-                        .ok()
-                        .and_then(|ips| ips.into_iter().next());
-                    conn = match ip {
+                    conn = match source.primary(password.as_deref()).await {
                         Some(ip) => connect(&ip, password.as_deref()).await.ok(),
                         None => None,
                     };

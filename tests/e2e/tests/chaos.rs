@@ -44,6 +44,10 @@ const REPLICATION_2: &str = "{replicas: 2}";
 /// With Sentinel (issue 31): Sentinel elects, the operator follows.
 const SENTINEL_1: &str = "{replicas: 1, sentinel: {enabled: true, downAfterMilliseconds: 3000}}";
 const SENTINEL_2: &str = "{replicas: 2, sentinel: {enabled: true, downAfterMilliseconds: 3000}}";
+/// Without persistence: a primary restarted in place comes back empty while Sentinel may still
+/// count it up; its replicas must not sync the emptiness from it.
+const SENTINEL_2_EPHEMERAL: &str = "{replicas: 2, persistence: {enabled: false}, \
+     sentinel: {enabled: true, downAfterMilliseconds: 3000}}";
 /// How many random points the operator is killed at, per operation, in the full matrix.
 const KILL_POINTS: u64 = 10;
 
@@ -186,10 +190,17 @@ fn replication_operations() -> Operations {
     ]
 }
 
-/// A replication with Sentinel: what a user does to one.
+/// A replication with Sentinel: what a user does to one. Its writer finds the primary through
+/// the Sentinels, as Sentinel clients do, and its check asks every Sentinel for the primary.
 fn sentinel_operations() -> Operations {
     vec![
         ("idle", SENTINEL_2, Operation::Idle, Duration::from_secs(5)),
+        (
+            "idle-without-persistence",
+            SENTINEL_2_EPHEMERAL,
+            Operation::Idle,
+            Duration::from_secs(5),
+        ),
         (
             "replicas-up",
             SENTINEL_1,

@@ -66,7 +66,7 @@ impl Fixture {
     }
 
     /// A writer that reaches the primaries as a client of the kind does: a cluster client that
-    /// follows MOVED, or the read/write Service.
+    /// follows MOVED, or the read/write Service (with Sentinel: the primary the Sentinels name).
     pub async fn start_writer(&self, prefix: &str) -> Result<Writer> {
         Ok(match self {
             Fixture::Cluster(c) => Writer::Cluster(cluster_writer(c, prefix).await?),
@@ -178,7 +178,7 @@ impl Fixture {
 
     /// The kind's own consistency check: `valkey-cli --cluster check` against one member, as the
     /// operator's tools would run it; for a replication, one primary and every other member its
-    /// replica, on Valkey's word. Why it failed, if it did, in a line for the report (the details,
+    /// replica, on Valkey's word, and with Sentinel every Sentinel naming that primary. Why it failed, if it did, in a line for the report (the details,
     /// many lines, go to stderr).
     pub async fn check(&self) -> Option<String> {
         let failed = |check: &str, details: String| {
@@ -192,7 +192,10 @@ impl Fixture {
                 Err(e) => failed("valkey-cli --cluster check", e.to_string()),
             },
             Fixture::Replication(r) => match r.check_roles().await {
-                Ok(()) => None,
+                Ok(()) => match r.wait_sentinels_agree(Duration::from_secs(30)).await {
+                    Ok(()) => None,
+                    Err(e) => failed("the Sentinels check", e.to_string()),
+                },
                 Err(e) => failed("the roles check", e.to_string()),
             },
         }

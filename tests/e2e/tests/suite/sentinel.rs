@@ -1,8 +1,12 @@
 //! ValkeyReplication with Sentinel (issue 31) end to end: valkey-py's `Sentinel` client (the
 //! way Jedis', Lettuce's and Spring's Sentinel pools work) finds the primary through the
-//! Sentinels, writes with `WAIT 1`, and keeps working through the primary's pod deleted and a
-//! planned switchover; `valkey-cli -p 26379 SENTINEL GET-MASTER-ADDR-BY-NAME` names the primary;
-//! and the status, the read/write Service and every Sentinel agree on it.
+//! Sentinels, writes with `WAIT 1`, and keeps working through the primary's pod deleted (also
+//! with everything on TLS), its process killed and restarted in place without persistence (it
+//! comes back empty), and a planned switchover; `valkey-cli -p 26379 SENTINEL
+//! GET-MASTER-ADDR-BY-NAME` names the primary; and the status, the read/write Service and every
+//! Sentinel agree on it. The rest of the issue's list (an image roll, one Sentinel lost, the
+//! primary isolated or paused, on 9.1 and 8.0) are the chaos matrix's `replication-sentinel.`
+//! rows, whose writer finds the primary through the Sentinels too.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,20 +21,60 @@ const HEAL: Duration = Duration::from_secs(240);
 /// Status, Services and Sentinel agree within this long of a change settling.
 const AGREE: Duration = Duration::from_secs(60);
 
-fn spec(image: &str) -> String {
-    format!(
-        "{{image: \"{image}\", replicas: 2, persistence: {{enabled: true}}, \
-         sentinel: {{enabled: true, downAfterMilliseconds: 3000, failoverTimeoutMilliseconds: 20000}}}}"
-    )
+/// One end-to-end case: the image, the storage, TLS, and what happens to the primary.
+struct Case {
+    prefix: &'static str,
+    image: &'static str,
+    persistence: bool,
+    tls: bool,
+    change: Change,
+}
+
+impl Case {
+    fn spec(&self) -> String {
+        format!(
+            "{{image: \"{}\", replicas: 2, persistence: {{enabled: {}}}, tls: {{enabled: {}}}, \
+             sentinel: {{enabled: true, downAfterMilliseconds: 3000, failoverTimeoutMilliseconds: 20000}}}}",
+            self.image, self.persistence, self.tls
+        )
+    }
+}
+
+/// How a client logs in: the clients' password, and with TLS the CA file it verifies against.
+struct Login {
+    password: Option<String>,
+    ca_file: Option<std::path::PathBuf>,
+}
+
+impl Login {
+    async fn of(r: &ReplicationFixture) -> Result<Self> {
+        let ca_file = match r.ca().await? {
+            None => None,
+            Some(ca) => {
+                // A CA certificate is public: a file beside the test's other files.
+                let path = std::env::temp_dir().join(format!("{}-ca.pem", r.ns.name));
+                std::fs::write(&path, ca)
+                    .map_err(|e| E2eError::Check(format!("{}: {e}", path.display())))?;
+                Some(path)
+            }
+        };
+        Ok(Self {
+            password: r.password().await?,
+            ca_file,
+        })
+    }
 }
 
 /// `valkey-cli -h <sentinel> -p 26379 SENTINEL GET-MASTER-ADDR-BY-NAME orders`, as `ip:port`.
-async fn cli_names(sentinel_ip: &str, password: Option<&str>) -> Result<String> {
+async fn cli_names(sentinel_ip: &str, login: &Login) -> Result<String> {
     let cli = e2e::localkube_dir().join("images/valkey-9.1/bin/valkey-cli");
     let mut cmd = tokio::process::Command::new(&cli);
     cmd.args(["-h", sentinel_ip, "-p", "26379", "--no-auth-warning"]);
-    if let Some(password) = password {
+    if let Some(password) = &login.password {
         cmd.env("REDISCLI_AUTH", password);
+    }
+    if let Some(ca) = &login.ca_file {
+        cmd.arg("--tls").arg("--cacert").arg(ca);
     }
     let out = cmd
         .args(["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "orders"])
@@ -44,17 +88,13 @@ async fn cli_names(sentinel_ip: &str, password: Option<&str>) -> Result<String> 
 
 /// Waits until the status's primary, the read/write Service's endpoint and every Sentinel (asked
 /// with valkey-cli as a client) name the same member at its pod IP; returns it and its IP.
-async fn all_agree(r: &ReplicationFixture) -> Result<(String, String)> {
-    let password = r.password().await?;
+async fn all_agree(r: &ReplicationFixture, login: &Login) -> Result<(String, String)> {
     wait_until(AGREE, "status, Service and Sentinels agree", || async {
         let (primary, ip) = r.primary().await?;
         let service = r.endpoints(&r.name).await?;
         let mut named = BTreeMap::new();
         for (sentinel, sentinel_ip) in r.sentinel_ips().await? {
-            named.insert(
-                sentinel,
-                cli_names(&sentinel_ip, password.as_deref()).await?,
-            );
+            named.insert(sentinel, cli_names(&sentinel_ip, login).await?);
         }
         let want = format!("{ip}:6379");
         Ok(
@@ -87,7 +127,7 @@ struct PyRun {
 }
 
 impl PyWriter {
-    async fn start(r: &ReplicationFixture, prefix: &str) -> Result<Self> {
+    async fn start(r: &ReplicationFixture, login: &Login, prefix: &str) -> Result<Self> {
         let sentinels: Vec<String> = r
             .sentinel_ips()
             .await?
@@ -97,9 +137,16 @@ impl PyWriter {
         let stop = std::env::temp_dir().join(format!("{}-{prefix}.stop", r.ns.name));
         let _ = std::fs::remove_file(&stop);
         let script = e2e::repo_root().join("tests/clients/valkey_py_sentinel.py");
-        let child = tokio::process::Command::new("python3")
-            .env("PYTHONPATH", e2e::localkube_dir().join("python"))
-            .env("VALKEY_PASSWORD", r.password().await?.unwrap_or_default())
+        let mut cmd = tokio::process::Command::new("python3");
+        cmd.env("PYTHONPATH", e2e::localkube_dir().join("python"))
+            .env(
+                "VALKEY_PASSWORD",
+                login.password.clone().unwrap_or_default(),
+            );
+        if let Some(ca) = &login.ca_file {
+            cmd.env("VALKEY_TLS_CA", ca);
+        }
+        let child = cmd
             .arg(&script)
             .args([&sentinels.join(","), "orders", prefix])
             .arg(&stop)
@@ -173,29 +220,46 @@ async fn none_lost(r: &ReplicationFixture, run: &PyRun) -> Result<()> {
 
 enum Change {
     DeletePrimaryPod,
+    /// The primary's server killed; the kubelet starts it again in the same pod.
+    RestartPrimaryInPlace,
     Switchover,
 }
 
-async fn through(prefix: &str, image: &str, change: Change) -> Result<()> {
-    let r = ReplicationFixture::start(prefix, "orders", &spec(image)).await?;
+async fn through(case: Case) -> Result<()> {
+    let prefix = case.prefix;
+    let r = ReplicationFixture::start(prefix, "orders", &case.spec()).await?;
     r.wait_done(FORM).await?;
-    let (old, _) = all_agree(&r).await?;
-    let writer = PyWriter::start(&r, "py").await?;
+    let login = Login::of(&r).await?;
+    let (old, _) = all_agree(&r, &login).await?;
+    let writer = PyWriter::start(&r, &login, "py").await?;
     writer.wait_writing(&r, 100).await?;
-    match change {
+    match case.change {
         Change::DeletePrimaryPod => {
             let pod = r.pod_of(&old).await?;
             r.ns.api::<Pod>()
                 .delete(&pod, &DeleteParams::default())
                 .await?;
             // Sentinel elects a replica (the pod's server is gone longer than down-after).
-            r.wait(HEAL, "Sentinel's new primary in the status", |x| {
-                x.status
-                    .as_ref()
-                    .and_then(|s| s.primary.as_deref())
-                    .is_some_and(|p| p != old)
+            wait_for_another_primary(&r, &old).await?;
+        }
+        Change::RestartPrimaryInPlace => {
+            let pod = r.pod_of(&old).await?;
+            let restarts = valkey_restarts(&r, &pod).await?;
+            e2e::faults::kill(&r.ns.name, &pod, Some("valkey")).await?;
+            wait_until(HEAL, "the primary's server restarted", || async {
+                let now = valkey_restarts(&r, &pod).await?;
+                Ok(if now > restarts {
+                    Poll::Ready(())
+                } else {
+                    Poll::NotYet(format!("{now} restarts"))
+                })
             })
             .await?;
+            if !case.persistence {
+                // Back empty: it must not stay the primary its replicas sync from, whatever
+                // Sentinel saw of it (it answered again within down-after).
+                wait_for_another_primary(&r, &old).await?;
+            }
         }
         Change::Switchover => {
             let target = r
@@ -215,8 +279,10 @@ async fn through(prefix: &str, image: &str, change: Change) -> Result<()> {
         }
     }
     r.wait_done(HEAL).await?;
-    let (now, now_ip) = all_agree(&r).await?;
-    check(now != old, format!("{old} is still the primary"))?;
+    let (now, now_ip) = all_agree(&r, &login).await?;
+    if !matches!(case.change, Change::RestartPrimaryInPlace) || !case.persistence {
+        check(now != old, format!("{old} is still the primary"))?;
+    }
     writer.wait_writing(&r, 100 + 200).await?;
     let run = writer.finish().await?;
     eprintln!(
@@ -241,27 +307,91 @@ async fn through(prefix: &str, image: &str, change: Change) -> Result<()> {
     Ok(())
 }
 
+/// Waits until the status names a primary other than `old` (Sentinel elected one).
+async fn wait_for_another_primary(r: &ReplicationFixture, old: &str) -> Result<()> {
+    r.wait(HEAL, "Sentinel's new primary in the status", |x| {
+        x.status
+            .as_ref()
+            .and_then(|s| s.primary.as_deref())
+            .is_some_and(|p| p != old)
+    })
+    .await
+    .map(|_| ())
+}
+
+/// How often the valkey container of `pod` restarted.
+async fn valkey_restarts(r: &ReplicationFixture, pod: &str) -> Result<i32> {
+    let pod = r.ns.api::<Pod>().get(pod).await?;
+    Ok(pod
+        .status
+        .and_then(|s| s.container_statuses)
+        .into_iter()
+        .flatten()
+        .find(|c| c.name == "valkey")
+        .map_or(0, |c| c.restart_count))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sentinel_clients_keep_writing_through_the_primary_pod_deleted_on_valkey_9() -> Result<()> {
-    through(
-        "sentinel-del9",
-        "valkey/valkey:9.1",
-        Change::DeletePrimaryPod,
-    )
+    through(Case {
+        prefix: "sentinel-del9",
+        image: "valkey/valkey:9.1",
+        persistence: true,
+        tls: false,
+        change: Change::DeletePrimaryPod,
+    })
     .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sentinel_clients_keep_writing_through_the_primary_pod_deleted_on_valkey_8() -> Result<()> {
-    through(
-        "sentinel-del8",
-        "valkey/valkey:8.0",
-        Change::DeletePrimaryPod,
-    )
+    through(Case {
+        prefix: "sentinel-del8",
+        image: "valkey/valkey:8.0",
+        persistence: true,
+        tls: false,
+        change: Change::DeletePrimaryPod,
+    })
+    .await
+}
+
+/// Everything over TLS: the Sentinels' port, their links to the servers and to each other,
+/// replication, and valkey-py's connections to the Sentinels and to the primary they name.
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_clients_keep_writing_over_tls_through_the_primary_pod_deleted() -> Result<()> {
+    through(Case {
+        prefix: "sentinel-tls",
+        image: "valkey/valkey:9.1",
+        persistence: true,
+        tls: true,
+        change: Change::DeletePrimaryPod,
+    })
+    .await
+}
+
+/// Without persistence the primary's server comes back empty in the same pod, within seconds:
+/// its replicas keep what it lost, one of them becomes the primary, and it follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_clients_keep_writing_through_the_primary_restarted_empty_in_place() -> Result<()>
+{
+    through(Case {
+        prefix: "sentinel-empty",
+        image: "valkey/valkey:9.1",
+        persistence: false,
+        tls: false,
+        change: Change::RestartPrimaryInPlace,
+    })
     .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sentinel_clients_keep_writing_through_a_planned_switchover_on_valkey_9() -> Result<()> {
-    through("sentinel-switch9", "valkey/valkey:9.1", Change::Switchover).await
+    through(Case {
+        prefix: "sentinel-switch9",
+        image: "valkey/valkey:9.1",
+        persistence: true,
+        tls: false,
+        change: Change::Switchover,
+    })
+    .await
 }
