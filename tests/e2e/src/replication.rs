@@ -276,6 +276,23 @@ impl ReplicationFixture {
         Ok((name, ip))
     }
 
+    /// Waits until [`Self::check_roles`] holds: right after a fault the kind may still say Ready
+    /// from before it (a server restarted in place within a pass), so the roles are given the
+    /// time of a few passes to be set right, and fail if they are not.
+    pub async fn wait_roles(&self, within: Duration) -> Result<()> {
+        wait_until(
+            within,
+            "one primary, every other member its replica",
+            || async {
+                Ok(match self.check_roles().await {
+                    Ok(()) => Poll::Ready(()),
+                    Err(e) => Poll::NotYet(e.to_string()),
+                })
+            },
+        )
+        .await
+    }
+
     /// Every member on Valkey's word: one primary (the status's), every other its replica.
     pub async fn check_roles(&self) -> Result<()> {
         let (primary, primary_ip) = self.primary().await?;

@@ -178,8 +178,9 @@ impl Fixture {
 
     /// The kind's own consistency check: `valkey-cli --cluster check` against one member, as the
     /// operator's tools would run it; for a replication, one primary and every other member its
-    /// replica, on Valkey's word, and with Sentinel every Sentinel naming that primary. Why it failed, if it did, in a line for the report (the details,
-    /// many lines, go to stderr).
+    /// replica, on Valkey's word, within 30 s (the status may still say Ready from before a
+    /// restart in place), and with Sentinel every Sentinel naming that primary. Why it failed, if
+    /// it did, in a line for the report (the details, many lines, go to stderr).
     pub async fn check(&self) -> Option<String> {
         let failed = |check: &str, details: String| {
             eprintln!("{} {check}: {details}", self.ns().name);
@@ -191,7 +192,7 @@ impl Fixture {
                 Ok(out) => failed("valkey-cli --cluster check", out),
                 Err(e) => failed("valkey-cli --cluster check", e.to_string()),
             },
-            Fixture::Replication(r) => match r.check_roles().await {
+            Fixture::Replication(r) => match r.wait_roles(Duration::from_secs(30)).await {
                 Ok(()) => match r.wait_sentinels_agree(Duration::from_secs(30)).await {
                     Ok(()) => None,
                     Err(e) => failed("the Sentinels check", e.to_string()),
