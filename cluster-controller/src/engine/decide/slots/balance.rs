@@ -19,7 +19,7 @@ use crate::valkey::slots::SlotSet;
 
 use super::ends::{not_ready_to_migrate, other_primaries};
 use super::in_flight::{legacy_markers, replica_markers};
-use super::{by_shard, shard_conflict, target_shards};
+use super::{rebalance_plan, shard_conflict};
 
 /// How many unsuccessful atomic migration jobs in a row are retried before giving up.
 pub const ATOMIC_MAX_ATTEMPTS: u32 = 3;
@@ -27,14 +27,12 @@ pub const ATOMIC_MAX_ATTEMPTS: u32 = 3;
 /// How many slots still have to move for the wanted shards to hold them evenly (progress);
 /// `None` when no plan can be made, as while a migrating slot is claimed by both its primaries.
 pub(in crate::engine::decide) fn slots_to_move(t: &Topology) -> Option<usize> {
-    rebalance::plan(&by_shard(t), &target_shards(t))
-        .ok()
-        .map(|plan| plan.moved_slots())
+    rebalance_plan(t).ok().map(|plan| plan.moved_slots())
 }
 
 /// Moves slots until the wanted shards hold them evenly; leaving shards give all of theirs.
 pub(in crate::engine::decide) fn rebalance(t: &Topology) -> Option<Decision> {
-    let plan = match rebalance::plan(&by_shard(t), &target_shards(t)) {
+    let plan = match rebalance_plan(t) {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
     };
@@ -64,7 +62,7 @@ pub(in crate::engine::decide) fn start_beside_running_jobs(t: &Topology) -> Opti
     {
         return None;
     }
-    let plan = rebalance::plan(&by_shard(t), &target_shards(t)).ok()?;
+    let plan = rebalance_plan(t).ok()?;
     let first = plan
         .moves
         .iter()

@@ -12,10 +12,9 @@
 use crate::engine::decide::failure;
 use crate::engine::decide::topology::{Live, Topology};
 use crate::engine::decision::{Action, Decision, Reason};
-use crate::plan::rebalance;
 use crate::valkey::slots::SlotSet;
 
-use super::{by_shard, shard_conflict, target_shards};
+use super::{rebalance_plan, shard_conflict};
 
 /// Every slot has exactly one owner: claims must not overlap, views must agree, and slots
 /// nobody owns are added to a shard (all of them at formation, the lost ones later).
@@ -60,7 +59,7 @@ pub(in crate::engine::decide) fn coverage(t: &Topology) -> Option<Decision> {
             &format!("slots {unassigned} have no owner"),
         ));
     }
-    let plan = match rebalance::plan(&by_shard(t), &target_shards(t)) {
+    let plan = match rebalance_plan(t) {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
     };

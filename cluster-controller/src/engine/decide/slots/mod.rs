@@ -17,6 +17,7 @@ mod in_flight;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::engine::decision::{Decision, Reason};
+use crate::plan::rebalance::{self, Rebalance, RebalanceError};
 use crate::valkey::slots::SlotSet;
 
 use super::topology::Topology;
@@ -35,6 +36,12 @@ pub(super) fn shard_conflict(shard: u32, a: &str, b: &str) -> Decision {
     )
 }
 
+/// The rebalance plan from the slots each shard's primary serves now to the wanted shards: the
+/// one plan the coverage rules (its unowned slots), the moves and the progress all read.
+fn rebalance_plan(t: &Topology) -> Result<Rebalance<u32>, RebalanceError> {
+    rebalance::plan(&by_shard(t), &wanted_shards(t))
+}
+
 /// The slots each shard's primary serves, by shard.
 fn by_shard(t: &Topology) -> BTreeMap<u32, SlotSet> {
     let mut current: BTreeMap<u32, SlotSet> = BTreeMap::new();
@@ -51,6 +58,7 @@ fn by_shard(t: &Topology) -> BTreeMap<u32, SlotSet> {
     current
 }
 
-fn target_shards(t: &Topology) -> BTreeSet<u32> {
+/// The shards the spec asks for, `0..shards`: the ones that keep slots (any other drains).
+fn wanted_shards(t: &Topology) -> BTreeSet<u32> {
     (0..t.desired.shards).collect()
 }
