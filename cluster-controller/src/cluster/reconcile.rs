@@ -39,8 +39,10 @@ use crate::parent::{access, labels, monitoring};
 struct Prepared {
     auth: Auth,
     served: Option<crate::parent::tls::Served>,
+    /// Every member's ValkeyNode as the spec wants it.
     desired: Vec<DesiredMember>,
-    topology: Desired,
+    /// What the spec asks of the engine.
+    engine_desired: Desired,
     /// What a person should know that stops nothing: an external address not given yet, a
     /// certificate of theirs that lacks an external name.
     notice: Option<Problem>,
@@ -82,15 +84,15 @@ pub async fn pass(
         auth,
         served,
         desired,
-        mut topology,
+        mut engine_desired,
         notice,
         members_changed,
         restoring_at_other_count,
     } = prepared;
-    topology.held_keys = memory.held_keys();
-    topology.steady_for = memory.steady_for();
-    topology.spread_after = ctx.settings.spread_after;
-    topology.slot_moves_held = ctx
+    engine_desired.held_keys = memory.held_keys();
+    engine_desired.steady_for = memory.steady_for();
+    engine_desired.spread_after = ctx.settings.spread_after;
+    engine_desired.slot_moves_held = ctx
         .backups
         .as_ref()
         .and_then(|b| observe::running_backup(b, key.namespace(), key.name()));
@@ -100,7 +102,7 @@ pub async fn pass(
     let engine = ctx.engine(key, &auth.credentials, trust);
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
     let before_engine = started.elapsed();
-    let pass = engine.pass(&topology, &members).await;
+    let pass = engine.pass(&engine_desired, &members).await;
     memory.note_keys(&pass.observation);
     restore::after_pass(ctx, cluster, &memory, engine.client(), &pass, &existing).await;
     let engine_took = started.elapsed() - before_engine;
@@ -203,17 +205,17 @@ async fn prepare(
             tracing::warn!(%error, "the PodMonitor could not be applied");
         }
     }
-    let topology = Desired {
+    let engine_desired = Desired {
         shards,
         restore: restore::slots(plan),
-        ..valid.topology
+        ..valid.engine_desired
     };
     let restoring_at_other_count = shards != restore::shards_now(cluster, None);
     Ok(Some(Prepared {
         auth,
         served,
         desired,
-        topology,
+        engine_desired,
         notice,
         members_changed,
         restoring_at_other_count,
@@ -240,11 +242,13 @@ async fn protect(
     let pass = match memory.last_login(cluster.spec.tls.enabled) {
         Some((credentials, trust)) => {
             let engine = ctx.engine(key, &credentials, trust.as_ref());
-            let topology = Desired {
+            let engine_desired = Desired {
                 held_keys: memory.held_keys(),
-                ..desired::topology_or_safest(cluster)
+                ..desired::for_engine_or_safest(cluster)
             };
-            let pass = engine.pass_in(Scope::Safety, &topology, &members).await;
+            let pass = engine
+                .pass_in(Scope::Safety, &engine_desired, &members)
+                .await;
             memory.note_keys(&pass.observation);
             tracing::info!(decision = %pass.decision.reason(), "safety pass");
             Some(pass)
