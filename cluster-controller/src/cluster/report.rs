@@ -96,7 +96,7 @@ pub fn outcome<'a>(
     };
     // A step the slot machine refused to take safely needs a person as much as a stuck member.
     let blocked_step = match &pass.outcome {
-        Some(Ok(engine::Outcome::Blocked(why))) => Some(Problem {
+        Some(Ok(engine::ActionOutcome::Blocked(why))) => Some(Problem {
             reason: StatusReason::MigrationBlocked,
             message: format!("{why}; the operator will not move this slot until it is resolved."),
         }),

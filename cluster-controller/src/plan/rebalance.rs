@@ -30,7 +30,7 @@ pub struct Move<K> {
     pub slots: SlotSet,
 }
 
-/// The outcome of [`plan`].
+/// A rebalance plan, as [`plan`] makes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebalance<K> {
     /// Migrations, ordered by source then destination.

@@ -28,7 +28,7 @@ const SENTINEL_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 use super::status::Outcome;
 use super::{desired, observe, report, restore, sentinels, services, validate};
 use crate::access::rights::SENTINEL_USER;
-use crate::engine::{Outcome as StepOutcome, Scope};
+use crate::engine::{ActionOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
 use crate::parent::error::{Error, api_error};
@@ -184,7 +184,7 @@ pub async fn pass(
         None => None,
         Some(action @ (Action::AllowRestart { .. } | Action::DeleteMember { .. })) => {
             kubernetes_action(&api, action, &desired, &existing, &members).await?;
-            Some(Ok(StepOutcome::Delegated))
+            Some(Ok(ActionOutcome::Delegated))
         }
         Some(action) => Some(engine.execute(action).await),
     };
