@@ -20,7 +20,7 @@ use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
-use super::status::Outcome;
+use super::status::PassConclusion;
 use super::{
     apply, bus, desired, external, network, observe, report, restore, secrets, tls, validate,
 };
@@ -120,7 +120,7 @@ pub async fn pass(
     serve(ctx, cluster, key, &existing, &members, &pass).await;
 
     report::decision_events(ctx, cluster, &pass).await;
-    let outcome = report::outcome(&pass, &existing, refused.or(failing).or(notice));
+    let conclusion = report::conclusion(&pass, &existing, refused.or(failing).or(notice));
     let generation = reported_generation(
         cluster.metadata.generation,
         cluster.status.as_ref().and_then(|s| s.observed_generation),
@@ -130,7 +130,7 @@ pub async fn pass(
         ctx,
         cluster,
         generation,
-        &outcome,
+        &conclusion,
         auth.password_secret.as_deref(),
         Some(&pass.bindings),
         pass.spent_acknowledgement(),
@@ -277,7 +277,7 @@ async fn protect(
             .status
             .as_ref()
             .and_then(|s| s.password_secret_name.clone());
-        let outcome = Outcome::Problem {
+        let conclusion = PassConclusion::Problem {
             problem,
             health: pass.as_ref().and_then(|p| p.health.clone()),
         };
@@ -285,7 +285,7 @@ async fn protect(
             ctx,
             cluster,
             cluster.metadata.generation,
-            &outcome,
+            &conclusion,
             password_secret.as_deref(),
             pass.as_ref().map(|p| &p.bindings),
             pass.as_ref().is_some_and(Pass::spent_acknowledgement),
@@ -488,21 +488,23 @@ mod tests {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         );
-        let outcome = |problem: Problem| crate::cluster::status::Outcome::Problem {
+        let conclusion = |problem: Problem| crate::cluster::status::PassConclusion::Problem {
             problem,
             health: None,
         };
         let first = crate::cluster::status::compute(
             None,
             Some(1),
-            &outcome(third.clone().unwrap_or_else(|| panic!("no problem"))),
+            &conclusion(third.clone().unwrap_or_else(|| panic!("no problem"))),
             None,
             &now,
         );
         let again = crate::cluster::status::compute(
             Some(&first),
             Some(1),
-            &outcome(failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem"))),
+            &conclusion(
+                failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem")),
+            ),
             None,
             &now,
         );
