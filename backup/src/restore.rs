@@ -25,9 +25,9 @@ pub struct InitialData {
     pub bytes: u64,
 }
 
-/// What a run did.
+/// What a restore did to the data folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RestoreOutcome {
     /// The snapshot is now the server's `dbfilename`.
     Restored { fetched: Fetched, rdb_version: u32 },
     /// The marker was there: this folder has loaded it before; nothing was touched.
@@ -61,7 +61,7 @@ pub async fn restore(
     dir: &Path,
     dbfilename: &str,
     max_rdb_version: Option<u32>,
-) -> Result<Outcome, RestoreError> {
+) -> Result<RestoreOutcome, RestoreError> {
     let location = format!("s3://{}/{}", store.bucket(), store.path(&data.object));
     let fail = |problem: String| RestoreError {
         location: location.clone(),
@@ -85,7 +85,7 @@ pub async fn restore(
     }
     let marker = dir.join(marker_name(&data.sha256));
     if marker.exists() {
-        return Ok(Outcome::AlreadyRestored);
+        return Ok(RestoreOutcome::AlreadyRestored);
     }
     if dir.join(AOF_DIR).exists() {
         return Err(fail(format!(
@@ -121,7 +121,7 @@ pub async fn restore(
         let _ = std::fs::remove_file(&target);
         return Err(fail(problem));
     }
-    Ok(Outcome::Restored {
+    Ok(RestoreOutcome::Restored {
         fetched: Fetched {
             bytes: data.bytes,
             sha256: data.sha256.clone(),

@@ -24,7 +24,7 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// The outcome of asking Valkey.
+/// What Valkey answered the probe.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// `PING` answered `PONG`; `role`, `version` and `run_id` from INFO when they parsed.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use backup::restore::{InitialData, Outcome, restore};
+use backup::restore::{InitialData, RestoreOutcome, restore};
 use backup::{Store, StoreConfig};
 use clap::Parser;
 
@@ -102,7 +102,7 @@ fn config(args: &Args) -> Result<StoreConfig, String> {
     })
 }
 
-async fn run(args: &Args) -> Result<Outcome, String> {
+async fn run(args: &Args) -> Result<RestoreOutcome, String> {
     let location = format!("s3://{}/{}", args.bucket, args.object);
     let store = config(args)
         .and_then(|c| Store::new(&c).map_err(|e| e.to_string()))
@@ -136,7 +136,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(&args)) {
-        Ok(Outcome::AlreadyRestored) => {
+        Ok(RestoreOutcome::AlreadyRestored) => {
             eprintln!(
                 "valkey-restore: {} already holds the snapshot {} (marker present): nothing to do",
                 args.dir.display(),
@@ -144,7 +144,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Ok(Outcome::Restored {
+        Ok(RestoreOutcome::Restored {
             fetched,
             rdb_version,
         }) => {

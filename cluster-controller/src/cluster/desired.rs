@@ -20,7 +20,7 @@ use crate::valkey::slots::SlotSet;
 /// What the spec asks of the engine: how many shards, how many replicas each, whether the
 /// servers keep their data, whether the cluster served slots before (`status.shards`), and
 /// what the user allows when data is lost. `Err` names a malformed `spec.acceptLostSlots`.
-pub fn topology(cluster: &ValkeyCluster) -> Result<Desired, Problem> {
+pub fn for_engine(cluster: &ValkeyCluster) -> Result<Desired, Problem> {
     let accepted = match cluster.spec.accept_lost_slots.as_deref() {
         None | Some("") => None,
         Some(text) => Some(text.parse::<SlotSet>().map_err(|e| Problem {
@@ -61,10 +61,10 @@ fn acknowledgement_spent(cluster: &ValkeyCluster) -> bool {
         .is_some_and(|a| a.spent && cluster.spec.accept_lost_slots.as_deref() == Some(&a.slots))
 }
 
-/// [`topology`], or with a malformed `spec.acceptLostSlots` read as accepting no loss: what the
+/// [`for_engine`], or with a malformed `spec.acceptLostSlots` read as accepting no loss: what the
 /// engine's safety rules go by while the spec cannot be read whole.
-pub fn topology_or_safest(cluster: &ValkeyCluster) -> Desired {
-    topology(cluster).unwrap_or_else(|_| Desired {
+pub fn for_engine_or_safest(cluster: &ValkeyCluster) -> Desired {
+    for_engine(cluster).unwrap_or_else(|_| Desired {
         persistent: cluster.spec.persistence.enabled,
         formed: formed(cluster),
         lost_slots: LostSlotsPolicy {
@@ -164,7 +164,7 @@ mod tests {
     fn a_spent_acknowledgement_allows_nothing_more() {
         let mut c = crate::cluster::fixtures::cluster(crate::cluster::fixtures::CLUSTER);
         c.spec.accept_lost_slots = Some("0-5460".into());
-        let accepted = |c: &ValkeyCluster| topology(c).map(|d| d.lost_slots.accepted.is_some());
+        let accepted = |c: &ValkeyCluster| for_engine(c).map(|d| d.lost_slots.accepted.is_some());
         assert_eq!(accepted(&c), Ok(true));
         c.status = Some(valkey_api::v1alpha1::ValkeyClusterStatus {
             formed: Some(true),
@@ -176,7 +176,7 @@ mod tests {
         });
         assert_eq!(accepted(&c), Ok(true), "in use");
         assert!(
-            topology(&c).is_ok_and(|d| d.formed),
+            for_engine(&c).is_ok_and(|d| d.formed),
             "formed, with 0 shards"
         );
         if let Some(record) = c.status.as_mut().and_then(|s| s.accepted_loss.as_mut()) {

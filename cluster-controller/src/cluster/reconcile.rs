@@ -20,7 +20,7 @@ use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use super::context::Context;
-use super::status::Outcome;
+use super::status::PassConclusion;
 use super::{
     apply, bus, desired, external, network, observe, report, restore, secrets, tls, validate,
 };
@@ -39,8 +39,10 @@ use crate::parent::{access, labels, monitoring};
 struct Prepared {
     auth: Auth,
     served: Option<crate::parent::tls::Served>,
+    /// Every member's ValkeyNode as the spec wants it.
     desired: Vec<DesiredMember>,
-    topology: Desired,
+    /// What the spec asks of the engine.
+    engine_desired: Desired,
     /// What a person should know that stops nothing: an external address not given yet, a
     /// certificate of theirs that lacks an external name.
     notice: Option<Problem>,
@@ -82,15 +84,15 @@ pub async fn pass(
         auth,
         served,
         desired,
-        mut topology,
+        mut engine_desired,
         notice,
         members_changed,
         restoring_at_other_count,
     } = prepared;
-    topology.held_keys = memory.held_keys();
-    topology.steady_for = memory.steady_for();
-    topology.spread_after = ctx.settings.spread_after;
-    topology.slot_moves_held = ctx
+    engine_desired.held_keys = memory.held_keys();
+    engine_desired.steady_for = memory.steady_for();
+    engine_desired.spread_after = ctx.settings.spread_after;
+    engine_desired.slot_moves_held = ctx
         .backups
         .as_ref()
         .and_then(|b| observe::running_backup(b, key.namespace(), key.name()));
@@ -100,7 +102,7 @@ pub async fn pass(
     let engine = ctx.engine(key, &auth.credentials, trust);
     let refused = access::sync(&memory, engine.client(), &auth, &members, trust).await;
     let before_engine = started.elapsed();
-    let pass = engine.pass(&topology, &members).await;
+    let pass = engine.pass(&engine_desired, &members).await;
     memory.note_keys(&pass.observation);
     restore::after_pass(ctx, cluster, &memory, engine.client(), &pass, &existing).await;
     let engine_took = started.elapsed() - before_engine;
@@ -118,7 +120,7 @@ pub async fn pass(
     serve(ctx, cluster, key, &existing, &members, &pass).await;
 
     report::decision_events(ctx, cluster, &pass).await;
-    let outcome = report::outcome(&pass, &existing, refused.or(failing).or(notice));
+    let conclusion = report::conclusion(&pass, &existing, refused.or(failing).or(notice));
     let generation = reported_generation(
         cluster.metadata.generation,
         cluster.status.as_ref().and_then(|s| s.observed_generation),
@@ -128,7 +130,7 @@ pub async fn pass(
         ctx,
         cluster,
         generation,
-        &outcome,
+        &conclusion,
         auth.password_secret.as_deref(),
         Some(&pass.bindings),
         pass.spent_acknowledgement(),
@@ -203,17 +205,17 @@ async fn prepare(
             tracing::warn!(%error, "the PodMonitor could not be applied");
         }
     }
-    let topology = Desired {
+    let engine_desired = Desired {
         shards,
         restore: restore::slots(plan),
-        ..valid.topology
+        ..valid.engine_desired
     };
     let restoring_at_other_count = shards != restore::shards_now(cluster, None);
     Ok(Some(Prepared {
         auth,
         served,
         desired,
-        topology,
+        engine_desired,
         notice,
         members_changed,
         restoring_at_other_count,
@@ -240,11 +242,13 @@ async fn protect(
     let pass = match memory.last_login(cluster.spec.tls.enabled) {
         Some((credentials, trust)) => {
             let engine = ctx.engine(key, &credentials, trust.as_ref());
-            let topology = Desired {
+            let engine_desired = Desired {
                 held_keys: memory.held_keys(),
-                ..desired::topology_or_safest(cluster)
+                ..desired::for_engine_or_safest(cluster)
             };
-            let pass = engine.pass_in(Scope::Safety, &topology, &members).await;
+            let pass = engine
+                .pass_in(Scope::Safety, &engine_desired, &members)
+                .await;
             memory.note_keys(&pass.observation);
             tracing::info!(decision = %pass.decision.reason(), "safety pass");
             Some(pass)
@@ -273,7 +277,7 @@ async fn protect(
             .status
             .as_ref()
             .and_then(|s| s.password_secret_name.clone());
-        let outcome = Outcome::Problem {
+        let conclusion = PassConclusion::Problem {
             problem,
             health: pass.as_ref().and_then(|p| p.health.clone()),
         };
@@ -281,7 +285,7 @@ async fn protect(
             ctx,
             cluster,
             cluster.metadata.generation,
-            &outcome,
+            &conclusion,
             password_secret.as_deref(),
             pass.as_ref().map(|p| &p.bindings),
             pass.as_ref().is_some_and(Pass::spent_acknowledgement),
@@ -484,21 +488,23 @@ mod tests {
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         );
-        let outcome = |problem: Problem| crate::cluster::status::Outcome::Problem {
+        let conclusion = |problem: Problem| crate::cluster::status::PassConclusion::Problem {
             problem,
             health: None,
         };
         let first = crate::cluster::status::compute(
             None,
             Some(1),
-            &outcome(third.clone().unwrap_or_else(|| panic!("no problem"))),
+            &conclusion(third.clone().unwrap_or_else(|| panic!("no problem"))),
             None,
             &now,
         );
         let again = crate::cluster::status::compute(
             Some(&first),
             Some(1),
-            &outcome(failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem"))),
+            &conclusion(
+                failing_problem(&action, &error, 4).unwrap_or_else(|| panic!("no problem")),
+            ),
             None,
             &now,
         );

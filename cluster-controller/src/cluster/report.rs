@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{ClusterState, ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 
 use super::context::Context;
-use super::status::{self, Outcome};
+use super::status::{self, PassConclusion};
 use crate::engine::{self, Action, Decision, Pass};
 use crate::parent::apply::node_reference;
 use crate::parent::conditions::Problem;
@@ -82,11 +82,11 @@ async fn action_event(ctx: &Context, cluster: &ValkeyCluster, decision: &Decisio
 /// What the status says of the pass: the engine's decision, unless something needs a person
 /// more (a member whose pod cannot run, a slot move refused as unsafe, an action that keeps
 /// failing).
-pub fn outcome<'a>(
+pub fn conclusion<'a>(
     pass: &'a Pass,
     existing: &[Arc<ValkeyNode>],
     failing: Option<Problem>,
-) -> Outcome<'a> {
+) -> PassConclusion<'a> {
     let decision = &pass.decision;
     // A member the node-controller cannot run (unschedulable, image, crash loop) stops progress:
     // say which and why, rather than "waiting for nodes" forever.
@@ -96,7 +96,7 @@ pub fn outcome<'a>(
     };
     // A step the slot machine refused to take safely needs a person as much as a stuck member.
     let blocked_step = match &pass.outcome {
-        Some(Ok(engine::Outcome::Blocked(why))) => Some(Problem {
+        Some(Ok(engine::ActionOutcome::Blocked(why))) => Some(Problem {
             reason: StatusReason::MigrationBlocked,
             message: format!("{why}; the operator will not move this slot until it is resolved."),
         }),
@@ -105,11 +105,11 @@ pub fn outcome<'a>(
     // A config value Valkey refused changes nothing until it is corrected: a person must know.
     let refused = members::refused_config(existing.iter().map(AsRef::as_ref));
     match stuck.or(refused).or(blocked_step).or(failing) {
-        Some(problem) => Outcome::Problem {
+        Some(problem) => PassConclusion::Problem {
             problem,
             health: pass.health.clone(),
         },
-        None => Outcome::Decided {
+        None => PassConclusion::Decided {
             decision,
             health: pass.health.clone(),
         },
@@ -130,7 +130,7 @@ pub async fn problem(
         ctx,
         cluster,
         cluster.meta().generation,
-        &Outcome::Problem {
+        &PassConclusion::Problem {
             problem,
             health: None,
         },
@@ -149,17 +149,17 @@ pub async fn write_status(
     ctx: &Context,
     cluster: &ValkeyCluster,
     generation: Option<i64>,
-    outcome: &Outcome<'_>,
+    conclusion: &PassConclusion<'_>,
     password_secret: Option<&str>,
     bindings: Option<&BTreeMap<String, NodeId>>,
     spent_acknowledgement: bool,
 ) -> Result<(), Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous: Option<&ValkeyClusterStatus> = cluster.status.as_ref();
-    let mut new = status::compute(previous, generation, outcome, password_secret, &now);
+    let mut new = status::compute(previous, generation, conclusion, password_secret, &now);
     let steady = matches!(
-        outcome,
-        Outcome::Decided {
+        conclusion,
+        PassConclusion::Decided {
             decision: Decision::Steady(_),
             ..
         }
@@ -318,7 +318,7 @@ mod tests {
         });
         let cache = cluster(CLUSTER);
         let decision = steady();
-        let outcome = Outcome::Decided {
+        let conclusion = PassConclusion::Decided {
             decision: &decision,
             health: None,
         };
@@ -326,7 +326,7 @@ mod tests {
             &ctx,
             &cache,
             cache.metadata.generation,
-            &outcome,
+            &conclusion,
             Some("cache-password"),
             None,
             false,
@@ -343,7 +343,7 @@ mod tests {
             &ctx,
             &again,
             again.metadata.generation,
-            &outcome,
+            &conclusion,
             Some("cache-password"),
             None,
             false,
@@ -444,7 +444,7 @@ mod tests {
             reason: crate::engine::Reason::Converging,
             message: "converging".into(),
         };
-        let outcome = Outcome::Decided {
+        let conclusion = PassConclusion::Decided {
             decision: &decision,
             health: None,
         };
@@ -471,7 +471,7 @@ mod tests {
             &ctx,
             &cluster(CLUSTER),
             Some(1),
-            &outcome,
+            &conclusion,
             None,
             Some(&bindings),
             false,

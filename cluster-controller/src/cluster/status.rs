@@ -9,9 +9,11 @@ use crate::engine::{Decision, Health, Reason};
 use crate::parent::conditions::{Problem, Summary, summary_conditions};
 use crate::parent::progress::{self, WorkLeft};
 
-/// What a pass concluded.
+/// What a pass concluded, which the status is computed from ([`compute`]): the engine's
+/// decision, or a problem a person must know of that stops progress.
 #[derive(Debug, Clone)]
-pub enum Outcome<'a> {
+pub enum PassConclusion<'a> {
+    /// The engine decided; its decision is what the status says.
     Decided {
         decision: &'a Decision,
         health: Option<Health>,
@@ -27,14 +29,14 @@ pub enum Outcome<'a> {
 pub fn compute(
     previous: Option<&ValkeyClusterStatus>,
     generation: Option<i64>,
-    outcome: &Outcome<'_>,
+    conclusion: &PassConclusion<'_>,
     password_secret: Option<&str>,
     now: &Time,
 ) -> ValkeyClusterStatus {
     let was_ready_once =
         previous.is_some_and(|s| s.state.is_some_and(|st| st != ClusterState::Initializing));
-    let (state, reason, message, ready, progressing, degraded) = match outcome {
-        Outcome::Decided {
+    let (state, reason, message, ready, progressing, degraded) = match conclusion {
+        PassConclusion::Decided {
             decision: Decision::Steady(h),
             ..
         } => (
@@ -56,7 +58,7 @@ pub fn compute(
             false,
             false,
         ),
-        Outcome::Decided {
+        PassConclusion::Decided {
             decision:
                 Decision::Act {
                     reason, message, ..
@@ -75,7 +77,7 @@ pub fn compute(
             true,
             false,
         ),
-        Outcome::Decided {
+        PassConclusion::Decided {
             decision: Decision::Blocked { reason, message },
             ..
         } => (
@@ -90,7 +92,7 @@ pub fn compute(
             false,
             true,
         ),
-        Outcome::Problem { problem: p, .. } => (
+        PassConclusion::Problem { problem: p, .. } => (
             ClusterState::Degraded,
             p.reason,
             p.message.clone(),
@@ -113,12 +115,14 @@ pub fn compute(
         now,
     );
 
-    let health = match outcome {
-        Outcome::Decided {
+    let health = match conclusion {
+        PassConclusion::Decided {
             decision: Decision::Steady(h),
             ..
         } => Some(h.clone()),
-        Outcome::Decided { health, .. } | Outcome::Problem { health, .. } => health.clone(),
+        PassConclusion::Decided { health, .. } | PassConclusion::Problem { health, .. } => {
+            health.clone()
+        }
     }
     // A pass in which no member answered learnt nothing about Valkey. Keeping the last counts
     // matters: the restart gate reads `shards` to tell a formed cluster from a new one, and a
@@ -261,7 +265,7 @@ mod tests {
         compute(
             previous,
             Some(1),
-            &Outcome::Decided { decision, health },
+            &PassConclusion::Decided { decision, health },
             None,
             &at(secs),
         )
@@ -289,7 +293,7 @@ mod tests {
         let s = compute(
             None,
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &d,
                 health: None,
             },
@@ -315,7 +319,7 @@ mod tests {
         let s = compute(
             None,
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &d,
                 health: None,
             },
@@ -332,7 +336,7 @@ mod tests {
         let again = compute(
             Some(&s),
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &d,
                 health: None,
             },
@@ -351,7 +355,7 @@ mod tests {
         use crate::parent::pass::reported_generation;
         let d = Decision::Steady(health());
         let ready = decided(None, &d, None, 1);
-        let outcome = Outcome::Decided {
+        let conclusion = PassConclusion::Decided {
             decision: &d,
             health: None,
         };
@@ -359,7 +363,7 @@ mod tests {
         let changed = compute(
             Some(&ready),
             reported_generation(Some(2), last, true),
-            &outcome,
+            &conclusion,
             None,
             &at(2),
         );
@@ -367,7 +371,7 @@ mod tests {
         let read_back = compute(
             Some(&changed),
             reported_generation(Some(2), last, false),
-            &outcome,
+            &conclusion,
             None,
             &at(3),
         );
@@ -392,7 +396,7 @@ mod tests {
         let later = compute(
             Some(&ready),
             Some(2),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &moving,
                 health: None,
             },
@@ -425,7 +429,7 @@ mod tests {
         };
         let s = decided(None, &lost, None, 1);
         assert_eq!(s.state, Some(ClusterState::Failed));
-        let p = Outcome::Problem {
+        let p = PassConclusion::Problem {
             problem: Problem {
                 reason: StatusReason::PasswordSecretNotFound,
                 message: "Secret x is missing".into(),
@@ -456,7 +460,7 @@ mod tests {
         let stuck = compute(
             Some(&s),
             Some(1),
-            &Outcome::Problem {
+            &PassConclusion::Problem {
                 problem: Problem {
                     reason: StatusReason::Unschedulable,
                     message: "c-1-1 cannot be scheduled".into(),
@@ -483,7 +487,7 @@ mod tests {
         let s = compute(
             Some(&ready),
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &blind,
                 health: Some(Health {
                     shards: 0,

@@ -21,7 +21,7 @@ use crate::parent::tls;
 #[derive(Debug)]
 pub struct Valid {
     /// What the spec asks of the engine (shards, replicas, the loss it accepts).
-    pub topology: Desired,
+    pub engine_desired: Desired,
 }
 
 /// The first spec error of `cluster`, as the problem its status shows, with a message naming the
@@ -35,8 +35,8 @@ pub fn spec(cluster: &ValkeyCluster, existing: &[Arc<ValkeyNode>]) -> Result<Val
     if let bus::Check::Changed(problem) = bus::check(cluster, existing) {
         return Err(problem);
     }
-    let topology = desired::topology(cluster)?;
-    Ok(Valid { topology })
+    let engine_desired = desired::for_engine(cluster)?;
+    Ok(Valid { engine_desired })
 }
 
 #[cfg(test)]
@@ -60,9 +60,9 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_spec_gives_its_topology() {
+    fn a_valid_spec_gives_what_it_asks_of_the_engine() {
         let valid = spec(&recorded(CLUSTER), &[]).unwrap_or_else(|p| panic!("{p:?}"));
-        assert_eq!(valid.topology.shards, 3);
+        assert_eq!(valid.engine_desired.shards, 3);
     }
 
     #[test]

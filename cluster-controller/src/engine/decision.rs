@@ -334,7 +334,7 @@ pub struct Health {
     pub spread_held: Option<String>,
 }
 
-/// The outcome of [`super::decide`].
+/// The one next step [`super::decide()`] chooses.
 // One Decision per pass: its size costs nothing, and boxing the action would only add noise.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use crate::valkey::cluster_nodes::NodeId;
 use super::decide::{Scope, Verdict, judge_in};
 use super::decision::{Action, Decision, Health, Reason};
 use super::error::EngineError;
-use super::execute::{ExecuteConfig, Outcome, execute, migrate_auth};
+use super::execute::{ActionOutcome, ExecuteConfig, execute, migrate_auth};
 use super::member::{Desired, Member};
 use super::observe::{Observation, observe_fenced};
 
@@ -56,7 +56,7 @@ impl EngineConfig {
 #[derive(Debug)]
 pub struct Step {
     pub decision: Decision,
-    pub outcome: Result<Outcome, EngineError>,
+    pub outcome: Result<ActionOutcome, EngineError>,
 }
 
 /// What one pass saw, decided and did: its last look, decision and outcome, and the steps it had
@@ -72,9 +72,9 @@ pub struct Pass {
     /// The node each member is bound to from now on (see [`bindings`]): the Kubernetes side
     /// keeps it and passes it back as [`Member::node_id`].
     pub bindings: BTreeMap<String, NodeId>,
-    /// The result of executing a Valkey action; `Some(Ok(Outcome::Delegated))` for a
+    /// The result of executing a Valkey action; `Some(Ok(ActionOutcome::Delegated))` for a
     /// Kubernetes action; `None` when the decision was not to act.
-    pub outcome: Option<Result<Outcome, EngineError>>,
+    pub outcome: Option<Result<ActionOutcome, EngineError>>,
     /// Where the pass's time went.
     pub timing: Timing,
 }
@@ -87,7 +87,7 @@ impl Pass {
             .iter()
             .any(|step| step.decision.spends_acknowledgement())
             || (self.decision.spends_acknowledgement()
-                && matches!(self.outcome, Some(Ok(ref o)) if !matches!(o, Outcome::Blocked(_))))
+                && matches!(self.outcome, Some(Ok(ref o)) if !matches!(o, ActionOutcome::Blocked(_))))
     }
 }
 
@@ -184,7 +184,7 @@ impl<C: ValkeyClient> Engine<C> {
                     let chain = time_left
                         && !decision.is_forced()
                         && !moves_data(action)
-                        && matches!(outcome, Ok(Outcome::Done));
+                        && matches!(outcome, Ok(ActionOutcome::Done));
                     if chain {
                         bind(&mut members, &bindings);
                         earlier.push(Step { decision, outcome });
@@ -231,7 +231,7 @@ impl<C: ValkeyClient> Engine<C> {
     }
 
     /// Carries out an Act decision (a Kubernetes action comes back as delegated), logging it.
-    async fn act(&self, decision: &Decision) -> Result<Outcome, EngineError> {
+    async fn act(&self, decision: &Decision) -> Result<ActionOutcome, EngineError> {
         let Decision::Act {
             action,
             reason,
@@ -239,7 +239,7 @@ impl<C: ValkeyClient> Engine<C> {
             ..
         } = decision
         else {
-            return Ok(Outcome::Delegated);
+            return Ok(ActionOutcome::Delegated);
         };
         if decision.is_forced() {
             tracing::warn!(%reason, %action, forced = true, "{message}");
@@ -249,8 +249,8 @@ impl<C: ValkeyClient> Engine<C> {
         let outcome = execute(&self.client, action, &self.config.execute).await;
         match &outcome {
             Err(error) => tracing::warn!(%reason, %action, %error, "action failed"),
-            Ok(Outcome::Blocked(why)) => tracing::warn!(%reason, %action, "{why}"),
-            Ok(Outcome::Progress(what)) => tracing::debug!(%reason, "{what}"),
+            Ok(ActionOutcome::Blocked(why)) => tracing::warn!(%reason, %action, "{why}"),
+            Ok(ActionOutcome::Progress(what)) => tracing::debug!(%reason, "{what}"),
             Ok(_) => {}
         }
         outcome

@@ -75,7 +75,10 @@ impl Member {
     }
 }
 
-/// The topology the spec asks for, and what the user allows when data is lost.
+/// What the spec asks of the engine (how many shards and replicas, whether the servers keep
+/// their data, what the user allows when data is lost) and what the Kubernetes side adds to it
+/// (the cluster formed or held keys before, a restore's slots, a backup holding slot moves, how
+/// long the cluster has been steady).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
     pub shards: u32,
@@ -154,7 +157,7 @@ impl LostSlotsPolicy {
 /// Where a member stands relative to [`Desired`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
-    /// Part of the wanted topology.
+    /// A member the spec asks for.
     Staying,
     /// Its shard is `>= shards`: drain, forget, delete.
     LeavingShard,

@@ -30,7 +30,7 @@ pub use decide::{ATOMIC_MAX_ATTEMPTS, Scope, Verdict, bindings, decide, health, 
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
 pub use driver::{Engine, EngineConfig, Pass, Step, Timing, settles_soon};
 pub use error::EngineError;
-pub use execute::{ExecuteConfig, Outcome, admit, execute, migrate_auth};
+pub use execute::{ActionOutcome, ExecuteConfig, admit, execute, migrate_auth};
 pub use member::{Desired, LostSlotsPolicy, Member, Permit, Place};
 pub use observe::{
     NodeState, Observation, Reach, observe, observe_fenced, read_admitted, read_every, user_enabled,

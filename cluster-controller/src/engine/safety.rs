@@ -1,4 +1,4 @@
-//! Data-safety rules every parent of ValkeyNodes obeys, whatever its topology (a cluster's
+//! Data-safety rules every parent of ValkeyNodes obeys, whatever its layout (a cluster's
 //! shards, a primary with its replicas). They read plain data (INFO replication, DBSIZE,
 //! CONFIG GET) and say whether an action could lose data; nothing here knows of slots, shards
 //! or cluster views, so a second parent calls them as they are.

@@ -1,4 +1,4 @@
-//! Which slots to move where so that the target shards end up evenly loaded.
+//! Which slots to move where so that the wanted shards end up evenly loaded.
 //!
 //! The plan moves the fewest slots possible: only the surplus of each shard (slots above its
 //! quota) and everything held by shards that leave. A shard either gives, receives, or is left
@@ -12,8 +12,8 @@ use crate::valkey::slots::{SLOT_COUNT, SlotSet, balanced_sizes};
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RebalanceError {
-    #[error("no target shards to place the slots on")]
-    NoTargets,
+    #[error("no wanted shards to place the slots on")]
+    NoWantedShards,
     #[error("slots {slots} are claimed by two shards, {first} and {second}")]
     OverlappingOwners {
         first: String,
@@ -30,15 +30,15 @@ pub struct Move<K> {
     pub slots: SlotSet,
 }
 
-/// The outcome of [`plan`].
+/// A rebalance plan, as [`plan`] makes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebalance<K> {
     /// Migrations, ordered by source then destination.
     pub moves: Vec<Move<K>>,
-    /// Slots nobody owns, with the target shard each should be given to by `CLUSTER ADDSLOTS`
+    /// Slots nobody owns, with the wanted shard each should be given to by `CLUSTER ADDSLOTS`
     /// (no data to move). Ordered by shard.
     pub assign: Vec<(K, SlotSet)>,
-    /// How many slots each target shard holds once the moves and assignments are done.
+    /// How many slots each wanted shard holds once the moves and assignments are done.
     pub quotas: BTreeMap<K, usize>,
 }
 
@@ -63,25 +63,25 @@ impl<K: Ord> Rebalance<K> {
     }
 }
 
-/// Plans the moves that spread all 16384 slots evenly over `targets`.
+/// Plans the moves that spread all 16384 slots evenly over the `wanted` shards.
 ///
 /// `current` maps each shard that owns slots today (including shards that must leave) to its
-/// slots; target shards missing from it start empty. Quotas: every target gets `16384 / n`
-/// slots, and the `16384 % n` extra slots go to the targets that hold the most today (ties to
+/// slots; wanted shards missing from it start empty. Quotas: every wanted shard gets `16384 / n`
+/// slots, and the `16384 % n` extra slots go to the wanted shards that hold the most today (ties to
 /// the lower key), which is what keeps the number of moved slots minimal. A shard above its
 /// quota gives away its highest slots; receivers are filled in key order, unowned slots first.
 /// Deterministic: the same input gives the same plan.
 pub fn plan<K: Ord + Clone + ToString>(
     current: &BTreeMap<K, SlotSet>,
-    targets: &BTreeSet<K>,
+    wanted: &BTreeSet<K>,
 ) -> Result<Rebalance<K>, RebalanceError> {
     check_disjoint(current)?;
-    let (base, larger) = balanced_sizes(targets.len()).ok_or(RebalanceError::NoTargets)?;
+    let (base, larger) = balanced_sizes(wanted.len()).ok_or(RebalanceError::NoWantedShards)?;
     let held = |k: &K| current.get(k).map_or(0, SlotSet::count);
 
-    // The extra slots go to the fullest targets: each one given to a shard above `base` saves
+    // The extra slots go to the fullest wanted shards: each one given to a shard above `base` saves
     // one move.
-    let mut by_size: Vec<&K> = targets.iter().collect();
+    let mut by_size: Vec<&K> = wanted.iter().collect();
     by_size.sort_by(|a, b| held(b).cmp(&held(a)).then_with(|| a.cmp(b)));
     let quotas: BTreeMap<K, usize> = by_size
         .iter()
@@ -90,7 +90,7 @@ pub fn plan<K: Ord + Clone + ToString>(
         .collect();
 
     // Surplus of each giver: all slots of a leaving shard, the highest slots above quota of a
-    // target.
+    // wanted shard.
     let mut givers: Vec<(K, SlotSet)> = Vec::new();
     for (shard, slots) in current {
         let surplus = match quotas.get(shard) {
@@ -204,14 +204,14 @@ mod tests {
             .collect()
     }
 
-    fn targets(names: &[String]) -> BTreeSet<String> {
+    fn wanted(names: &[String]) -> BTreeSet<String> {
         names.iter().cloned().collect()
     }
 
     /// Applies the plan and checks every promise `plan` makes; returns the final owners.
     fn check(
         current: &BTreeMap<String, SlotSet>,
-        targets: &BTreeSet<String>,
+        wanted: &BTreeSet<String>,
         plan: &Rebalance<String>,
     ) -> BTreeMap<String, SlotSet> {
         let mut owners = current.clone();
@@ -247,10 +247,10 @@ mod tests {
             all = all.union(slots);
         }
         assert_eq!(all, SlotSet::all());
-        // Balance: leavers are empty, targets within one slot of each other.
-        let (base, _) = balanced_sizes(targets.len()).unwrap();
+        // Balance: leavers are empty, wanted shards within one slot of each other.
+        let (base, _) = balanced_sizes(wanted.len()).unwrap();
         for (shard, slots) in &owners {
-            if targets.contains(shard) {
+            if wanted.contains(shard) {
                 assert!(
                     (base..=base + 1).contains(&slots.count()),
                     "{shard}: {}",
@@ -268,18 +268,18 @@ mod tests {
             assert!(count(&owners, &m.to) > count(current, &m.to), "{m:?}");
         }
         // Minimal: exactly the unavoidable surplus moved.
-        assert_eq!(plan.moved_slots(), lower_bound(current, targets));
+        assert_eq!(plan.moved_slots(), lower_bound(current, wanted));
         owners
     }
 
     /// The fewest slots any balancing plan must migrate, computed independently of `plan`.
-    fn lower_bound(current: &BTreeMap<String, SlotSet>, targets: &BTreeSet<String>) -> usize {
-        let (base, larger) = balanced_sizes(targets.len()).unwrap();
+    fn lower_bound(current: &BTreeMap<String, SlotSet>, wanted: &BTreeSet<String>) -> usize {
+        let (base, larger) = balanced_sizes(wanted.len()).unwrap();
         let mut above_base = 0;
         let mut total = 0;
         for (shard, slots) in current {
             let n = slots.count();
-            if targets.contains(shard) {
+            if wanted.contains(shard) {
                 total += n.saturating_sub(base);
                 above_base += usize::from(n > base);
             } else {
@@ -294,8 +294,8 @@ mod tests {
         let old = shards(3, "a");
         let new: Vec<String> = old.iter().cloned().chain(shards(2, "b")).collect();
         let current = evenly(&old);
-        let p = plan(&current, &targets(&new)).unwrap();
-        check(&current, &targets(&new), &p);
+        let p = plan(&current, &wanted(&new)).unwrap();
+        check(&current, &wanted(&new), &p);
         // Each old shard keeps 3276 or 3277 and gives the rest to the two new ones.
         assert_eq!(p.moved_slots(), 16384 - 3 * 3277);
         assert!(
@@ -310,7 +310,7 @@ mod tests {
     fn five_to_two() {
         let old = shards(5, "a");
         let current = evenly(&old);
-        let keep = targets(&old[..2]);
+        let keep = wanted(&old[..2]);
         let p = plan(&current, &keep).unwrap();
         let owners = check(&current, &keep, &p);
         assert_eq!(owners["a0"].count(), 8192);
@@ -324,8 +324,8 @@ mod tests {
         let old = shards(3, "a");
         let new: Vec<String> = old.iter().cloned().chain(shards(1, "b")).collect();
         let current = evenly(&old);
-        let p = plan(&current, &targets(&new)).unwrap();
-        check(&current, &targets(&new), &p);
+        let p = plan(&current, &wanted(&new)).unwrap();
+        check(&current, &wanted(&new), &p);
         assert_eq!(p.moved_slots(), 4096);
         assert_eq!(p.moves.len(), 3);
         assert_eq!(p.moves[0].slots.to_string(), "4096-5461");
@@ -337,9 +337,9 @@ mod tests {
     fn one_to_one_is_a_noop() {
         let one = shards(1, "a");
         let current = evenly(&one);
-        let p = plan(&current, &targets(&one)).unwrap();
+        let p = plan(&current, &wanted(&one)).unwrap();
         assert!(p.is_noop());
-        check(&current, &targets(&one), &p);
+        check(&current, &wanted(&one), &p);
     }
 
     #[test]
@@ -351,7 +351,7 @@ mod tests {
             .cloned()
             .zip(["0-5460", "5461-10922", "10923-16383"].map(|r| r.parse().unwrap()))
             .collect();
-        let p = plan(&current, &targets(&names)).unwrap();
+        let p = plan(&current, &wanted(&names)).unwrap();
         assert!(p.is_noop(), "{p:?}");
     }
 
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn empty_cluster_is_all_assignment() {
-        let want = targets(&shards(3, "a"));
+        let want = wanted(&shards(3, "a"));
         let p = plan(&BTreeMap::new(), &want).unwrap();
         assert!(p.moves.is_empty());
         let owners = check(&BTreeMap::new(), &want, &p);
@@ -381,16 +381,16 @@ mod tests {
     }
 
     #[test]
-    fn rejects_no_targets_and_overlaps() {
+    fn rejects_no_wanted_shards_and_overlaps() {
         let current = evenly(&shards(2, "a"));
         assert_eq!(
             plan(&current, &BTreeSet::new()),
-            Err(RebalanceError::NoTargets)
+            Err(RebalanceError::NoWantedShards)
         );
         let mut overlapping = current.clone();
         overlapping.insert("z".into(), "100-200".parse().unwrap());
         assert!(matches!(
-            plan(&overlapping, &targets(&shards(2, "a"))),
+            plan(&overlapping, &wanted(&shards(2, "a"))),
             Err(RebalanceError::OverlappingOwners { .. })
         ));
     }
@@ -398,8 +398,8 @@ mod tests {
     #[test]
     fn same_input_same_plan() {
         let current = evenly(&shards(7, "a"));
-        let want = targets(&shards(4, "a"))
-            .union(&targets(&shards(3, "b")))
+        let want = wanted(&shards(4, "a"))
+            .union(&wanted(&shards(3, "b")))
             .cloned()
             .collect();
         assert_eq!(plan(&current, &want), plan(&current, &want));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cluster_controller::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
 use cluster_controller::engine::{
-    Action, Decision, Desired, Engine, EngineConfig, Health, Member, Outcome, Pass,
+    Action, ActionOutcome, Decision, Desired, Engine, EngineConfig, Health, Member, Pass,
 };
 use cluster_controller::valkey::cluster_nodes::{self, ClusterNodes};
 use cluster_controller::valkey::info;
@@ -360,8 +360,10 @@ impl Lab {
                 eprintln!("[{}]   error: {e}", self.name);
                 self.errors.push(e.to_string());
             }
-            Some(Ok(Outcome::Blocked(why))) => panic!("[{}] migration blocked: {why}", self.name),
-            Some(Ok(Outcome::Progress(what))) => eprintln!("[{}]   {what}", self.name),
+            Some(Ok(ActionOutcome::Blocked(why))) => {
+                panic!("[{}] migration blocked: {why}", self.name)
+            }
+            Some(Ok(ActionOutcome::Progress(what))) => eprintln!("[{}]   {what}", self.name),
             _ => {}
         }
         if let Decision::Act { action, .. } = &pass.decision {

@@ -34,7 +34,7 @@ use super::apply::{self, invalid};
 use super::context::Context;
 use super::error::Error;
 use super::{label, observe, report, secrets, volume};
-use crate::live::{self, apply::Outcome};
+use crate::live::{self, apply::LiveSettingsOutcome};
 use crate::names::ChildNames;
 use crate::probe::{self, Answer};
 use crate::render::{self, Children, RenderError, Workload};
@@ -55,7 +55,7 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
     let pods = ctx.stores.pods.state();
     let server = observe_server(ctx, node, key, &pods, &children.revision).await?;
     let live_config = act_on_server(ctx, key, &server, &children).await;
-    if let Some(refused @ Outcome::Refused { .. }) = live_config {
+    if let Some(refused @ LiveSettingsOutcome::Refused { .. }) = live_config {
         return report_refused(ctx, node, server, &children.revision, refused).await;
     }
     let applied = apply_children(ctx, node, key, &pods, children).await?;
@@ -147,7 +147,7 @@ async fn act_on_server(
     key: &ObjectKey,
     server: &ServerView<'_>,
     children: &Children,
-) -> Option<Outcome> {
+) -> Option<LiveSettingsOutcome> {
     let (login, answered) = server.answering()?;
     let running = server.pod.and_then(|p| status::pod_revision(p));
     let outcome = match live::apply::awaiting_restart(running, &children.revision) {
@@ -308,7 +308,7 @@ async fn report_status(
     node: &ValkeyNode,
     server: ServerView<'_>,
     applied: AppliedChildren,
-    live_config: Option<Outcome>,
+    live_config: Option<LiveSettingsOutcome>,
 ) -> Result<Action, Error> {
     let pod = server.pod.map(AsRef::as_ref);
     let status = new_status(node, server, applied, live_config);
@@ -327,7 +327,7 @@ async fn report_refused(
     node: &ValkeyNode,
     server: ServerView<'_>,
     built_revision: &str,
-    refused: Outcome,
+    refused: LiveSettingsOutcome,
 ) -> Result<Action, Error> {
     let pod = server.pod.map(AsRef::as_ref);
     let untouched = AppliedChildren::untouched(node, built_revision);
@@ -342,7 +342,7 @@ fn new_status(
     node: &ValkeyNode,
     server: ServerView<'_>,
     applied: AppliedChildren,
-    live_config: Option<Outcome>,
+    live_config: Option<LiveSettingsOutcome>,
 ) -> ValkeyNodeStatus {
     let names = ChildNames::of(&node.name_any());
     let observed = Observed {
@@ -430,18 +430,18 @@ async fn live_settings(
     login: &Login<'_>,
     server: &probe::Server,
     live: &std::collections::BTreeMap<String, String>,
-) -> Outcome {
+) -> LiveSettingsOutcome {
     let fingerprint = server
         .run_id
         .as_deref()
         .map(|run_id| live::apply::fingerprint(run_id, live));
     if fingerprint.is_some() && ctx.live_set(key) == fingerprint {
-        return Outcome::Applied {
+        return LiveSettingsOutcome::Applied {
             settings: live.len(),
         };
     }
     let outcome = live::apply::set(login.ip, login.credentials, login.trust, live).await;
-    if let (Outcome::Applied { .. }, Some(fingerprint)) = (&outcome, fingerprint) {
+    if let (LiveSettingsOutcome::Applied { .. }, Some(fingerprint)) = (&outcome, fingerprint) {
         ctx.remember_live_set(key, fingerprint);
     }
     outcome

@@ -15,7 +15,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What became of the live settings on this pass.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum LiveSettingsOutcome {
     /// The running server has them (set now, or earlier on this same server process).
     Applied { settings: usize },
     /// Valkey refused a value; its words, and the settings sent (names only).
@@ -45,13 +45,13 @@ pub fn fingerprint(run_id: &str, live: &BTreeMap<String, String>) -> String {
 /// Whether the live settings wait for the pod's restart instead of going to its server: when the
 /// pod runs a revision (`running`) other than the desired one. A pod without a revision is
 /// older than revisions and is sent them.
-pub fn awaiting_restart(running: Option<String>, desired: &str) -> Option<Outcome> {
-    running
-        .filter(|running| running != desired)
-        .map(|running| Outcome::AwaitingRestart {
+pub fn awaiting_restart(running: Option<String>, desired: &str) -> Option<LiveSettingsOutcome> {
+    running.filter(|running| running != desired).map(|running| {
+        LiveSettingsOutcome::AwaitingRestart {
             running,
             desired: desired.to_owned(),
-        })
+        }
+    })
 }
 
 /// `CONFIG SET` of every live setting on the server at `ip`.
@@ -60,9 +60,9 @@ pub async fn set(
     credentials: Option<&Credentials>,
     trust: Option<&Trust>,
     live: &BTreeMap<String, String>,
-) -> Outcome {
+) -> LiveSettingsOutcome {
     if live.is_empty() {
-        return Outcome::Applied { settings: 0 };
+        return LiveSettingsOutcome::Applied { settings: 0 };
     }
     let sent = || live.keys().cloned().collect::<Vec<_>>();
     let result = tokio::time::timeout(TIMEOUT, async {
@@ -76,7 +76,7 @@ pub async fn set(
     })
     .await;
     match result {
-        Ok(Ok(())) => Outcome::Applied {
+        Ok(Ok(())) => LiveSettingsOutcome::Applied {
             settings: live.len(),
         },
         // Only a value Valkey refused is the spec's fault; a user without CONFIG SET, a lost
@@ -84,15 +84,15 @@ pub async fn set(
         Ok(Err(e))
             if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
         {
-            Outcome::Refused {
+            LiveSettingsOutcome::Refused {
                 keys: sent(),
                 answer: e.to_string(),
             }
         }
-        Ok(Err(e)) => Outcome::NotSet {
+        Ok(Err(e)) => LiveSettingsOutcome::NotSet {
             answer: probe::describe(ip, &e),
         },
-        Err(_) => Outcome::NotSet {
+        Err(_) => LiveSettingsOutcome::NotSet {
             answer: probe::no_answer(ip),
         },
     }
@@ -140,7 +140,7 @@ mod tests {
         assert_eq!(awaiting_restart(None, "r2"), None);
         assert_eq!(
             awaiting_restart(Some("r1".into()), "r2"),
-            Some(Outcome::AwaitingRestart {
+            Some(LiveSettingsOutcome::AwaitingRestart {
                 running: "r1".into(),
                 desired: "r2".into()
             })

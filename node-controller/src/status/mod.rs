@@ -9,7 +9,7 @@ use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::contract::EXPORTER_CONTAINER;
 use valkey_api::v1alpha1::{Role, StatusReason, ValkeyNodeStatus};
 
-use crate::live::apply::Outcome;
+use crate::live::apply::LiveSettingsOutcome;
 use crate::names::REVISION_ANNOTATION;
 use crate::probe::Answer;
 
@@ -43,7 +43,7 @@ pub struct Observed<'a> {
     /// Whether the parent allows the desired revision to run now.
     pub restart_allowed: bool,
     /// The live settings on the running server; `None` when it was not asked.
-    pub live_config: Option<Outcome>,
+    pub live_config: Option<LiveSettingsOutcome>,
     /// The object of `spec.initialData`, when the spec has one.
     pub initial_data: Option<&'a str>,
 }
@@ -411,27 +411,27 @@ fn credentials(state: &CredentialsState) -> Verdict {
 }
 
 /// ConfigApplied: the running server has the live settings of spec.config.
-fn config_applied(live: &Outcome) -> Verdict {
+fn config_applied(live: &LiveSettingsOutcome) -> Verdict {
     match live {
-        Outcome::Applied { settings } => Verdict::met(
+        LiveSettingsOutcome::Applied { settings } => Verdict::met(
             StatusReason::Applied,
             format!("The running server has the {settings} live setting(s) of spec.config."),
         ),
-        Outcome::NotSet { answer } => Verdict::unmet(
+        LiveSettingsOutcome::NotSet { answer } => Verdict::unmet(
             StatusReason::ConfigNotSet,
             format!(
                 "The live settings of spec.config could not be set on the running server: \
                  {answer}. They are tried again; the user of spec.credentials needs CONFIG SET."
             ),
         ),
-        Outcome::AwaitingRestart { running, desired } => Verdict::unmet(
+        LiveSettingsOutcome::AwaitingRestart { running, desired } => Verdict::unmet(
             StatusReason::AwaitingRestart,
             format!(
                 "The pod runs revision {running}; the live settings of spec.config are those of \
                  revision {desired}, and its server starts with them."
             ),
         ),
-        Outcome::Refused { keys, answer } => Verdict::unmet(
+        LiveSettingsOutcome::Refused { keys, answer } => Verdict::unmet(
             StatusReason::ConfigRefused,
             format!(
                 "Valkey refused CONFIG SET of {}: {answer}. Nothing else of the node was changed; \

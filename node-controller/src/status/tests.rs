@@ -468,7 +468,7 @@ fn a_growing_volume_serves_on_and_one_that_cannot_grow_says_why() {
 fn live_settings_waiting_for_the_restart_are_not_applied_nor_refused() {
     let p = pod(READY_POD);
     let mut o = observed(Some(&p), None);
-    o.live_config = Some(Outcome::AwaitingRestart {
+    o.live_config = Some(LiveSettingsOutcome::AwaitingRestart {
         running: "r0".into(),
         desired: "r1".into(),
     });

@@ -112,9 +112,14 @@ impl Down<'_> {
     }
 }
 
+/// The cluster as one look found it: every member, live (with what its node answered) or down,
+/// indexed by node id and shard. "Topology" in the rules means this observed view only; what
+/// the spec asks for is [`Desired`], here as `desired`, and never called a topology.
 pub(super) struct Topology<'a> {
     pub desired: &'a Desired,
+    /// Every member, in (shard, index, name) order.
     pub members: Vec<&'a Member>,
+    /// Members that are ready and answered as the node they are taken for.
     pub live: Vec<Live<'a>>,
     /// Members not live: not ready, silent, or answered by a node not taken for theirs.
     pub down: Vec<Down<'a>>,

@@ -54,7 +54,7 @@ pub fn migrate_auth(credentials: &Credentials) -> Option<MigrateAuth> {
 
 /// What executing an action achieved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ActionOutcome {
     /// The command was accepted (or the batch finished).
     Done,
     /// Part of the work is done; the next pass continues.

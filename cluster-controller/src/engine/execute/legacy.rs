@@ -22,7 +22,7 @@ use crate::valkey::cluster_nodes::{ClusterNodes, NodeId};
 use crate::valkey::slots::Slot;
 use crate::valkey::value;
 
-use super::config::{ExecuteConfig, Outcome};
+use super::config::{ActionOutcome, ExecuteConfig};
 use super::reply::{cluster_nodes_of, count, expect_ok, parse_error, unexpected};
 use crate::engine::decision::{LegacyMigration, NodeRef};
 use crate::engine::error::EngineError;
@@ -35,7 +35,7 @@ pub(super) async fn run(
     client: &impl ValkeyClient,
     m: &LegacyMigration,
     config: &ExecuteConfig,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let started = Instant::now();
     let total = m.slots.count();
     let mut queue = m.slots.iter();
@@ -64,7 +64,7 @@ pub(super) async fn run(
                     active.retain(|s| *s != slot);
                 }
                 Step::Blocked(blocked) => {
-                    return Ok(Outcome::Blocked(format!(
+                    return Ok(ActionOutcome::Blocked(format!(
                         "slot {slot} from {} to {}: {}",
                         m.source.member,
                         m.target.member,
@@ -79,9 +79,9 @@ pub(super) async fn run(
         }
     }
     Ok(if finished == total {
-        Outcome::Done
+        ActionOutcome::Done
     } else {
-        Outcome::Progress(format!(
+        ActionOutcome::Progress(format!(
             "{finished} of {total} slots from {} to {} done this pass",
             m.source.member, m.target.member
         ))

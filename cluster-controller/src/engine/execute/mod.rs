@@ -16,15 +16,15 @@ use crate::plan::migration::command::{migrateslots_to_many, to_cmd};
 
 use super::decision::{Action, NodeRef};
 use super::error::EngineError;
-pub use config::{ExecuteConfig, Outcome, migrate_auth};
+pub use config::{ActionOutcome, ExecuteConfig, migrate_auth};
 use reply::{cluster_nodes_of, expect_ok, parse_error};
 
-/// Carries out `action`. Kubernetes actions return [`Outcome::Delegated`] untouched.
+/// Carries out `action`. Kubernetes actions return [`ActionOutcome::Delegated`] untouched.
 pub async fn execute(
     client: &impl ValkeyClient,
     action: &Action,
     config: &ExecuteConfig,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let run = |on: &NodeRef, cmd: Cmd| {
         let addr = on.address;
         async move { client.command(addr, &cmd, config.command_timeout).await }
@@ -60,7 +60,7 @@ pub async fn execute(
                     if e.server_message()
                         .is_some_and(|m| m.contains("Unknown node")) =>
                 {
-                    Ok(Outcome::Done)
+                    Ok(ActionOutcome::Done)
                 }
                 reply => ok(reply?, "CLUSTER FORGET"),
             }
@@ -90,7 +90,7 @@ pub async fn execute(
                 cmd.arg("SETSLOT").arg(slot).arg("STABLE");
                 ok(run(on, cmd).await?, "CLUSTER SETSLOT")?;
             }
-            Ok(Outcome::Done)
+            Ok(ActionOutcome::Done)
         }
         Action::Failover { on_replica, .. } => failover(client, on_replica, None, config).await,
         Action::AdmitReplication { on, also, user } => {
@@ -100,7 +100,7 @@ pub async fn execute(
             for admitted in futures::future::join_all(admissions).await {
                 admitted?;
             }
-            Ok(Outcome::Done)
+            Ok(ActionOutcome::Done)
         }
         Action::ForcedFailover { on_replica, .. } => {
             failover(client, on_replica, Some("FORCE"), config).await
@@ -108,7 +108,7 @@ pub async fn execute(
         Action::Takeover { on_replica, .. } => {
             failover(client, on_replica, Some("TAKEOVER"), config).await
         }
-        Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
+        Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(ActionOutcome::Delegated),
     }
 }
 
@@ -122,7 +122,7 @@ pub async fn admit(
     address: std::net::SocketAddr,
     fence_user: &str,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let mut list = redis::cmd("ACL");
     list.arg("USERS");
     let reply = client.command(address, &list, timeout).await?;
@@ -148,11 +148,11 @@ pub async fn admit(
         }
         ok(client.command(address, &cmd, timeout).await?, "ACL SETUSER")?;
     }
-    Ok(Outcome::Done)
+    Ok(ActionOutcome::Done)
 }
 
-fn ok(reply: Value, command: &str) -> Result<Outcome, EngineError> {
-    expect_ok(&reply, command).map(|()| Outcome::Done)
+fn ok(reply: Value, command: &str) -> Result<ActionOutcome, EngineError> {
+    expect_ok(&reply, command).map(|()| ActionOutcome::Done)
 }
 
 /// `CLUSTER FAILOVER` on the replica, then polls its own CLUSTER NODES line until it is a
@@ -162,7 +162,7 @@ async fn failover(
     replica: &NodeRef,
     mode: Option<&str>,
     config: &ExecuteConfig,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let mut cmd = redis::cmd("CLUSTER");
     cmd.arg("FAILOVER");
     if let Some(mode) = mode {
@@ -181,10 +181,10 @@ async fn failover(
             .myself()
             .map_err(|source| parse_error(replica, source))?;
         if me.is_primary() && !me.slots.is_empty() {
-            return Ok(Outcome::Done);
+            return Ok(ActionOutcome::Done);
         }
         if Instant::now() >= deadline {
-            return Ok(Outcome::Progress(format!(
+            return Ok(ActionOutcome::Progress(format!(
                 "{} has not taken over within {:?}",
                 replica.member, config.failover_wait
             )));

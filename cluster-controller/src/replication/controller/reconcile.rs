@@ -25,10 +25,10 @@ use super::context::Context;
 
 /// Time each command of the Sentinels' user sync may take.
 const SENTINEL_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-use super::status::Outcome;
+use super::status::PassConclusion;
 use super::{desired, observe, report, restore, sentinels, services, validate};
 use crate::access::rights::SENTINEL_USER;
-use crate::engine::{Outcome as StepOutcome, Scope};
+use crate::engine::{ActionOutcome, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
 use crate::parent::error::{Error, api_error};
@@ -171,12 +171,17 @@ pub async fn pass(
     {
         // Recorded before the command runs: a controller that dies between the two finds the
         // member it chose, never an unrecorded primary it might take for an old one.
-        let outcome = Outcome::Decided {
+        let conclusion = PassConclusion::Decided {
             decision: &decision,
             health: &health,
         };
-        let intent =
-            report::status_of(&current, generation, &outcome, primary.as_deref(), password);
+        let intent = report::status_of(
+            &current,
+            generation,
+            &conclusion,
+            primary.as_deref(),
+            password,
+        );
         current = report::write_status(ctx, &memory, &current, intent).await?;
     }
 
@@ -184,7 +189,7 @@ pub async fn pass(
         None => None,
         Some(action @ (Action::AllowRestart { .. } | Action::DeleteMember { .. })) => {
             kubernetes_action(&api, action, &desired, &existing, &members).await?;
-            Some(Ok(StepOutcome::Delegated))
+            Some(Ok(ActionOutcome::Delegated))
         }
         Some(action) => Some(engine.execute(action).await),
     };
@@ -228,17 +233,23 @@ pub async fn pass(
         _ => members::stuck_member(existing.iter().map(AsRef::as_ref)),
     };
     let refused_config = members::refused_config(existing.iter().map(AsRef::as_ref));
-    let outcome = match stuck.or(refused_config).or(refused).or(failing) {
-        Some(problem) => Outcome::Problem {
+    let conclusion = match stuck.or(refused_config).or(refused).or(failing) {
+        Some(problem) => PassConclusion::Problem {
             problem,
             health: Some(&health),
         },
-        None => Outcome::Decided {
+        None => PassConclusion::Decided {
             decision: &decision,
             health: &health,
         },
     };
-    let new = report::status_of(&current, generation, &outcome, primary.as_deref(), password);
+    let new = report::status_of(
+        &current,
+        generation,
+        &conclusion,
+        primary.as_deref(),
+        password,
+    );
     report::write_status(ctx, &memory, &current, new).await?;
     Ok(Requeue::requeue(requeue_after(requeue, members_changed)))
 }
@@ -433,14 +444,14 @@ async fn protect(
             && primary != recorded
         {
             // Recorded before the command runs, as in a full pass.
-            let outcome = Outcome::Decided {
+            let conclusion = PassConclusion::Decided {
                 decision: &decision,
                 health: &seen,
             };
             let intent = report::status_of(
                 &current,
                 replication.metadata.generation,
-                &outcome,
+                &conclusion,
                 primary.as_deref(),
                 password.as_deref(),
             );
@@ -466,14 +477,14 @@ async fn protect(
         tracing::warn!(%error, "the Services could not be applied");
     }
     if let Some(problem) = stop.problem {
-        let outcome = Outcome::Problem {
+        let conclusion = PassConclusion::Problem {
             problem,
             health: health.as_ref(),
         };
         let new = report::status_of(
             &current,
             replication.metadata.generation,
-            &outcome,
+            &conclusion,
             primary.as_deref(),
             password.as_deref(),
         );

@@ -8,7 +8,7 @@ use kube::api::Api;
 use valkey_api::v1alpha1::{ReplicationState, ValkeyReplication, ValkeyReplicationStatus};
 
 use super::context::Context;
-use super::status::{self, Outcome};
+use super::status::{self, PassConclusion};
 use crate::parent::apply::node_reference;
 use crate::parent::context::ParentMemory;
 use crate::parent::error::Error;
@@ -67,14 +67,14 @@ pub async fn decision_events(
 pub fn status_of(
     replication: &ValkeyReplication,
     generation: Option<i64>,
-    outcome: &Outcome<'_>,
+    conclusion: &PassConclusion<'_>,
     primary: Option<&str>,
     password_secret: Option<&str>,
 ) -> ValkeyReplicationStatus {
     status::compute(
         replication.status.as_ref(),
         generation,
-        outcome,
+        conclusion,
         primary,
         password_secret,
         &Time(k8s_openapi::jiff::Timestamp::now()),

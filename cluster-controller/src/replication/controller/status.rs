@@ -10,9 +10,11 @@ use crate::parent::conditions::{Problem, Summary, summary_conditions};
 use crate::parent::progress::{self, WorkLeft};
 use crate::replication::engine::{Decision, Health, Reason};
 
-/// What a pass concluded.
+/// What a pass concluded, which the status is computed from ([`compute`]): the engine's
+/// decision, or a problem a person must know of that stops progress.
 #[derive(Debug, Clone)]
-pub enum Outcome<'a> {
+pub enum PassConclusion<'a> {
+    /// The engine decided; its decision is what the status says.
     Decided {
         decision: &'a Decision,
         health: &'a Health,
@@ -30,7 +32,7 @@ pub enum Outcome<'a> {
 pub fn compute(
     previous: Option<&ValkeyReplicationStatus>,
     generation: Option<i64>,
-    outcome: &Outcome<'_>,
+    conclusion: &PassConclusion<'_>,
     primary: Option<&str>,
     password_secret: Option<&str>,
     now: &Time,
@@ -43,8 +45,8 @@ pub fn compute(
     } else {
         ReplicationState::Initializing
     };
-    let (state, reason, message, ready, progressing, degraded) = match outcome {
-        Outcome::Decided {
+    let (state, reason, message, ready, progressing, degraded) = match conclusion {
+        PassConclusion::Decided {
             decision: Decision::Steady,
             health,
         } => (
@@ -55,7 +57,7 @@ pub fn compute(
             false,
             false,
         ),
-        Outcome::Decided {
+        PassConclusion::Decided {
             decision: decision @ (Decision::Act { .. } | Decision::Wait { .. }),
             ..
         } => (
@@ -66,7 +68,7 @@ pub fn compute(
             true,
             false,
         ),
-        Outcome::Decided {
+        PassConclusion::Decided {
             decision: decision @ Decision::Blocked { .. },
             ..
         } => (
@@ -81,7 +83,7 @@ pub fn compute(
             false,
             true,
         ),
-        Outcome::Problem { problem, .. } => (
+        PassConclusion::Problem { problem, .. } => (
             ReplicationState::Degraded,
             problem.reason,
             problem.message.clone(),
@@ -102,9 +104,9 @@ pub fn compute(
         generation,
         now,
     );
-    let health = match outcome {
-        Outcome::Decided { health, .. } => Some(*health),
-        Outcome::Problem { health, .. } => *health,
+    let health = match conclusion {
+        PassConclusion::Decided { health, .. } => Some(*health),
+        PassConclusion::Problem { health, .. } => *health,
     }
     // A pass in which no member answered learnt nothing about Valkey: the last count stands.
     .filter(|h| h.answering > 0);
@@ -175,21 +177,21 @@ mod tests {
     fn a_forming_replication_initializes_then_is_ready_and_then_reconciles() {
         let forming = Decision::wait(Reason::Forming, "waiting for orders-2");
         let h = health(0);
-        let outcome = Outcome::Decided {
+        let conclusion = PassConclusion::Decided {
             decision: &forming,
             health: &h,
         };
         let first = compute(
             None,
             Some(1),
-            &outcome,
+            &conclusion,
             None,
             Some("orders-password"),
             &at(1),
         );
         assert_eq!(first.state, Some(ReplicationState::Initializing));
         let h = health(2);
-        let steady = Outcome::Decided {
+        let steady = PassConclusion::Decided {
             decision: &Decision::Steady,
             health: &h,
         };
@@ -236,7 +238,7 @@ mod tests {
         let later = compute(
             Some(&ready),
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &failover,
                 health: &h,
             },
@@ -265,7 +267,7 @@ mod tests {
         let s = compute(
             None,
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &stuck,
                 health: &h,
             },
@@ -278,7 +280,7 @@ mod tests {
         let s = compute(
             None,
             Some(1),
-            &Outcome::Decided {
+            &PassConclusion::Decided {
                 decision: &conflict,
                 health: &h,
             },

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::client::ValkeyClient;
-use crate::engine::{EngineError, Outcome};
+use crate::engine::{ActionOutcome, EngineError};
 use crate::valkey::value;
 
 use super::decision::{Action, Target};
@@ -16,7 +16,7 @@ pub async fn execute(
     client: &impl ValkeyClient,
     action: &Action,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let run = |on: &Target, cmd: Cmd, label: &'static str| {
         let address = on.address;
         async move { ok(&client.command(address, &cmd, timeout).await?, label) }
@@ -81,14 +81,14 @@ pub async fn execute(
         Action::SentinelReset { on, master_name } => {
             super::sentinel::reset(client, on.address, master_name, timeout).await
         }
-        Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(Outcome::Delegated),
+        Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(ActionOutcome::Delegated),
     }
 }
 
 /// `OK`, or `OK` with a note (`REPLICAOF` answers "OK Already connected to specified master").
-fn ok(reply: &Value, command: &str) -> Result<Outcome, EngineError> {
+fn ok(reply: &Value, command: &str) -> Result<ActionOutcome, EngineError> {
     match value::text(reply) {
-        Some(text) if text == "OK" || text.starts_with("OK ") => Ok(Outcome::Done),
+        Some(text) if text == "OK" || text.starts_with("OK ") => Ok(ActionOutcome::Done),
         _ => Err(EngineError::UnexpectedReply {
             command: command.to_owned(),
             reply: value::describe(reply),

@@ -21,7 +21,7 @@ pub mod server;
 use std::time::Duration;
 
 use crate::client::ValkeyClient;
-use crate::engine::{EngineError, Member, Outcome};
+use crate::engine::{ActionOutcome, EngineError, Member};
 
 pub use decide::{Spec, decide, decide_in, health};
 pub use decision::{Action, Decision, Health, Reason, Target};
@@ -64,7 +64,7 @@ impl<C: ValkeyClient> Engine<C> {
     }
 
     /// Carries out a Valkey action (a Kubernetes one comes back `Delegated`).
-    pub async fn execute(&self, action: &Action) -> Result<Outcome, EngineError> {
+    pub async fn execute(&self, action: &Action) -> Result<ActionOutcome, EngineError> {
         let outcome = execute::execute(&self.client, action, self.timeout).await;
         match &outcome {
             Ok(_) => tracing::info!(%action, "done"),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::client::ValkeyClient;
-use crate::engine::{EngineError, Outcome};
+use crate::engine::{ActionOutcome, EngineError};
 use crate::valkey::value;
 
 /// What every Sentinel is told to watch.
@@ -213,7 +213,7 @@ pub async fn configure(
     watch: &Watch,
     monitor: bool,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     if monitor {
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("MONITOR")
@@ -289,7 +289,7 @@ pub async fn switchover(
     client: &impl ValkeyClient,
     s: &Switchover<'_>,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let mut priorities = Vec::new();
     for other in s.others {
         let before = config_get(client, *other, "replica-priority", timeout).await?;
@@ -358,7 +358,7 @@ async fn handover(
     client: &impl ValkeyClient,
     s: &Switchover<'_>,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let mut failover = redis::cmd("FAILOVER");
     failover
         .arg("TO")
@@ -443,7 +443,7 @@ async fn config_set(
     key: &str,
     to: &str,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("SET").arg(key).arg(to);
     ok(&client.command(at, &cmd, timeout).await?, "CONFIG SET")
@@ -457,11 +457,11 @@ pub async fn reset(
     on: SocketAddr,
     master_name: &str,
     timeout: Duration,
-) -> Result<Outcome, EngineError> {
+) -> Result<ActionOutcome, EngineError> {
     let mut cmd = redis::cmd("SENTINEL");
     cmd.arg("RESET").arg(master_name);
     match client.command(on, &cmd, timeout).await? {
-        Value::Int(1) => Ok(Outcome::Done),
+        Value::Int(1) => Ok(ActionOutcome::Done),
         other => Err(EngineError::UnexpectedReply {
             command: "SENTINEL RESET".to_owned(),
             reply: value::describe(&other),
@@ -469,9 +469,9 @@ pub async fn reset(
     }
 }
 
-fn ok(reply: &Value, command: &str) -> Result<Outcome, EngineError> {
+fn ok(reply: &Value, command: &str) -> Result<ActionOutcome, EngineError> {
     match value::text(reply) {
-        Some(text) if text == "OK" => Ok(Outcome::Done),
+        Some(text) if text == "OK" => Ok(ActionOutcome::Done),
         _ => Err(EngineError::UnexpectedReply {
             command: command.to_owned(),
             reply: value::describe(reply),
