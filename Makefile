@@ -92,8 +92,10 @@ unit: $(HELM) objectstore
 # The chaos scenarios come last, one at a time: their faults (a zone, a node, the API server)
 # would disturb tests running beside them.
 e2e:
-	@status=0; \
+	@status=0; rm -f target/e2e-heavy-times.tsv; \
 	E2E_HEAVY=$(E2E_HEAVY) $(CARGO_TEST) --no-fail-fast --test suite -- --test-threads=$(E2E_THREADS) || status=1; \
+	echo "# The heavy tests that held their turn longest (seconds):"; \
+	sort -rn target/e2e-heavy-times.tsv 2>/dev/null | head -20; \
 	$(MAKE) localkube-test || status=1; \
 	echo "# Leader election and server-side apply against the real API server."; \
 	$(CARGO_TEST) --test leader_election --test api_helpers -- --ignored --test-threads=1 || status=1; \

@@ -157,14 +157,12 @@ async fn a_lost_primary_is_replaced_by_sentinel(binary: Binary, subnet: u8) {
     assert_eq!(lab.missing(0, &confirmed).await, Vec::<String>::new());
 }
 
+/// On 9.1 only: Sentinel 8.0's election of a lost primary's replica is shown end to end (the
+/// e2e test with the primary's pod deleted on 8.0, the chaos rows `.on-8.0`), and the engine's
+/// part does not depend on the version.
 #[tokio::test]
-async fn sentinel_replaces_a_lost_primary_with_one_sentinel_gone_and_the_engine_follows_on_9() {
+async fn sentinel_replaces_a_lost_primary_with_one_sentinel_gone_and_the_engine_follows() {
     a_lost_primary_is_replaced_by_sentinel(servers::valkey_9(), 240).await;
-}
-
-#[tokio::test]
-async fn sentinel_replaces_a_lost_primary_with_one_sentinel_gone_and_the_engine_follows_on_8() {
-    a_lost_primary_is_replaced_by_sentinel(servers::valkey_8(), 241).await;
 }
 
 /// A replica restarts empty (no persistence) and the primary then hangs past Sentinel's

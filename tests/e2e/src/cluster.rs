@@ -25,7 +25,7 @@ pub struct ClusterFixture {
     pub node_controller: ControllerProcess,
     pub cluster_controller: ControllerProcess,
     /// A heavy test's turn (see [`crate::pool`]), held while the cluster lives.
-    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
+    _turn: Option<crate::pool::HeavyTurn>,
 }
 
 impl ClusterFixture {

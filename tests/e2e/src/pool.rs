@@ -7,6 +7,7 @@
 //! `E2E_HEAVY` sets the number of permits; the default is one per core, at least two.
 
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -29,9 +30,45 @@ pub fn heavy_permits() -> usize {
 /// A permit to run one heavy test; hold it for the test's life. The semaphore is shared by every
 /// test of the binary, whatever runtime each test runs on. (It is never closed, so `None` cannot
 /// happen; were it ever, the test would simply run unthrottled.)
-pub async fn heavy() -> Option<SemaphorePermit<'static>> {
+pub async fn heavy() -> Option<HeavyTurn> {
     let semaphore = HEAVY.get_or_init(|| Semaphore::new(heavy_permits()));
-    semaphore.acquire().await.ok()
+    let permit = semaphore.acquire().await.ok()?;
+    Some(HeavyTurn {
+        _permit: permit,
+        started: Instant::now(),
+        test: std::thread::current().name().unwrap_or("?").to_owned(),
+    })
+}
+
+/// A heavy test's turn. When it ends, the test's name and how long it held the turn are added to
+/// [`times_file`], so a run says where the suite's time goes (`make e2e` prints the longest).
+pub struct HeavyTurn {
+    _permit: SemaphorePermit<'static>,
+    started: Instant,
+    test: String,
+}
+
+impl Drop for HeavyTurn {
+    fn drop(&mut self) {
+        let line = format!(
+            "{:.0}\t{}\n",
+            self.started.elapsed().as_secs_f64(),
+            self.test
+        );
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(times_file());
+        // A figure for people, not a verdict: a file that cannot be written loses only it.
+        if let Ok(mut file) = file {
+            let _ = std::io::Write::write_all(&mut file, line.as_bytes());
+        }
+    }
+}
+
+/// Where heavy tests' times go: `target/e2e-heavy-times.tsv` (seconds, test), one line per turn.
+pub fn times_file() -> std::path::PathBuf {
+    crate::repo_root().join("target/e2e-heavy-times.tsv")
 }
 
 /// localkube's object store is one process for every test of the binary. A test that stops it

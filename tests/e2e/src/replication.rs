@@ -37,7 +37,7 @@ pub struct ReplicationFixture {
     pub name: String,
     pub node_controller: ControllerProcess,
     pub cluster_controller: ControllerProcess,
-    _turn: Option<tokio::sync::SemaphorePermit<'static>>,
+    _turn: Option<crate::pool::HeavyTurn>,
 }
 
 impl ReplicationFixture {
