@@ -259,12 +259,7 @@ impl ClusterFixture {
             .tls
             .certificate_secret
             .unwrap_or_else(|| format!("{}-tls", self.name));
-        let secret = self.ns.api::<Secret>().get(&name).await?;
-        secret
-            .data
-            .and_then(|d| d.get("ca.crt").cloned())
-            .map(|v| v.0)
-            .ok_or_else(|| E2eError::Check(format!("Secret {name} has no ca.crt")))
+        crate::ca_of(&self.ns, &name).await
     }
 
     /// A cluster-aware connection over TLS verified against `ca`, seeded with every member's IP.

@@ -469,6 +469,20 @@ pub async fn kubectl_stdin(args: &[&str], input: &str) -> Result<String> {
     run_kubectl(args, Some(input)).await
 }
 
+/// The CA (`ca.crt`, PEM) of the certificate Secret `name`: what a kind's servers' certificates
+/// chain to, and what its clients verify against.
+pub async fn ca_of(ns: &TestNamespace, name: &str) -> Result<Vec<u8>> {
+    let secret = ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get(name)
+        .await?;
+    secret
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .map(|v| v.0)
+        .ok_or_else(|| E2eError::Check(format!("Secret {name} has no ca.crt")))
+}
+
 /// A Valkey connection to `ip:port` from the host.
 pub async fn valkey(ip: &str, port: u16) -> Result<redis::aio::MultiplexedConnection> {
     let addr = format!("{ip}:{port}");

@@ -232,12 +232,7 @@ impl ReplicationFixture {
         let name = tls
             .certificate_secret
             .unwrap_or_else(|| format!("{}-tls", self.name));
-        let secret = self.ns.api::<Secret>().get(&name).await?;
-        secret
-            .data
-            .and_then(|d| d.get("ca.crt").cloned())
-            .map(|ca| Some(ca.0))
-            .ok_or_else(|| E2eError::Check(format!("Secret {name} has no ca.crt")))
+        crate::ca_of(&self.ns, &name).await.map(Some)
     }
 
     /// One command on the member at `ip`, its reply as text.
@@ -505,18 +500,8 @@ pub async fn connect_tls(
         settings = settings.set_password(password);
     }
     let trust = plumbing::valkey_tls::Trust::from_pem(ca.to_vec());
-    let err = |source| E2eError::Valkey {
-        addr: format!("{ip}:{port}"),
-        source,
-    };
-    let client = plumbing::valkey_tls::client(ip, port, Some(&trust), settings).map_err(err)?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(3)));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .map_err(err)
+    let client = plumbing::valkey_tls::client(ip, port, Some(&trust), settings);
+    open(client, ip, port).await
 }
 
 /// A connection to `ip:port` (a server, or a Sentinel on 26379), as the default user with
@@ -526,15 +511,24 @@ async fn connect_to(ip: &str, port: u16, password: Option<&str>) -> Result<Multi
         Some(p) => format!("redis://:{p}@{ip}:{port}/"),
         None => format!("redis://{ip}:{port}/"),
     };
+    open(redis::Client::open(url), ip, port).await
+}
+
+/// Opens `client`'s connection, with the timeouts every test client uses.
+async fn open(
+    client: redis::RedisResult<redis::Client>,
+    ip: &str,
+    port: u16,
+) -> Result<MultiplexedConnection> {
     let err = |source| E2eError::Valkey {
-        addr: ip.to_owned(),
+        addr: format!("{ip}:{port}"),
         source,
     };
-    let client = redis::Client::open(url).map_err(err)?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(3)));
     client
+        .map_err(err)?
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(err)
