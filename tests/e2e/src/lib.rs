@@ -22,6 +22,7 @@ pub mod realnode;
 pub mod record;
 pub mod replication;
 pub mod resharding;
+pub mod valkey_py;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

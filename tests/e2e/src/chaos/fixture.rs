@@ -11,6 +11,7 @@ use super::{Kind, Operation};
 use crate::cluster::{Acknowledged, ClusterFixture};
 use crate::operator::ControllerProcess;
 use crate::replication::{self, ReplicationFixture, ServiceWriter};
+use crate::valkey_py::{Login, PyWriter, none_lost};
 use crate::{E2eError, Poll, Result, TestNamespace, wait_until};
 
 /// A ValkeyCluster or a ValkeyReplication under test.
@@ -72,6 +73,50 @@ impl Fixture {
             Fixture::Cluster(c) => Writer::Cluster(cluster_writer(c, prefix).await?),
             Fixture::Replication(r) => Writer::Service(r.start_writer(prefix).await?),
         })
+    }
+
+    /// With Sentinel: valkey-py's Sentinel client writing beside the scenario's writer, once it
+    /// writes (the application the mode is for; see [`crate::valkey_py`]).
+    pub async fn start_sentinel_client(&self) -> Result<Option<PyWriter>> {
+        let Fixture::Replication(r) = self else {
+            return Ok(None);
+        };
+        if r.sentinel_master().await?.is_none() {
+            return Ok(None);
+        }
+        let login = Login::of(r).await?;
+        let writer = PyWriter::start(r, &login, "py").await?;
+        writer.wait_writing(r, 20).await?;
+        Ok(Some(writer))
+    }
+
+    /// What valkey-py's Sentinel client saw, stopped; why it fails the scenario, if it does:
+    /// a write it had confirmed (`WAIT 1`) and the replication lost, or too few confirmed.
+    pub async fn finish_sentinel_client(&self, writer: PyWriter, name: &str) -> Option<String> {
+        let Fixture::Replication(r) = self else {
+            return None;
+        };
+        let run = match writer.finish().await {
+            Ok(run) => run,
+            Err(e) => return Some(format!("valkey-py: {e}")),
+        };
+        eprintln!(
+            "chaos {name}: valkey-py acknowledged {}, confirmed {}, errors {:?}, longest gap {:.2} s",
+            run.acked,
+            run.confirmed.len(),
+            run.errors,
+            run.longest_gap_s
+        );
+        if run.confirmed.len() < 20 {
+            return Some(format!(
+                "valkey-py confirmed {} writes only",
+                run.confirmed.len()
+            ));
+        }
+        none_lost(r, &run)
+            .await
+            .err()
+            .map(|e| format!("valkey-py: {e}"))
     }
 
     /// Starts the operation: a merge patch of the spec.

@@ -1,6 +1,7 @@
 //! Chaos scenarios: an operation on a running ValkeyCluster or ValkeyReplication (nothing, a
 //! scale-out, a roll, ...) crossed with a fault injected at a random point of it (seeded), while a
-//! writer runs as the kind's clients do (a cluster client; the replication's read/write Service).
+//! writer runs as the kind's clients do (a cluster client; the replication's read/write Service,
+//! or with Sentinel the primary the Sentinels name, with valkey-py's Sentinel client beside it).
 //! Each scenario reports what a user of the data cares about: writes acknowledged and lost (plain
 //! `OK`, and `OK` confirmed by `WAIT 1`), the longest stretch without an acknowledged write, the
 //! time from the fault's end to a Ready object, and the kind's consistency check (`valkey-cli
@@ -408,6 +409,7 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     for i in 1..scenario.writers {
         more.push(c.start_writer(&format!("w{i}")).await?);
     }
+    let sentinel_client = c.start_sentinel_client().await?;
 
     let spreads_before = spreads(&c).await;
     let started = Instant::now();
@@ -430,6 +432,10 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
         failure = Some(format!("no writes after the recovery: {e}"));
     }
     let spread_failovers = spreads(&c).await.saturating_sub(spreads_before);
+    let sentinel_client_failed = match sentinel_client {
+        Some(py) => c.finish_sentinel_client(py, &scenario.name).await,
+        None => None,
+    };
     let mut acks = writer.stop().await;
     for other in more {
         acks.merge(other.stop().await);
@@ -446,6 +452,9 @@ pub async fn run(scenario: &Scenario, seed: u64) -> Result<Report> {
     }
     if failure.is_none() {
         failure = lost_after(&lost, &acks, &scenario.fault, struck);
+    }
+    if failure.is_none() {
+        failure = sentinel_client_failed;
     }
     eprintln!(
         "chaos {}: operation {} started {:?} ago",
