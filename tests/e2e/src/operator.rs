@@ -169,6 +169,30 @@ impl ControllerProcess {
             .sum())
     }
 
+    /// How many reconcile passes the controller has started (`reconciles_total`).
+    pub async fn reconciles(&self) -> Result<f64> {
+        self.metric("reconciles_total").await
+    }
+
+    /// Waits until the controller has started `more` reconcile passes after `from`; returns the
+    /// count then.
+    pub async fn wait_reconciles(&self, from: f64, more: f64, within: Duration) -> Result<f64> {
+        wait_until(within, &format!("{more} more reconciles"), || async move {
+            let now = self.reconciles().await?;
+            Ok(if now >= from + more {
+                Poll::Ready(now)
+            } else {
+                Poll::NotYet(format!("reconciles_total {now}, started at {from}"))
+            })
+        })
+        .await
+    }
+
+    /// Whether the controller leads (its `leader` gauge is 1), with `--leader-elect`.
+    pub async fn is_leading(&self) -> Result<bool> {
+        Ok(self.metric("leader ").await? == 1.0)
+    }
+
     /// SIGKILL, as a crash would.
     pub async fn kill(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {

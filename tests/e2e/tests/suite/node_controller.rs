@@ -154,28 +154,6 @@ async fn start_controller(ns: &TestNamespace) -> Result<ControllerProcess> {
     ControllerProcess::start(NODE_CONTROLLER, ns, &[]).await
 }
 
-async fn reconciles(controller: &ControllerProcess) -> Result<f64> {
-    controller.metric("reconciles_total").await
-}
-
-/// Waits until the controller has started `more` reconcile passes after `from`.
-async fn wait_reconciles(
-    controller: &ControllerProcess,
-    from: f64,
-    more: f64,
-    within: Duration,
-) -> Result<f64> {
-    wait_until(within, &format!("{more} more reconciles"), || async move {
-        let now = reconciles(controller).await?;
-        Ok(if now >= from + more {
-            Poll::Ready(now)
-        } else {
-            Poll::NotYet(format!("reconciles_total {now}, started at {from}"))
-        })
-    })
-    .await
-}
-
 /// Waits until `get` finds the object and `check` holds for it.
 async fn wait_object<K, F>(
     api: &Api<K>,
@@ -784,9 +762,11 @@ async fn an_unchanged_node_costs_no_writes() -> Result<()> {
         ])
     };
     let before = snapshot().await?;
-    let from = reconciles(&controller).await?;
+    let from = controller.reconciles().await?;
     let started = Instant::now();
-    let to = wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
+    let to = controller
+        .wait_reconciles(from, 2.0, Duration::from_secs(40))
+        .await?;
     let after = snapshot().await?;
     eprintln!(
         "{} reconciles in {:?}; resourceVersions {before:?}",
@@ -1093,10 +1073,6 @@ async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
 
 // ---- leader election ---------------------------------------------------------------------------
 
-async fn leading(controller: &ControllerProcess) -> Result<bool> {
-    Ok(controller.metric("leader ").await? == 1.0)
-}
-
 async fn lease_holder(ns: &TestNamespace) -> Result<Option<String>> {
     Ok(ns
         .api::<Lease>()
@@ -1122,7 +1098,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
         Duration::from_secs(30),
         "the first process leads",
         || async {
-            Ok(if leading(&first).await? {
+            Ok(if first.is_leading().await? {
                 Poll::Ready(())
             } else {
                 Poll::NotYet("not leading".into())
@@ -1145,10 +1121,12 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
 
     create_node(&ns, "before", json!({})).await?;
     wait_settled(&ns, "before", READY).await?;
-    let led = reconciles(&first).await?;
-    wait_reconciles(&first, led, 2.0, Duration::from_secs(40)).await?;
+    let led = first.reconciles().await?;
+    first
+        .wait_reconciles(led, 2.0, Duration::from_secs(40))
+        .await?;
     check(
-        reconciles(&second).await? == 0.0 && !leading(&second).await?,
+        second.reconciles().await? == 0.0 && !second.is_leading().await?,
         "the standby reconciled",
     )?;
     let events_by_second = ns
@@ -1170,7 +1148,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
     let killed = Instant::now();
     create_node(&ns, "after", json!({"workloadType": "Deployment"})).await?;
     wait_until(Duration::from_secs(60), "the standby leads", || async {
-        Ok(if leading(&second).await? {
+        Ok(if second.is_leading().await? {
             Poll::Ready(())
         } else {
             Poll::NotYet("standby".into())
@@ -1189,7 +1167,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
         format!("the Lease names {holder:?}, not the second process"),
     )?;
     check(
-        reconciles(&second).await? > 0.0,
+        second.reconciles().await? > 0.0,
         "the new leader never reconciled",
     )?;
     // The new leader took the old leader's node over without touching it (it has passed over
@@ -1581,7 +1559,9 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
     let events_before = controller_events(&ns).await?;
     controller.kill().await?;
     let controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
-    wait_reconciles(&controller, 0.0, 6.0, Duration::from_secs(40)).await?;
+    controller
+        .wait_reconciles(0.0, 6.0, Duration::from_secs(40))
+        .await?;
     let after = resource_versions(&ns).await?;
     let changed: Vec<_> = after
         .iter()
@@ -1716,8 +1696,10 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
     )?;
 
     // Let a few more passes (and their logs) happen before looking for the password.
-    let from = reconciles(&controller).await?;
-    wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
+    let from = controller.reconciles().await?;
+    controller
+        .wait_reconciles(from, 2.0, Duration::from_secs(40))
+        .await?;
     let mut leaks = Vec::new();
     let config_maps = ns
         .api::<ConfigMap>()
