@@ -321,6 +321,72 @@ where
     }
 }
 
+/// Waits until `api` finds `name` and `check` holds for it; returns it.
+pub async fn wait_object<K, F>(
+    api: &Api<K>,
+    name: &str,
+    within: Duration,
+    what: &str,
+    check: F,
+) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: Fn(&K) -> bool,
+{
+    wait_object_described(api, name, within, what, check, |_| {
+        "present, not yet as expected".into()
+    })
+    .await
+}
+
+/// [`wait_object`], whose timeout says what `describe` makes of the object last seen.
+pub async fn wait_object_described<K, F, D>(
+    api: &Api<K>,
+    name: &str,
+    within: Duration,
+    what: &str,
+    check: F,
+    describe: D,
+) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: Fn(&K) -> bool,
+    D: Fn(&K) -> String,
+{
+    wait_until(within, &format!("{name}: {what}"), || async {
+        Ok(match api.get_opt(name).await? {
+            None => Poll::NotYet("not found".into()),
+            Some(object) if check(&object) => Poll::Ready(object),
+            Some(object) => Poll::NotYet(describe(&object)),
+        })
+    })
+    .await
+}
+
+/// Waits until `name` no longer exists.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, within: Duration) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_until(within, &format!("{name} deleted"), || async {
+        Ok(match api.get_opt(name).await? {
+            Some(_) => Poll::NotYet("still there".into()),
+            None => Poll::Ready(()),
+        })
+    })
+    .await
+}
+
+/// An object's UID (empty before the API server has given it one).
+pub fn uid<K: kube::Resource>(object: &K) -> String {
+    object.meta().uid.clone().unwrap_or_default()
+}
+
+/// An object's resourceVersion (empty before the API server has given it one).
+pub fn resource_version<K: kube::Resource>(object: &K) -> String {
+    object.meta().resource_version.clone().unwrap_or_default()
+}
+
 pub fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()

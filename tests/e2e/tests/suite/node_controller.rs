@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use e2e::faults;
 use e2e::operator::{ControllerProcess, install_crds, patch_node_spec, wait_node};
-use e2e::{E2eError, Poll, Result, TestNamespace, check, valkey, valkey_cmd, wait_until};
+use e2e::{
+    E2eError, Poll, Result, TestNamespace, check, resource_version, uid, valkey, valkey_cmd,
+    wait_gone, wait_object, wait_until,
+};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -152,50 +155,6 @@ fn desired_revision(node: &ValkeyNode) -> Result<String> {
 async fn start_controller(ns: &TestNamespace) -> Result<ControllerProcess> {
     install_crds().await?;
     ControllerProcess::start(NODE_CONTROLLER, ns, &[]).await
-}
-
-/// Waits until `get` finds the object and `check` holds for it.
-async fn wait_object<K, F>(
-    api: &Api<K>,
-    name: &str,
-    within: Duration,
-    what: &str,
-    check: F,
-) -> Result<K>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    F: Fn(&K) -> bool,
-{
-    wait_until(within, &format!("{name}: {what}"), || async {
-        Ok(match api.get_opt(name).await? {
-            Some(object) if check(&object) => Poll::Ready(object),
-            Some(_) => Poll::NotYet("present, not yet as expected".into()),
-            None => Poll::NotYet("not found".into()),
-        })
-    })
-    .await
-}
-
-/// Waits until `name` no longer exists.
-async fn wait_gone<K>(api: &Api<K>, name: &str, within: Duration) -> Result<()>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    wait_until(within, &format!("{name} deleted"), || async {
-        Ok(match api.get_opt(name).await? {
-            Some(_) => Poll::NotYet("still there".into()),
-            None => Poll::Ready(()),
-        })
-    })
-    .await
-}
-
-fn uid<K: Resource>(object: &K) -> String {
-    object.meta().uid.clone().unwrap_or_default()
-}
-
-fn version<K: Resource>(object: &K) -> String {
-    object.meta().resource_version.clone().unwrap_or_default()
 }
 
 fn revision_annotation(pod: &Pod) -> Option<String> {
@@ -744,16 +703,19 @@ async fn an_unchanged_node_costs_no_writes() -> Result<()> {
         Ok::<_, E2eError>([
             (
                 "ValkeyNode",
-                version(&ns.api::<ValkeyNode>().get("steady").await?),
+                resource_version(&ns.api::<ValkeyNode>().get("steady").await?),
             ),
-            ("StatefulSet", version(&sts_api.get("valkey-steady").await?)),
+            (
+                "StatefulSet",
+                resource_version(&sts_api.get("valkey-steady").await?),
+            ),
             (
                 "ConfigMap",
-                version(&ns.api::<ConfigMap>().get("valkey-steady-config").await?),
+                resource_version(&ns.api::<ConfigMap>().get("valkey-steady-config").await?),
             ),
             (
                 "PersistentVolumeClaim",
-                version(
+                resource_version(
                     &ns.api::<PersistentVolumeClaim>()
                         .get("valkey-steady-data")
                         .await?,
@@ -1383,13 +1345,13 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
             &Patch::Merge(json!({"data": {key.as_str(): "port 7777\n"}})),
         )
         .await?;
-    let edited_version: u64 = version(&edited).parse().unwrap_or(0);
+    let edited_version: u64 = resource_version(&edited).parse().unwrap_or(0);
     wait_object(
         &cms,
         "valkey-tended-config",
         within,
         "valkey.conf put back",
-        |c| conf_of(c) == conf && version(c).parse().unwrap_or(0) > edited_version,
+        |c| conf_of(c) == conf && resource_version(c).parse().unwrap_or(0) > edited_version,
     )
     .await?;
     eprintln!("valkey.conf put back after {:?}", started.elapsed());
@@ -1584,13 +1546,16 @@ async fn resource_versions(ns: &TestNamespace) -> Result<BTreeMap<String, String
     let all = ListParams::default();
     let mut versions = BTreeMap::new();
     for n in ns.api::<ValkeyNode>().list(&all).await?.items {
-        versions.insert(format!("ValkeyNode/{}", n.name_any()), version(&n));
+        versions.insert(format!("ValkeyNode/{}", n.name_any()), resource_version(&n));
     }
     for s in ns.api::<StatefulSet>().list(&all).await?.items {
-        versions.insert(format!("StatefulSet/{}", s.name_any()), version(&s));
+        versions.insert(
+            format!("StatefulSet/{}", s.name_any()),
+            resource_version(&s),
+        );
     }
     for d in ns.api::<Deployment>().list(&all).await?.items {
-        versions.insert(format!("Deployment/{}", d.name_any()), version(&d));
+        versions.insert(format!("Deployment/{}", d.name_any()), resource_version(&d));
     }
     for c in ns
         .api::<ConfigMap>()
@@ -1598,12 +1563,12 @@ async fn resource_versions(ns: &TestNamespace) -> Result<BTreeMap<String, String
         .await?
         .items
     {
-        versions.insert(format!("ConfigMap/{}", c.name_any()), version(&c));
+        versions.insert(format!("ConfigMap/{}", c.name_any()), resource_version(&c));
     }
     for p in ns.api::<PersistentVolumeClaim>().list(&all).await?.items {
         versions.insert(
             format!("PersistentVolumeClaim/{}", p.name_any()),
-            version(&p),
+            resource_version(&p),
         );
     }
     Ok(versions)
