@@ -147,13 +147,7 @@ impl TestNamespace {
     /// Creates `e2e-<prefix>-<random>`.
     pub async fn create(prefix: &str) -> Result<Self> {
         let client = client().await?;
-        let suffix: String = {
-            use rand::Rng;
-            let mut rng = rand::rng();
-            (0..6)
-                .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
-                .collect()
-        };
+        let suffix = random_letters(6);
         // A namespace name is at most 63 characters: long prefixes (the chaos scenarios') are
         // cut to fit beside "e2e-" and the suffix, and the label keeps the same cut prefix.
         let prefix =
@@ -248,6 +242,22 @@ impl TestNamespace {
         .await
     }
 
+    /// `kubectl get ...` in this namespace as its header and its rows, split into columns.
+    pub async fn table(&self, args: &[&str]) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+        let out = self.kubectl(args).await?;
+        let mut lines = out.lines();
+        let header = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        let rows = lines
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect();
+        Ok((header, rows))
+    }
+
     pub async fn pod(&self, name: &str) -> Result<Pod> {
         Ok(self.api::<Pod>().get(name).await?)
     }
@@ -285,6 +295,30 @@ impl Drop for TestNamespace {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// `n` random lowercase letters.
+pub fn random_letters(n: usize) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}
+
+/// Prints how long the test took when it ends, pass or fail.
+pub struct Took(&'static str, std::time::Instant);
+
+impl Took {
+    pub fn start(test: &'static str) -> Self {
+        Self(test, std::time::Instant::now())
+    }
+}
+
+impl Drop for Took {
+    fn drop(&mut self) {
+        eprintln!("{} took {:?}", self.0, self.1.elapsed());
     }
 }
 
@@ -563,6 +597,37 @@ pub async fn valkey(ip: &str, port: u16) -> Result<redis::aio::MultiplexedConnec
         Err(_) => Err(E2eError::Check(format!(
             "connecting to valkey at {addr} timed out"
         ))),
+    }
+}
+
+/// A connection to `ip:6379` as the Valkey ACL user `user`.
+pub async fn valkey_as(
+    ip: &str,
+    user: &str,
+    password: &str,
+) -> Result<redis::aio::MultiplexedConnection> {
+    use redis::IntoConnectionInfo;
+    let err = |source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    };
+    let info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
+        .into_connection_info()
+        .map_err(err)?
+        .set_redis_settings(
+            redis::RedisConnectionInfo::default()
+                .set_username(user)
+                .set_password(password),
+        );
+    let client = redis::Client::open(info).map_err(err)?;
+    match tokio::time::timeout(
+        Duration::from_secs(10),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    {
+        Ok(conn) => conn.map_err(err),
+        Err(_) => Err(E2eError::Check(format!("connecting to {ip} timed out"))),
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use e2e::faults;
 use e2e::operator::{ControllerProcess, install_crds, patch_node_spec, wait_node};
 use e2e::{
-    E2eError, Poll, Result, TestNamespace, check, resource_version, uid, valkey, valkey_cmd,
-    wait_gone, wait_object, wait_until,
+    E2eError, Poll, Result, TestNamespace, Took, check, resource_version, uid, valkey, valkey_as,
+    valkey_cmd, wait_gone, wait_object, wait_until,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -228,70 +228,7 @@ impl Drop for PodUids {
 
 /// Runs `kubectl get valkeynode` and returns its rows, split into columns.
 async fn valkeynode_rows(ns: &TestNamespace) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    let out = ns.kubectl(&["get", "valkeynode"]).await?;
-    let mut lines = out.lines();
-    let header = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(String::from)
-        .collect();
-    let rows = lines
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect();
-    Ok((header, rows))
-}
-
-/// A connection as a Valkey ACL user.
-async fn valkey_as(
-    ip: &str,
-    user: &str,
-    password: &str,
-) -> Result<redis::aio::MultiplexedConnection> {
-    use redis::IntoConnectionInfo;
-    let err = |source| E2eError::Valkey {
-        addr: ip.to_owned(),
-        source,
-    };
-    let info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
-        .into_connection_info()
-        .map_err(err)?
-        .set_redis_settings(
-            redis::RedisConnectionInfo::default()
-                .set_username(user)
-                .set_password(password),
-        );
-    let client = redis::Client::open(info).map_err(|source| E2eError::Valkey {
-        addr: ip.to_owned(),
-        source,
-    })?;
-    match tokio::time::timeout(
-        Duration::from_secs(10),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    {
-        Ok(conn) => conn.map_err(|source| E2eError::Valkey {
-            addr: ip.to_owned(),
-            source,
-        }),
-        Err(_) => Err(E2eError::Check(format!("connecting to {ip} timed out"))),
-    }
-}
-
-/// Prints how long the test took when it ends, pass or fail.
-struct Took(&'static str, Instant);
-
-impl Took {
-    fn start(test: &'static str) -> Self {
-        Self(test, Instant::now())
-    }
-}
-
-impl Drop for Took {
-    fn drop(&mut self) {
-        eprintln!("{} took {:?}", self.0, self.1.elapsed());
-    }
+    ns.table(&["get", "valkeynode"]).await
 }
 
 // ---- ready, columns, role ----------------------------------------------------------------------
@@ -1281,12 +1218,7 @@ async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
 }
 
 fn random_password() -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    let letters: String = (0..24)
-        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
-        .collect();
-    format!("pw{letters}")
+    format!("pw{}", e2e::random_letters(24))
 }
 
 /// A Secret with an ACL file (no default user; `healthcheck` may PING, INFO and CONFIG GET/SET,
