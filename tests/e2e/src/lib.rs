@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod formation;
 pub mod helm;
 pub mod metrics;
+pub mod node;
 pub mod operator;
 pub mod outside;
 pub mod pool;
