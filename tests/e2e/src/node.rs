@@ -424,6 +424,11 @@ pub fn condition<'a>(node: &'a ValkeyNode, type_: &str) -> Option<&'a Condition>
         .find(|c| c.type_ == type_)
 }
 
+/// The node's condition of type `type_` as (status, reason, message), if it has one.
+pub fn condition_parts(node: &ValkeyNode, type_: &str) -> Option<(String, String, String)> {
+    condition(node, type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
 /// The node's condition of type `type_`, or an error saying the node has none.
 pub fn required_condition(node: &ValkeyNode, type_: &str) -> Result<Condition> {
     condition(node, type_).cloned().ok_or_else(|| {
