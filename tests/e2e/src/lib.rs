@@ -712,12 +712,8 @@ pub async fn wait_live_settings_applied(ns: &TestNamespace) -> Result<()> {
                 .iter()
                 .filter_map(|n| {
                     let status = n.status.clone().unwrap_or_default();
-                    let applied = status
-                        .conditions
-                        .unwrap_or_default()
-                        .into_iter()
-                        .find(|c| c.type_ == "ConfigApplied")
-                        .map(|c| (c.status, c.message));
+                    let applied = node::condition(n, "ConfigApplied")
+                        .map(|c| (c.status.clone(), c.message.clone()));
                     let current = status.observed_generation == n.metadata.generation;
                     (!current || applied.as_ref().is_none_or(|(s, _)| s != "True")).then(|| {
                         format!(
