@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod formation;
 pub mod helm;
 pub mod metrics;
+pub mod node;
 pub mod operator;
 pub mod outside;
 pub mod pool;
@@ -148,13 +149,7 @@ impl TestNamespace {
     /// Creates `e2e-<prefix>-<random>`.
     pub async fn create(prefix: &str) -> Result<Self> {
         let client = client().await?;
-        let suffix: String = {
-            use rand::Rng;
-            let mut rng = rand::rng();
-            (0..6)
-                .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
-                .collect()
-        };
+        let suffix = random_letters(6);
         // A namespace name is at most 63 characters: long prefixes (the chaos scenarios') are
         // cut to fit beside "e2e-" and the suffix, and the label keeps the same cut prefix.
         let prefix =
@@ -249,6 +244,22 @@ impl TestNamespace {
         .await
     }
 
+    /// `kubectl get ...` in this namespace as its header and its rows, split into columns.
+    pub async fn table(&self, args: &[&str]) -> Result<(Vec<String>, Vec<Vec<String>>)> {
+        let out = self.kubectl(args).await?;
+        let mut lines = out.lines();
+        let header = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        let rows = lines
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect();
+        Ok((header, rows))
+    }
+
     pub async fn pod(&self, name: &str) -> Result<Pod> {
         Ok(self.api::<Pod>().get(name).await?)
     }
@@ -289,6 +300,30 @@ impl Drop for TestNamespace {
     }
 }
 
+/// `n` random lowercase letters.
+pub fn random_letters(n: usize) -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}
+
+/// Prints how long the test took when it ends, pass or fail.
+pub struct Took(&'static str, std::time::Instant);
+
+impl Took {
+    pub fn start(test: &'static str) -> Self {
+        Self(test, std::time::Instant::now())
+    }
+}
+
+impl Drop for Took {
+    fn drop(&mut self) {
+        eprintln!("{} took {:?}", self.0, self.1.elapsed());
+    }
+}
+
 /// The result of one look at the condition being waited for.
 pub enum Poll<T> {
     Ready(T),
@@ -320,6 +355,72 @@ where
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Waits until `api` finds `name` and `check` holds for it; returns it.
+pub async fn wait_object<K, F>(
+    api: &Api<K>,
+    name: &str,
+    within: Duration,
+    what: &str,
+    check: F,
+) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: Fn(&K) -> bool,
+{
+    wait_object_described(api, name, within, what, check, |_| {
+        "present, not yet as expected".into()
+    })
+    .await
+}
+
+/// [`wait_object`], whose timeout says what `describe` makes of the object last seen.
+pub async fn wait_object_described<K, F, D>(
+    api: &Api<K>,
+    name: &str,
+    within: Duration,
+    what: &str,
+    check: F,
+    describe: D,
+) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: Fn(&K) -> bool,
+    D: Fn(&K) -> String,
+{
+    wait_until(within, &format!("{name}: {what}"), || async {
+        Ok(match api.get_opt(name).await? {
+            None => Poll::NotYet("not found".into()),
+            Some(object) if check(&object) => Poll::Ready(object),
+            Some(object) => Poll::NotYet(describe(&object)),
+        })
+    })
+    .await
+}
+
+/// Waits until `name` no longer exists.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, within: Duration) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_until(within, &format!("{name} deleted"), || async {
+        Ok(match api.get_opt(name).await? {
+            Some(_) => Poll::NotYet("still there".into()),
+            None => Poll::Ready(()),
+        })
+    })
+    .await
+}
+
+/// An object's UID (empty before the API server has given it one).
+pub fn uid<K: kube::Resource>(object: &K) -> String {
+    object.meta().uid.clone().unwrap_or_default()
+}
+
+/// An object's resourceVersion (empty before the API server has given it one).
+pub fn resource_version<K: kube::Resource>(object: &K) -> String {
+    object.meta().resource_version.clone().unwrap_or_default()
 }
 
 pub fn pod_ready(pod: &Pod) -> bool {
@@ -501,6 +602,37 @@ pub async fn valkey(ip: &str, port: u16) -> Result<redis::aio::MultiplexedConnec
     }
 }
 
+/// A connection to `ip:6379` as the Valkey ACL user `user`.
+pub async fn valkey_as(
+    ip: &str,
+    user: &str,
+    password: &str,
+) -> Result<redis::aio::MultiplexedConnection> {
+    use redis::IntoConnectionInfo;
+    let err = |source| E2eError::Valkey {
+        addr: ip.to_owned(),
+        source,
+    };
+    let info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
+        .into_connection_info()
+        .map_err(err)?
+        .set_redis_settings(
+            redis::RedisConnectionInfo::default()
+                .set_username(user)
+                .set_password(password),
+        );
+    let client = redis::Client::open(info).map_err(err)?;
+    match tokio::time::timeout(
+        Duration::from_secs(10),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    {
+        Ok(conn) => conn.map_err(err),
+        Err(_) => Err(E2eError::Check(format!("connecting to {ip} timed out"))),
+    }
+}
+
 /// Runs one Valkey command and returns its reply as a string.
 pub async fn valkey_cmd(
     conn: &mut redis::aio::MultiplexedConnection,
@@ -581,12 +713,8 @@ pub async fn wait_live_settings_applied(ns: &TestNamespace) -> Result<()> {
                 .iter()
                 .filter_map(|n| {
                     let status = n.status.clone().unwrap_or_default();
-                    let applied = status
-                        .conditions
-                        .unwrap_or_default()
-                        .into_iter()
-                        .find(|c| c.type_ == "ConfigApplied")
-                        .map(|c| (c.status, c.message));
+                    let applied = node::condition(n, "ConfigApplied")
+                        .map(|c| (c.status.clone(), c.message.clone()));
                     let current = status.observed_generation == n.metadata.generation;
                     (!current || applied.as_ref().is_none_or(|(s, _)| s != "True")).then(|| {
                         format!(

@@ -6,15 +6,14 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use kube::Api;
 use kube::api::{Patch, PatchParams};
-use serde::de::DeserializeOwned;
 use tokio::process::{Child, Command};
 use tokio::sync::OnceCell;
 use valkey_api::v1alpha1::{ValkeyCluster, ValkeyNode};
 
 use crate::{
-    E2eError, Poll, Result, TestNamespace, kubeconfig_path, kubectl, repo_root, wait_until,
+    E2eError, Poll, Result, TestNamespace, kubeconfig_path, kubectl, repo_root,
+    wait_object_described, wait_until,
 };
 
 /// Where the controller binaries are: `$OPERATOR_BIN_DIR`, else the debug build of
@@ -169,6 +168,30 @@ impl ControllerProcess {
             .sum())
     }
 
+    /// How many reconcile passes the controller has started (`reconciles_total`).
+    pub async fn reconciles(&self) -> Result<f64> {
+        self.metric("reconciles_total").await
+    }
+
+    /// Waits until the controller has started `more` reconcile passes after `from`; returns the
+    /// count then.
+    pub async fn wait_reconciles(&self, from: f64, more: f64, within: Duration) -> Result<f64> {
+        wait_until(within, &format!("{more} more reconciles"), || async move {
+            let now = self.reconciles().await?;
+            Ok(if now >= from + more {
+                Poll::Ready(now)
+            } else {
+                Poll::NotYet(format!("reconciles_total {now}, started at {from}"))
+            })
+        })
+        .await
+    }
+
+    /// Whether the controller leads (its `leader` gauge is 1), with `--leader-elect`.
+    pub async fn is_leading(&self) -> Result<bool> {
+        Ok(self.metric("leader ").await? == 1.0)
+    }
+
     /// SIGKILL, as a crash would.
     pub async fn kill(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {
@@ -282,7 +305,7 @@ pub async fn wait_node<F>(
 where
     F: Fn(&ValkeyNode) -> bool,
 {
-    wait_object(ns.api::<ValkeyNode>(), name, within, what, check, |n| {
+    wait_object_described(&ns.api::<ValkeyNode>(), name, within, what, check, |n| {
         format!("{:?}", n.status)
     })
     .await
@@ -299,36 +322,8 @@ pub async fn wait_cluster<F>(
 where
     F: Fn(&ValkeyCluster) -> bool,
 {
-    wait_object(ns.api::<ValkeyCluster>(), name, within, what, check, |c| {
+    wait_object_described(&ns.api::<ValkeyCluster>(), name, within, what, check, |c| {
         format!("{:?}", c.status)
-    })
-    .await
-}
-
-async fn wait_object<K, F, D>(
-    api: Api<K>,
-    name: &str,
-    within: Duration,
-    what: &str,
-    check: F,
-    describe: D,
-) -> Result<K>
-where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
-    F: Fn(&K) -> bool,
-    D: Fn(&K) -> String,
-{
-    let label = format!("{name}: {what}");
-    wait_until(within, &label, || {
-        let api = api.clone();
-        let (check, describe) = (&check, &describe);
-        async move {
-            Ok(match api.get_opt(name).await? {
-                None => Poll::NotYet("not found".into()),
-                Some(obj) if check(&obj) => Poll::Ready(obj),
-                Some(obj) => Poll::NotYet(describe(&obj)),
-            })
-        }
     })
     .await
 }

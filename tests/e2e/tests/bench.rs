@@ -85,14 +85,8 @@ async fn scale_out(image: &str, keys: u64) -> Result<()> {
     );
     println!(
         "{image}: reconciles: node-controller {}, cluster-controller {}",
-        c.node_controller
-            .metric("reconciles_total")
-            .await
-            .unwrap_or(0.0),
-        c.cluster_controller
-            .metric("reconciles_total")
-            .await
-            .unwrap_or(0.0)
+        c.node_controller.reconciles().await.unwrap_or(0.0),
+        c.cluster_controller.reconciles().await.unwrap_or(0.0)
     );
     Ok(())
 }

@@ -2,377 +2,44 @@
 //! namespace, creates ValkeyNodes through the API and checks what a parent or a person would see:
 //! status and conditions, `kubectl get`, the children, and Valkey itself at `status.podIP`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::faults;
-use e2e::operator::{ControllerProcess, install_crds, patch_node_spec, wait_node};
-use e2e::{E2eError, Poll, Result, TestNamespace, check, valkey, valkey_cmd, wait_until};
-use futures::StreamExt;
+use e2e::node::{
+    NodeFixture, READY, condition, condition_is, config_get, desired_revision, has_role, pod_ip_of,
+    pod_name_of, random_password, ready_primary, required_condition, revision_annotation,
+    sentinel_primary, settled, versions_of,
+};
+use e2e::{
+    E2eError, Poll, Result, Took, check, resource_version, uid, valkey, valkey_as, valkey_cmd,
+    wait_gone, wait_object, wait_until,
+};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Value, json};
-use valkey_api::contract::{OBSERVE_ANNOTATION, ROLE_LABEL};
+use serde_json::json;
+use valkey_api::contract::{NODE_LABEL, REVISION_ANNOTATION};
 use valkey_api::v1alpha1::{Role, ValkeyNode};
 
-const NODE_CONTROLLER: &str = "node-controller";
-/// A pod that needs no volume: scheduling, process start, the first probes, one status pass.
-const READY: Duration = Duration::from_secs(90);
 /// The controller re-reads a ready node every 10 s; twice that plus slack bounds a role change.
 const ROLE_CHANGE: Duration = Duration::from_secs(30);
-const NODE_LABEL: &str = "valkey.io/node";
-const REVISION_ANNOTATION: &str = "valkey.io/revision";
-
-// ---- helpers -----------------------------------------------------------------------------------
-
-/// `base` with `extra` merged in, objects key by key (so `config` entries add up).
-fn merge(base: &mut Value, extra: &Value) {
-    match (base, extra) {
-        (Value::Object(base), Value::Object(extra)) => {
-            for (key, value) in extra {
-                merge(base.entry(key.clone()).or_insert(Value::Null), value);
-            }
-        }
-        (base, extra) => *base = extra.clone(),
-    }
-}
-
-/// A ValkeyNode of valkey 9.1 that accepts remote clients without credentials, plus `spec`.
-fn node_object(name: &str, spec: &Value) -> Result<ValkeyNode> {
-    let mut full = json!({"image": "valkey/valkey:9.1", "config": {"protected-mode": "no"}});
-    merge(&mut full, spec);
-    let object = json!({
-        "apiVersion": "valkey.io/v1alpha1",
-        "kind": "ValkeyNode",
-        "metadata": {"name": name},
-        "spec": full,
-    });
-    serde_json::from_value(object).map_err(|e| E2eError::Check(format!("node {name}: {e}")))
-}
-
-async fn create_node(ns: &TestNamespace, name: &str, spec: Value) -> Result<ValkeyNode> {
-    let node = node_object(name, &spec)?;
-    Ok(ns
-        .api::<ValkeyNode>()
-        .create(&PostParams::default(), &node)
-        .await?)
-}
-
-/// Creates `<prefix>-sts` and `<prefix>-dep` with the same `spec`, one of each workload type.
-async fn create_node_of_each_workload(ns: &TestNamespace, prefix: &str, spec: Value) -> Result<()> {
-    create_node(ns, &format!("{prefix}-sts"), spec.clone()).await?;
-    let mut dep = spec;
-    merge(&mut dep, &json!({"workloadType": "Deployment"}));
-    create_node(ns, &format!("{prefix}-dep"), dep).await?;
-    Ok(())
-}
-
-fn condition<'a>(node: &'a ValkeyNode, type_: &str) -> Option<&'a Condition> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
-fn required_condition(node: &ValkeyNode, type_: &str) -> Result<Condition> {
-    condition(node, type_).cloned().ok_or_else(|| {
-        E2eError::Check(format!(
-            "{} has no {type_} condition: {:?}",
-            node.name_any(),
-            node.status
-        ))
-    })
-}
-
-fn condition_is(node: &ValkeyNode, type_: &str, status: &str, reason: &str) -> bool {
-    condition(node, type_).is_some_and(|c| c.status == status && c.reason == reason)
-}
-
-/// Ready as a parent needs it: Valkey answers as primary at a pod IP.
-fn ready_primary(node: &ValkeyNode) -> bool {
-    node.status.as_ref().is_some_and(|s| {
-        s.ready && s.role == Some(Role::Primary) && s.pod_ip.is_some() && s.pod_name.is_some()
-    })
-}
-
-/// Ready, every condition True, the pod on the desired revision and the spec's generation seen.
-fn settled(node: &ValkeyNode) -> bool {
-    let Some(status) = node.status.as_ref() else {
-        return false;
-    };
-    ready_primary(node)
-        && status.observed_generation == node.meta().generation
-        && status.current_revision.is_some()
-        && status.current_revision == status.desired_revision
-        && status
-            .conditions
-            .as_ref()
-            .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.status == "True"))
-}
-
-async fn wait_ready(ns: &TestNamespace, name: &str) -> Result<ValkeyNode> {
-    wait_node(ns, name, READY, "ready as primary", ready_primary).await
-}
-
-async fn wait_settled(ns: &TestNamespace, name: &str, within: Duration) -> Result<ValkeyNode> {
-    wait_node(ns, name, within, "ready with every condition True", settled).await
-}
-
-fn pod_ip_of(node: &ValkeyNode) -> Result<String> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .ok_or_else(|| E2eError::Check(format!("{} has no status.podIP", node.name_any())))
-}
-
-fn pod_name_of(node: &ValkeyNode) -> Result<String> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.pod_name.clone())
-        .ok_or_else(|| E2eError::Check(format!("{} has no status.podName", node.name_any())))
-}
-
-fn desired_revision(node: &ValkeyNode) -> Result<String> {
-    node.status
-        .as_ref()
-        .and_then(|s| s.desired_revision.clone())
-        .ok_or_else(|| {
-            E2eError::Check(format!("{} has no status.desiredRevision", node.name_any()))
-        })
-}
-
-async fn start_controller(ns: &TestNamespace) -> Result<ControllerProcess> {
-    install_crds().await?;
-    ControllerProcess::start(NODE_CONTROLLER, ns, &[]).await
-}
-
-async fn reconciles(controller: &ControllerProcess) -> Result<f64> {
-    controller.metric("reconciles_total").await
-}
-
-/// Waits until the controller has started `more` reconcile passes after `from`.
-async fn wait_reconciles(
-    controller: &ControllerProcess,
-    from: f64,
-    more: f64,
-    within: Duration,
-) -> Result<f64> {
-    wait_until(within, &format!("{more} more reconciles"), || async move {
-        let now = reconciles(controller).await?;
-        Ok(if now >= from + more {
-            Poll::Ready(now)
-        } else {
-            Poll::NotYet(format!("reconciles_total {now}, started at {from}"))
-        })
-    })
-    .await
-}
-
-/// Waits until `get` finds the object and `check` holds for it.
-async fn wait_object<K, F>(
-    api: &Api<K>,
-    name: &str,
-    within: Duration,
-    what: &str,
-    check: F,
-) -> Result<K>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    F: Fn(&K) -> bool,
-{
-    wait_until(within, &format!("{name}: {what}"), || async {
-        Ok(match api.get_opt(name).await? {
-            Some(object) if check(&object) => Poll::Ready(object),
-            Some(_) => Poll::NotYet("present, not yet as expected".into()),
-            None => Poll::NotYet("not found".into()),
-        })
-    })
-    .await
-}
-
-/// Waits until `name` no longer exists.
-async fn wait_gone<K>(api: &Api<K>, name: &str, within: Duration) -> Result<()>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    wait_until(within, &format!("{name} deleted"), || async {
-        Ok(match api.get_opt(name).await? {
-            Some(_) => Poll::NotYet("still there".into()),
-            None => Poll::Ready(()),
-        })
-    })
-    .await
-}
-
-fn uid<K: Resource>(object: &K) -> String {
-    object.meta().uid.clone().unwrap_or_default()
-}
-
-fn version<K: Resource>(object: &K) -> String {
-    object.meta().resource_version.clone().unwrap_or_default()
-}
-
-fn revision_annotation(pod: &Pod) -> Option<String> {
-    pod.annotations().get(REVISION_ANNOTATION).cloned()
-}
-
-/// The pods of a ValkeyNode that are not being deleted.
-async fn live_pods(ns: &TestNamespace, node: &str) -> Result<Vec<Pod>> {
-    let pods = ns
-        .api::<Pod>()
-        .list(&ListParams::default().labels(&format!("{NODE_LABEL}={node}")))
-        .await?;
-    Ok(pods
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect())
-}
-
-/// Every pod UID of a ValkeyNode seen from now on, by a watch (so short-lived pods count too).
-struct PodUids {
-    seen: Arc<Mutex<BTreeSet<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl PodUids {
-    async fn watch(ns: &TestNamespace, node: &str) -> Result<Self> {
-        let seen = Arc::new(Mutex::new(BTreeSet::new()));
-        let config = watcher::Config::default().labels(&format!("{NODE_LABEL}={node}"));
-        let stream = watcher(ns.api::<Pod>(), config)
-            .default_backoff()
-            .touched_objects();
-        let sink = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                if let Ok(pod) = event {
-                    sink.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(uid(&pod));
-                }
-            }
-        });
-        let watch = Self { seen, task };
-        // The watch has listed once the pod that exists now is in the set.
-        let existing: BTreeSet<String> = live_pods(ns, node).await?.iter().map(uid).collect();
-        wait_until(Duration::from_secs(20), "the pod watch listed", || {
-            let ok = existing.is_subset(&watch.uids());
-            async move {
-                Ok(if ok {
-                    Poll::Ready(())
-                } else {
-                    Poll::NotYet("not listed yet".into())
-                })
-            }
-        })
-        .await?;
-        Ok(watch)
-    }
-
-    fn uids(&self) -> BTreeSet<String> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-impl Drop for PodUids {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Runs `kubectl get valkeynode` and returns its rows, split into columns.
-async fn valkeynode_rows(ns: &TestNamespace) -> Result<(Vec<String>, Vec<Vec<String>>)> {
-    let out = ns.kubectl(&["get", "valkeynode"]).await?;
-    let mut lines = out.lines();
-    let header = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(String::from)
-        .collect();
-    let rows = lines
-        .map(|l| l.split_whitespace().map(String::from).collect())
-        .collect();
-    Ok((header, rows))
-}
-
-/// A connection as a Valkey ACL user.
-async fn valkey_as(
-    ip: &str,
-    user: &str,
-    password: &str,
-) -> Result<redis::aio::MultiplexedConnection> {
-    use redis::IntoConnectionInfo;
-    let err = |source| E2eError::Valkey {
-        addr: ip.to_owned(),
-        source,
-    };
-    let info = redis::ConnectionAddr::Tcp(ip.to_owned(), 6379)
-        .into_connection_info()
-        .map_err(err)?
-        .set_redis_settings(
-            redis::RedisConnectionInfo::default()
-                .set_username(user)
-                .set_password(password),
-        );
-    let client = redis::Client::open(info).map_err(|source| E2eError::Valkey {
-        addr: ip.to_owned(),
-        source,
-    })?;
-    match tokio::time::timeout(
-        Duration::from_secs(10),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    {
-        Ok(conn) => conn.map_err(|source| E2eError::Valkey {
-            addr: ip.to_owned(),
-            source,
-        }),
-        Err(_) => Err(E2eError::Check(format!("connecting to {ip} timed out"))),
-    }
-}
-
-/// Prints how long the test took when it ends, pass or fail.
-struct Took(&'static str, Instant);
-
-impl Took {
-    fn start(test: &'static str) -> Self {
-        Self(test, Instant::now())
-    }
-}
-
-impl Drop for Took {
-    fn drop(&mut self) {
-        eprintln!("{} took {:?}", self.0, self.1.elapsed());
-    }
-}
 
 // ---- ready, columns, role ----------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
 async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result<()> {
     let _took = Took::start("both_workload_types_become_ready_and_print_the_seed_columns");
-    let ns = TestNamespace::create("nc-ready").await?;
-    let _controller = start_controller(&ns).await?;
+    let nc = NodeFixture::start("nc-ready").await?;
     let started = Instant::now();
-    create_node(&ns, "cache-sts", json!({})).await?;
-    create_node(
-        &ns,
+    nc.create("cache-sts", json!({})).await?;
+    nc.create(
         "cache-dep",
         json!({"workloadType": "Deployment", "image": "valkey/valkey:8.0"}),
     )
     .await?;
-    let (sts, dep) = tokio::try_join!(wait_ready(&ns, "cache-sts"), wait_ready(&ns, "cache-dep"))?;
+    let (sts, dep) = tokio::try_join!(nc.wait_ready("cache-sts"), nc.wait_ready("cache-dep"))?;
     eprintln!("both Ready after {:?}", started.elapsed());
 
     check(
@@ -384,8 +51,8 @@ async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result
         dep_pod.starts_with("valkey-cache-dep-"),
         format!("Deployment pod: {dep_pod}"),
     )?;
-    ns.api::<StatefulSet>().get("valkey-cache-sts").await?;
-    ns.api::<Deployment>().get("valkey-cache-dep").await?;
+    nc.ns.api::<StatefulSet>().get("valkey-cache-sts").await?;
+    nc.ns.api::<Deployment>().get("valkey-cache-dep").await?;
 
     // Valkey itself answers at status.podIP, with the version of the node's image.
     for (node, version) in [(&sts, "9.1."), (&dep, "8.0.")] {
@@ -402,7 +69,7 @@ async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result
         )?;
     }
 
-    let (header, rows) = valkeynode_rows(&ns).await?;
+    let (header, rows) = nc.rows().await?;
     check(
         header == ["NAME", "READY", "ROLE", "POD", "AGE"],
         format!("columns: {header:?}"),
@@ -433,28 +100,26 @@ async fn both_workload_types_become_ready_and_print_the_seed_columns() -> Result
 #[tokio::test(flavor = "multi_thread")]
 async fn role_follows_replicaof_and_back() -> Result<()> {
     let _took = Took::start("role_follows_replicaof_and_back");
-    let ns = TestNamespace::create("nc-role").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(&ns, "upstream", json!({})).await?;
-    create_node(&ns, "follower", json!({"workloadType": "Deployment"})).await?;
+    let nc = NodeFixture::start("nc-role").await?;
+    nc.create("upstream", json!({})).await?;
+    nc.create("follower", json!({"workloadType": "Deployment"}))
+        .await?;
     let (upstream, follower) =
-        tokio::try_join!(wait_ready(&ns, "upstream"), wait_ready(&ns, "follower"))?;
+        tokio::try_join!(nc.wait_ready("upstream"), nc.wait_ready("follower"))?;
 
     let mut conn = valkey(&pod_ip_of(&follower)?, 6379).await?;
     let upstream_ip = pod_ip_of(&upstream)?;
     let asked = Instant::now();
     valkey_cmd(&mut conn, &["REPLICAOF", &upstream_ip, "6379"]).await?;
-    wait_node(&ns, "follower", ROLE_CHANGE, "role replica", |n| {
-        n.status
-            .as_ref()
-            .is_some_and(|s| s.role == Some(Role::Replica))
+    nc.wait("follower", ROLE_CHANGE, "role replica", |n| {
+        has_role(n, Role::Replica)
     })
     .await?;
     eprintln!(
         "role replica reported {:?} after REPLICAOF",
         asked.elapsed()
     );
-    let (_, rows) = valkeynode_rows(&ns).await?;
+    let (_, rows) = nc.rows().await?;
     check(
         rows.iter().any(|r| {
             r.first().map(String::as_str) == Some("follower")
@@ -465,10 +130,8 @@ async fn role_follows_replicaof_and_back() -> Result<()> {
 
     let asked = Instant::now();
     valkey_cmd(&mut conn, &["REPLICAOF", "NO", "ONE"]).await?;
-    wait_node(&ns, "follower", ROLE_CHANGE, "role primary again", |n| {
-        n.status
-            .as_ref()
-            .is_some_and(|s| s.role == Some(Role::Primary))
+    nc.wait("follower", ROLE_CHANGE, "role primary again", |n| {
+        has_role(n, Role::Primary)
     })
     .await?;
     eprintln!(
@@ -476,49 +139,11 @@ async fn role_follows_replicaof_and_back() -> Result<()> {
         asked.elapsed()
     );
     // The other node was never asked to change.
-    let upstream = ns.api::<ValkeyNode>().get("upstream").await?;
+    let upstream = nc.get("upstream").await?;
     check(
         ready_primary(&upstream),
         format!("upstream: {:?}", upstream.status),
     )
-}
-
-/// The pod's role label (`valkey.io/role`, what Services select on) as the test sees it.
-async fn role_label(ns: &TestNamespace, pod: &str) -> Result<Option<String>> {
-    Ok(ns.pod(pod).await?.labels().get(ROLE_LABEL).cloned())
-}
-
-async fn wait_role_label(
-    ns: &TestNamespace,
-    pod: &str,
-    want: Option<&str>,
-    within: Duration,
-) -> Result<Duration> {
-    let started = Instant::now();
-    wait_until(
-        within,
-        &format!("pod {pod} labelled {want:?}"),
-        || async move {
-            let have = role_label(ns, pod).await?;
-            Ok(if have.as_deref() == want {
-                Poll::Ready(())
-            } else {
-                Poll::NotYet(format!("labelled {have:?}"))
-            })
-        },
-    )
-    .await?;
-    Ok(started.elapsed())
-}
-
-/// Tells the node-controller to look at once (what a parent does after changing a role).
-async fn poke(ns: &TestNamespace, node: &str) -> Result<()> {
-    let stamp = format!("{:?}", std::time::SystemTime::now());
-    let patch = json!({"metadata": {"annotations": {OBSERVE_ANNOTATION: stamp}}});
-    ns.api::<ValkeyNode>()
-        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
 }
 
 /// The pod carries the role Valkey reports, as a label Services select on: changed by a metadata
@@ -527,35 +152,40 @@ async fn poke(ns: &TestNamespace, node: &str) -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pod_is_labelled_with_the_role_valkey_reports_without_a_restart() -> Result<()> {
     let _took = Took::start("the_pod_is_labelled_with_the_role_valkey_reports_without_a_restart");
-    let ns = TestNamespace::create("nc-rolelabel").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(&ns, "solo", json!({})).await?;
-    let node = wait_ready(&ns, "solo").await?;
+    let nc = NodeFixture::start("nc-rolelabel").await?;
+    nc.create("solo", json!({})).await?;
+    let node = nc.wait_ready("solo").await?;
     let pod = pod_name_of(&node)?;
-    let uid_before = uid(&ns.pod(&pod).await?);
-    wait_role_label(&ns, &pod, Some("primary"), ROLE_CHANGE).await?;
+    let uid_before = uid(&nc.ns.pod(&pod).await?);
+    nc.wait_role_label(&pod, Some("primary"), ROLE_CHANGE)
+        .await?;
 
     let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
     valkey_cmd(&mut conn, &["REPLICAOF", "127.0.0.1", "0"]).await?;
-    poke(&ns, "solo").await?;
-    let took = wait_role_label(&ns, &pod, Some("replica"), ROLE_CHANGE).await?;
+    nc.poke("solo").await?;
+    let took = nc
+        .wait_role_label(&pod, Some("replica"), ROLE_CHANGE)
+        .await?;
     eprintln!("label replica {took:?} after REPLICAOF and a poke");
     valkey_cmd(&mut conn, &["REPLICAOF", "NO", "ONE"]).await?;
-    poke(&ns, "solo").await?;
-    let took = wait_role_label(&ns, &pod, Some("primary"), ROLE_CHANGE).await?;
+    nc.poke("solo").await?;
+    let took = nc
+        .wait_role_label(&pod, Some("primary"), ROLE_CHANGE)
+        .await?;
     eprintln!("label primary {took:?} after REPLICAOF NO ONE and a poke");
 
     // Cut from the host (where the node-controller runs): nobody can confirm its role.
     let cut = faults::partition(
-        &[faults::Endpoint::pod(&ns.name, &pod)],
+        &[faults::Endpoint::pod(&nc.ns.name, &pod)],
         &[faults::Endpoint::Host],
     )
     .await?;
-    wait_role_label(&ns, &pod, None, ROLE_CHANGE).await?;
+    nc.wait_role_label(&pod, None, ROLE_CHANGE).await?;
     cut.undo().await?;
-    wait_role_label(&ns, &pod, Some("primary"), ROLE_CHANGE).await?;
+    nc.wait_role_label(&pod, Some("primary"), ROLE_CHANGE)
+        .await?;
     check(
-        uid(&ns.pod(&pod).await?) == uid_before,
+        uid(&nc.ns.pod(&pod).await?) == uid_before,
         "the pod was replaced; a role label must never restart it",
     )
 }
@@ -563,22 +193,23 @@ async fn the_pod_is_labelled_with_the_role_valkey_reports_without_a_restart() ->
 // ---- persistence and deletion ------------------------------------------------------------------
 
 /// Writes a key, deletes the pod, and reads the key back from the pod that replaces it.
-async fn key_survives_pod_deletion(ns: &TestNamespace, name: &str) -> Result<()> {
-    let node = wait_ready(ns, name).await?;
-    let old_pod = ns.pod(&pod_name_of(&node)?).await?;
+async fn key_survives_pod_deletion(nc: &NodeFixture, name: &str) -> Result<()> {
+    let node = nc.wait_ready(name).await?;
+    let old_pod = nc.ns.pod(&pod_name_of(&node)?).await?;
     let mut conn = valkey(&pod_ip_of(&node)?, 6379).await?;
     valkey_cmd(&mut conn, &["SET", "e2e:kept", name]).await?;
     drop(conn);
     let started = Instant::now();
-    ns.kubectl(&["delete", "pod", &old_pod.name_any(), "--wait=false"])
+    nc.ns
+        .kubectl(&["delete", "pod", &old_pod.name_any(), "--wait=false"])
         .await?;
     let old_uid = uid(&old_pod);
     let node = wait_until(READY, &format!("{name}: ready on a new pod"), || async {
-        let node = ns.api::<ValkeyNode>().get(name).await?;
+        let node = nc.get(name).await?;
         let Some(pod_name) = node.status.as_ref().and_then(|s| s.pod_name.clone()) else {
             return Ok(Poll::NotYet("no pod name".into()));
         };
-        let Some(pod) = ns.api::<Pod>().get_opt(&pod_name).await? else {
+        let Some(pod) = nc.ns.api::<Pod>().get_opt(&pod_name).await? else {
             return Ok(Poll::NotYet(format!("{pod_name} gone")));
         };
         Ok(if uid(&pod) != old_uid && ready_primary(&node) {
@@ -600,18 +231,18 @@ async fn key_survives_pod_deletion(ns: &TestNamespace, name: &str) -> Result<()>
 #[tokio::test(flavor = "multi_thread")]
 async fn persistent_data_survives_pod_deletion_for_both_workload_types() -> Result<()> {
     let _took = Took::start("persistent_data_survives_pod_deletion_for_both_workload_types");
-    let ns = TestNamespace::create("nc-persist").await?;
-    let _controller = start_controller(&ns).await?;
+    let nc = NodeFixture::start("nc-persist").await?;
     let persistent =
         json!({"persistence": {"enabled": true, "size": "1Gi"}, "config": {"appendonly": "yes"}});
-    create_node_of_each_workload(&ns, "durable", persistent).await?;
+    nc.create_of_each_workload("durable", persistent).await?;
     tokio::try_join!(
-        key_survives_pod_deletion(&ns, "durable-sts"),
-        key_survives_pod_deletion(&ns, "durable-dep"),
+        key_survives_pod_deletion(&nc, "durable-sts"),
+        key_survives_pod_deletion(&nc, "durable-dep"),
     )?;
     // Both pods ran on the claims the node-controller made.
     for name in ["durable-sts", "durable-dep"] {
-        let pvc = ns
+        let pvc = nc
+            .ns
             .api::<PersistentVolumeClaim>()
             .get(&format!("valkey-{name}-data"))
             .await?;
@@ -626,37 +257,35 @@ async fn persistent_data_survives_pod_deletion_for_both_workload_types() -> Resu
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_node_removes_its_children_and_keeps_its_volume() -> Result<()> {
     let _took = Took::start("deleting_a_node_removes_its_children_and_keeps_its_volume");
-    let ns = TestNamespace::create("nc-delete").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(
-        &ns,
+    let nc = NodeFixture::start("nc-delete").await?;
+    nc.create(
         "doomed",
         json!({"persistence": {"enabled": true, "size": "1Gi"}}),
     )
     .await?;
-    let node = wait_ready(&ns, "doomed").await?;
+    let node = nc.wait_ready("doomed").await?;
     let pod_name = pod_name_of(&node)?;
-    let pvc_before = ns
+    let pvc_before = nc
+        .ns
         .api::<PersistentVolumeClaim>()
         .get("valkey-doomed-data")
         .await?;
-    ns.api::<ConfigMap>().get("valkey-doomed-config").await?;
+    nc.ns.api::<ConfigMap>().get("valkey-doomed-config").await?;
 
     let started = Instant::now();
-    ns.api::<ValkeyNode>()
-        .delete("doomed", &DeleteParams::default())
-        .await?;
+    nc.api().delete("doomed", &DeleteParams::default()).await?;
     let within = Duration::from_secs(60);
-    wait_gone(&ns.api::<StatefulSet>(), "valkey-doomed", within).await?;
-    wait_gone(&ns.api::<ConfigMap>(), "valkey-doomed-config", within).await?;
-    wait_gone(&ns.api::<Pod>(), &pod_name, within).await?;
-    wait_gone(&ns.api::<ValkeyNode>(), "doomed", within).await?;
+    wait_gone(&nc.ns.api::<StatefulSet>(), "valkey-doomed", within).await?;
+    wait_gone(&nc.ns.api::<ConfigMap>(), "valkey-doomed-config", within).await?;
+    wait_gone(&nc.ns.api::<Pod>(), &pod_name, within).await?;
+    wait_gone(&nc.api(), "doomed", within).await?;
     eprintln!(
         "workload, ConfigMap and pod gone after {:?}",
         started.elapsed()
     );
 
-    let pvc = ns
+    let pvc = nc
+        .ns
         .api::<PersistentVolumeClaim>()
         .get_opt("valkey-doomed-data")
         .await?;
@@ -672,8 +301,7 @@ async fn deleting_a_node_removes_its_children_and_keeps_its_volume() -> Result<(
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduling_constraints_reach_the_pod() -> Result<()> {
     let _took = Took::start("scheduling_constraints_reach_the_pod");
-    let ns = TestNamespace::create("nc-sched").await?;
-    let _controller = start_controller(&ns).await?;
+    let nc = NodeFixture::start("nc-sched").await?;
     let toleration = json!({"key": "e2e.valkey.io/dedicated", "operator": "Equal", "value": "valkey", "effect": "NoSchedule"});
     let affinity = json!({
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -684,8 +312,7 @@ async fn scheduling_constraints_reach_the_pod() -> Result<()> {
                 "labelSelector": {"matchLabels": {"valkey.io/role-hint": "primary"}}}}
         ]}
     });
-    create_node(
-        &ns,
+    nc.create(
         "placed",
         json!({
             "nodeSelector": {"topology.kubernetes.io/zone": "zone-b"},
@@ -694,8 +321,8 @@ async fn scheduling_constraints_reach_the_pod() -> Result<()> {
         }),
     )
     .await?;
-    let node = wait_ready(&ns, "placed").await?;
-    let pod = ns.pod(&pod_name_of(&node)?).await?;
+    let node = nc.wait_ready("placed").await?;
+    let pod = nc.ns.pod(&pod_name_of(&node)?).await?;
     let spec = pod.spec.clone().unwrap_or_default();
     check(
         spec.node_name.as_deref() == Some("localkube-b") || !e2e::is_localkube(),
@@ -705,7 +332,7 @@ async fn scheduling_constraints_reach_the_pod() -> Result<()> {
         node.status.as_ref().and_then(|s| s.node_name.clone()) == spec.node_name,
         format!("status.nodeName {:?}", node.status),
     )?;
-    let host = Api::<k8s_openapi::api::core::v1::Node>::all(ns.client.clone())
+    let host = Api::<k8s_openapi::api::core::v1::Node>::all(nc.ns.client.clone())
         .get(spec.node_name.as_deref().unwrap_or_default())
         .await?;
     check(
@@ -742,17 +369,15 @@ async fn scheduling_constraints_reach_the_pod() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unchanged_node_costs_no_writes() -> Result<()> {
     let _took = Took::start("an_unchanged_node_costs_no_writes");
-    let ns = TestNamespace::create("nc-steady").await?;
-    let controller = start_controller(&ns).await?;
-    create_node(
-        &ns,
+    let nc = NodeFixture::start("nc-steady").await?;
+    nc.create(
         "steady",
         json!({"persistence": {"enabled": true, "size": "1Gi"}}),
     )
     .await?;
-    wait_settled(&ns, "steady", READY).await?;
+    nc.wait_settled("steady", READY).await?;
     // The StatefulSet controller has caught up with its pod too.
-    let sts_api = ns.api::<StatefulSet>();
+    let sts_api = nc.ns.api::<StatefulSet>();
     wait_object(&sts_api, "valkey-steady", READY, "status caught up", |s| {
         s.status.as_ref().is_some_and(|st| {
             st.observed_generation == s.metadata.generation
@@ -764,19 +389,20 @@ async fn an_unchanged_node_costs_no_writes() -> Result<()> {
 
     let snapshot = || async {
         Ok::<_, E2eError>([
+            ("ValkeyNode", resource_version(&nc.get("steady").await?)),
             (
-                "ValkeyNode",
-                version(&ns.api::<ValkeyNode>().get("steady").await?),
+                "StatefulSet",
+                resource_version(&sts_api.get("valkey-steady").await?),
             ),
-            ("StatefulSet", version(&sts_api.get("valkey-steady").await?)),
             (
                 "ConfigMap",
-                version(&ns.api::<ConfigMap>().get("valkey-steady-config").await?),
+                resource_version(&nc.ns.api::<ConfigMap>().get("valkey-steady-config").await?),
             ),
             (
                 "PersistentVolumeClaim",
-                version(
-                    &ns.api::<PersistentVolumeClaim>()
+                resource_version(
+                    &nc.ns
+                        .api::<PersistentVolumeClaim>()
                         .get("valkey-steady-data")
                         .await?,
                 ),
@@ -784,9 +410,12 @@ async fn an_unchanged_node_costs_no_writes() -> Result<()> {
         ])
     };
     let before = snapshot().await?;
-    let from = reconciles(&controller).await?;
+    let from = nc.controller.reconciles().await?;
     let started = Instant::now();
-    let to = wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
+    let to = nc
+        .controller
+        .wait_reconciles(from, 2.0, Duration::from_secs(40))
+        .await?;
     let after = snapshot().await?;
     eprintln!(
         "{} reconciles in {:?}; resourceVersions {before:?}",
@@ -800,7 +429,7 @@ async fn an_unchanged_node_costs_no_writes() -> Result<()> {
             to - from
         ),
     )?;
-    let errors = controller.metric("reconcile_errors_total").await?;
+    let errors = nc.controller.metric("reconcile_errors_total").await?;
     check(errors == 0.0, format!("{errors} reconcile errors"))
 }
 
@@ -808,16 +437,17 @@ async fn an_unchanged_node_costs_no_writes() -> Result<()> {
 
 /// Pins the node's revision, changes its config, sees the pod held, then allows the new revision
 /// and sees exactly one new pod with the new config.
-async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) -> Result<()> {
-    let nodes = ns.api::<ValkeyNode>();
-    let node = wait_settled(ns, name, READY).await?;
+async fn config_change_waits_for_its_revision(nc: &NodeFixture, name: &str) -> Result<()> {
+    let node = nc.wait_settled(name, READY).await?;
     let first = desired_revision(&node)?;
-    patch_node_spec(ns, name, json!({"allowedRevision": first})).await?;
-    let node = wait_node(ns, name, READY, "pinned", |n| {
-        settled(n) && n.spec.allowed_revision.as_deref() == Some(first.as_str())
-    })
-    .await?;
-    let pod_before = ns.pod(&pod_name_of(&node)?).await?;
+    nc.patch_spec(name, json!({"allowedRevision": first}))
+        .await?;
+    let node = nc
+        .wait(name, READY, "pinned", |n| {
+            settled(n) && n.spec.allowed_revision.as_deref() == Some(first.as_str())
+        })
+        .await?;
+    let pod_before = nc.ns.pod(&pod_name_of(&node)?).await?;
     check(
         revision_annotation(&pod_before).as_deref() == Some(first.as_str()),
         format!(
@@ -825,24 +455,25 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
             revision_annotation(&pod_before)
         ),
     )?;
-    let uids = PodUids::watch(ns, name).await?;
+    let uids = nc.watch_pod_uids(name).await?;
 
-    patch_node_spec(ns, name, json!({"config": {"databases": "8"}})).await?;
-    let held = wait_node(
-        ns,
-        name,
-        READY,
-        "a new desiredRevision awaiting approval",
-        |n| {
-            n.status
-                .as_ref()
-                .and_then(|s| s.desired_revision.as_deref())
-                .is_some_and(|d| d != first)
-                && condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
-                && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
-        },
-    )
-    .await?;
+    nc.patch_spec(name, json!({"config": {"databases": "8"}}))
+        .await?;
+    let held = nc
+        .wait(
+            name,
+            READY,
+            "a new desiredRevision awaiting approval",
+            |n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.desired_revision.as_deref())
+                    .is_some_and(|d| d != first)
+                    && condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
+                    && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
+            },
+        )
+        .await?;
     let second = desired_revision(&held)?;
     let workload = format!("valkey-{name}");
     let template_revision = |annotations: Option<&BTreeMap<String, String>>| {
@@ -853,7 +484,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
     if held.spec.workload_type == valkey_api::v1alpha1::WorkloadType::StatefulSet {
         let second = second.clone();
         wait_object(
-            &ns.api::<StatefulSet>(),
+            &nc.ns.api::<StatefulSet>(),
             &workload,
             READY,
             "new template held by partition 1",
@@ -878,7 +509,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
     } else {
         let second = second.clone();
         wait_object(
-            &ns.api::<Deployment>(),
+            &nc.ns.api::<Deployment>(),
             &workload,
             READY,
             "new template, paused",
@@ -896,7 +527,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
         )
         .await?;
     }
-    let pods = live_pods(ns, name).await?;
+    let pods = nc.live_pods(name).await?;
     check(
         pods.len() == 1
             && uid(&pods[0]) == uid(&pod_before)
@@ -908,7 +539,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
                 .collect::<Vec<_>>()
         ),
     )?;
-    let node = nodes.get(name).await?;
+    let node = nc.get(name).await?;
     check(
         node.status
             .as_ref()
@@ -921,7 +552,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
 
     // The held revision's valkey.conf stays beside the new one, for a pod recreated while held.
     let config_map = format!("valkey-{name}-config");
-    let cms = ns.api::<ConfigMap>();
+    let cms = nc.ns.api::<ConfigMap>();
     let held_keys = cms.get(&config_map).await?.data.unwrap_or_default().len();
     check(
         held_keys == 2,
@@ -929,18 +560,20 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
     )?;
 
     let allowed = Instant::now();
-    patch_node_spec(ns, name, json!({"allowedRevision": second})).await?;
-    let node = wait_node(ns, name, READY, "ready on the new revision", |n| {
-        settled(n)
-            && n.status
-                .as_ref()
-                .and_then(|s| s.current_revision.as_deref())
-                == Some(second.as_str())
-    })
-    .await?;
+    nc.patch_spec(name, json!({"allowedRevision": second}))
+        .await?;
+    let node = nc
+        .wait(name, READY, "ready on the new revision", |n| {
+            settled(n)
+                && n.status
+                    .as_ref()
+                    .and_then(|s| s.current_revision.as_deref())
+                    == Some(second.as_str())
+        })
+        .await?;
     // The old pod may still be terminating: wait until one pod is left.
     let pod = wait_until(READY, &format!("{name}: one pod left"), || async {
-        let pods = live_pods(ns, name).await?;
+        let pods = nc.live_pods(name).await?;
         Ok(match pods.as_slice() {
             [only] => Poll::Ready(only.clone()),
             _ => Poll::NotYet(format!("{} pods", pods.len())),
@@ -968,7 +601,7 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
     )?;
     // `databases` restarts the server (settings Valkey changes at runtime are set live and
     // change no revision: see the daytwo tests).
-    let databases = config_get(&node, "databases").await?;
+    let databases = config_get(&pod_ip_of(&node)?, "databases").await?;
     check(
         databases == "8",
         format!("{name}: CONFIG GET databases = {databases:?} on the new revision"),
@@ -981,50 +614,37 @@ async fn config_change_waits_for_its_revision(ns: &TestNamespace, name: &str) ->
     Ok(())
 }
 
-/// `CONFIG GET key` of the node's Valkey.
-async fn config_get(node: &ValkeyNode, key: &str) -> Result<String> {
-    let mut conn = valkey(&pod_ip_of(node)?, 6379).await?;
-    let reply: Vec<String> = redis::cmd("CONFIG")
-        .arg(&["GET", key])
-        .query_async(&mut conn)
-        .await
-        .map_err(|source| E2eError::Valkey {
-            addr: node.name_any(),
-            source,
-        })?;
-    match reply.as_slice() {
-        [k, value] if k == key => Ok(value.clone()),
-        _ => Err(E2eError::Check(format!("CONFIG GET {key} = {reply:?}"))),
-    }
-}
-
 /// Pins the node, changes its config, then deletes the held pod: the pod that replaces it must
 /// still be the held revision, with the held revision's config.
-async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Result<()> {
-    let node = wait_settled(ns, name, READY).await?;
+async fn a_held_pod_comes_back_as_it_was(nc: &NodeFixture, name: &str) -> Result<()> {
+    let node = nc.wait_settled(name, READY).await?;
     let first = desired_revision(&node)?;
-    patch_node_spec(ns, name, json!({"allowedRevision": first})).await?;
-    wait_node(ns, name, READY, "pinned", |n| {
+    nc.patch_spec(name, json!({"allowedRevision": first}))
+        .await?;
+    nc.wait(name, READY, "pinned", |n| {
         settled(n) && n.spec.allowed_revision.as_deref() == Some(first.as_str())
     })
     .await?;
-    patch_node_spec(ns, name, json!({"config": {"databases": "8"}})).await?;
-    let held = wait_node(ns, name, READY, "awaiting approval", |n| {
-        condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
-            && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
-    })
-    .await?;
+    nc.patch_spec(name, json!({"config": {"databases": "8"}}))
+        .await?;
+    let held = nc
+        .wait(name, READY, "awaiting approval", |n| {
+            condition_is(n, "PodUpToDate", "False", "AwaitingRestartApproval")
+                && n.status.as_ref().and_then(|s| s.observed_generation) == n.meta().generation
+        })
+        .await?;
     let second = desired_revision(&held)?;
-    let old_pod = ns.pod(&pod_name_of(&held)?).await?;
+    let old_pod = nc.ns.pod(&pod_name_of(&held)?).await?;
     let old_uid = uid(&old_pod);
-    ns.kubectl(&["delete", "pod", &old_pod.name_any(), "--wait=false"])
+    nc.ns
+        .kubectl(&["delete", "pod", &old_pod.name_any(), "--wait=false"])
         .await?;
     let node = wait_until(
         READY,
         &format!("{name}: a replacement of the held pod"),
         || async {
-            let node = ns.api::<ValkeyNode>().get(name).await?;
-            let pods = live_pods(ns, name).await?;
+            let node = nc.get(name).await?;
+            let pods = nc.live_pods(name).await?;
             Ok(match pods.as_slice() {
                 [pod]
                     if uid(pod) != old_uid
@@ -1039,7 +659,7 @@ async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Resu
         },
     )
     .await?;
-    let pod = ns.pod(&pod_name_of(&node)?).await?;
+    let pod = nc.ns.pod(&pod_name_of(&node)?).await?;
     check(
         revision_annotation(&pod).as_deref() == Some(first.as_str())
             && node
@@ -1054,7 +674,7 @@ async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Resu
             node.status
         ),
     )?;
-    let databases = config_get(&node, "databases").await?;
+    let databases = config_get(&pod_ip_of(&node)?, "databases").await?;
     check(
         databases == "4",
         format!(
@@ -1066,13 +686,12 @@ async fn a_held_pod_comes_back_as_it_was(ns: &TestNamespace, name: &str) -> Resu
 #[tokio::test(flavor = "multi_thread")]
 async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<()> {
     let _took = Took::start("a_held_pod_that_is_replaced_keeps_its_revision_and_config");
-    let ns = TestNamespace::create("nc-heldpod").await?;
-    let _controller = start_controller(&ns).await?;
+    let nc = NodeFixture::start("nc-heldpod").await?;
     let config = json!({"config": {"databases": "4"}});
-    create_node_of_each_workload(&ns, "kept", config).await?;
+    nc.create_of_each_workload("kept", config).await?;
     tokio::try_join!(
-        a_held_pod_comes_back_as_it_was(&ns, "kept-sts"),
-        a_held_pod_comes_back_as_it_was(&ns, "kept-dep"),
+        a_held_pod_comes_back_as_it_was(&nc, "kept-sts"),
+        a_held_pod_comes_back_as_it_was(&nc, "kept-dep"),
     )?;
     Ok(())
 }
@@ -1080,49 +699,30 @@ async fn a_held_pod_that_is_replaced_keeps_its_revision_and_config() -> Result<(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_change_waits_for_the_allowed_revision() -> Result<()> {
     let _took = Took::start("a_config_change_waits_for_the_allowed_revision");
-    let ns = TestNamespace::create("nc-revision").await?;
-    let _controller = start_controller(&ns).await?;
+    let nc = NodeFixture::start("nc-revision").await?;
     let config = json!({"config": {"databases": "4"}});
-    create_node_of_each_workload(&ns, "held", config).await?;
+    nc.create_of_each_workload("held", config).await?;
     tokio::try_join!(
-        config_change_waits_for_its_revision(&ns, "held-sts"),
-        config_change_waits_for_its_revision(&ns, "held-dep"),
+        config_change_waits_for_its_revision(&nc, "held-sts"),
+        config_change_waits_for_its_revision(&nc, "held-dep"),
     )?;
     Ok(())
 }
 
 // ---- leader election ---------------------------------------------------------------------------
 
-async fn leading(controller: &ControllerProcess) -> Result<bool> {
-    Ok(controller.metric("leader ").await? == 1.0)
-}
-
-async fn lease_holder(ns: &TestNamespace) -> Result<Option<String>> {
-    Ok(ns
-        .api::<Lease>()
-        .get_opt("valkey-node-controller")
-        .await?
-        .and_then(|l| l.spec?.holder_identity))
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
     let _took = Took::start("only_the_leader_reconciles_and_a_standby_takes_over");
-    let ns = TestNamespace::create("nc-leader").await?;
-    install_crds().await?;
     let elect = ["--leader-elect"];
-    let mut first = ControllerProcess::start_with_env(
-        NODE_CONTROLLER,
-        &ns,
-        &elect,
-        &[("POD_NAME", "nc-first")],
-    )
-    .await?;
+    // The fixture's controller is the first process.
+    let mut nc =
+        NodeFixture::start_with_env("nc-leader", &elect, &[("POD_NAME", "nc-first")]).await?;
     wait_until(
         Duration::from_secs(30),
         "the first process leads",
         || async {
-            Ok(if leading(&first).await? {
+            Ok(if nc.controller.is_leading().await? {
                 Poll::Ready(())
             } else {
                 Poll::NotYet("not leading".into())
@@ -1130,28 +730,27 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
         },
     )
     .await?;
-    let second = ControllerProcess::start_with_env(
-        NODE_CONTROLLER,
-        &ns,
-        &elect,
-        &[("POD_NAME", "nc-second")],
-    )
-    .await?;
-    let holder = lease_holder(&ns).await?.unwrap_or_default();
+    let second = nc
+        .start_another(&elect, &[("POD_NAME", "nc-second")])
+        .await?;
+    let holder = nc.lease_holder().await?.unwrap_or_default();
     check(
         holder.starts_with("nc-first-"),
         format!("the Lease names {holder:?}, not the first process"),
     )?;
 
-    create_node(&ns, "before", json!({})).await?;
-    wait_settled(&ns, "before", READY).await?;
-    let led = reconciles(&first).await?;
-    wait_reconciles(&first, led, 2.0, Duration::from_secs(40)).await?;
+    nc.create("before", json!({})).await?;
+    nc.wait_settled("before", READY).await?;
+    let led = nc.controller.reconciles().await?;
+    nc.controller
+        .wait_reconciles(led, 2.0, Duration::from_secs(40))
+        .await?;
     check(
-        reconciles(&second).await? == 0.0 && !leading(&second).await?,
+        second.reconciles().await? == 0.0 && !second.is_leading().await?,
         "the standby reconciled",
     )?;
-    let events_by_second = ns
+    let events_by_second = nc
+        .ns
         .api::<Event>()
         .list(&ListParams::default())
         .await?
@@ -1165,12 +764,13 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
         .count();
     check(events_by_second == 0, "the standby published events")?;
 
-    let settled_before = only_of(resource_versions(&ns).await?, "before");
-    first.kill().await?;
+    let settled_before = versions_of(nc.resource_versions().await?, "before");
+    nc.controller.kill().await?;
     let killed = Instant::now();
-    create_node(&ns, "after", json!({"workloadType": "Deployment"})).await?;
+    nc.create("after", json!({"workloadType": "Deployment"}))
+        .await?;
     wait_until(Duration::from_secs(60), "the standby leads", || async {
-        Ok(if leading(&second).await? {
+        Ok(if second.is_leading().await? {
             Poll::Ready(())
         } else {
             Poll::NotYet("standby".into())
@@ -1178,28 +778,29 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
     })
     .await?;
     eprintln!("the standby leads {:?} after the SIGKILL", killed.elapsed());
-    wait_ready(&ns, "after").await?;
+    nc.wait_ready("after").await?;
     eprintln!(
         "a node created after the SIGKILL is Ready {:?} after it",
         killed.elapsed()
     );
-    let holder = lease_holder(&ns).await?.unwrap_or_default();
+    let holder = nc.lease_holder().await?.unwrap_or_default();
     check(
         holder.starts_with("nc-second-"),
         format!("the Lease names {holder:?}, not the second process"),
     )?;
     check(
-        reconciles(&second).await? > 0.0,
+        second.reconciles().await? > 0.0,
         "the new leader never reconciled",
     )?;
     // The new leader took the old leader's node over without touching it (it has passed over
     // it by now: it started with a pass over every node).
-    let now_before = only_of(resource_versions(&ns).await?, "before");
+    let now_before = versions_of(nc.resource_versions().await?, "before");
     check(
         now_before == settled_before && settled_before.len() == 3,
         format!("the takeover changed {settled_before:?} into {now_before:?}"),
     )?;
-    let by_second: Vec<String> = controller_events(&ns)
+    let by_second: Vec<String> = nc
+        .controller_events()
         .await?
         .into_iter()
         .filter(|e| e.contains(" before: ") && e.ends_with(" by nc-second"))
@@ -1210,35 +811,25 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() -> Result<()> {
     )
 }
 
-/// The entries of a `resource_versions` map that belong to ValkeyNode `name`.
-fn only_of(versions: BTreeMap<String, String>, name: &str) -> BTreeMap<String, String> {
-    versions
-        .into_iter()
-        .filter(|(key, _)| {
-            key.ends_with(&format!("/{name}")) || key.contains(&format!("/valkey-{name}"))
-        })
-        .collect()
-}
-
 // ---- bad input and faults ------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_image_that_cannot_be_pulled_is_reported() -> Result<()> {
     let _took = Took::start("an_image_that_cannot_be_pulled_is_reported");
-    let ns = TestNamespace::create("nc-image").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(
-        &ns,
+    let nc = NodeFixture::start("nc-image").await?;
+    nc.create(
         "unpullable",
         json!({"image": "valkey/valkey:does-not-exist"}),
     )
     .await?;
-    let node = wait_node(&ns, "unpullable", READY, "Ready False for the image", |n| {
-        condition(n, "Ready").is_some_and(|c| {
-            c.status == "False" && (c.reason == "ErrImagePull" || c.reason == "ImagePullBackOff")
+    let node = nc
+        .wait("unpullable", READY, "Ready False for the image", |n| {
+            condition(n, "Ready").is_some_and(|c| {
+                c.status == "False"
+                    && (c.reason == "ErrImagePull" || c.reason == "ImagePullBackOff")
+            })
         })
-    })
-    .await?;
+        .await?;
     let ready = required_condition(&node, "Ready")?;
     eprintln!(
         "Ready: {} {}: {}",
@@ -1254,22 +845,20 @@ async fn an_image_that_cannot_be_pulled_is_reported() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_that_valkey_rejects_is_reported_as_a_crash_loop() -> Result<()> {
     let _took = Took::start("a_config_that_valkey_rejects_is_reported_as_a_crash_loop");
-    let ns = TestNamespace::create("nc-crash").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(
-        &ns,
+    let nc = NodeFixture::start("nc-crash").await?;
+    nc.create(
         "misconfigured",
         json!({"config": {"maxmemory": "not-a-size"}}),
     )
     .await?;
-    let node = wait_node(
-        &ns,
-        "misconfigured",
-        READY,
-        "Ready False, CrashLoopBackOff",
-        |n| condition_is(n, "Ready", "False", "CrashLoopBackOff"),
-    )
-    .await?;
+    let node = nc
+        .wait(
+            "misconfigured",
+            READY,
+            "Ready False, CrashLoopBackOff",
+            |n| condition_is(n, "Ready", "False", "CrashLoopBackOff"),
+        )
+        .await?;
     let ready = required_condition(&node, "Ready")?;
     eprintln!(
         "Ready: {} {}: {}",
@@ -1283,7 +872,7 @@ async fn a_config_that_valkey_rejects_is_reported_as_a_crash_loop() -> Result<()
     // That a crash-looping node is looked at every few seconds without a hot loop is the pure
     // functions' test (status: an unchanged observation gives an unchanged status, no write;
     // reconcile: a node that is not ready is re-read every 5 s).
-    let node = ns.api::<ValkeyNode>().get("misconfigured").await?;
+    let node = nc.get("misconfigured").await?;
     check(
         !node.status.as_ref().is_some_and(|s| s.ready),
         "a crash-looping node is reported ready",
@@ -1293,10 +882,8 @@ async fn a_config_that_valkey_rejects_is_reported_as_a_crash_loop() -> Result<()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
     let _took = Took::start("a_missing_secret_is_named_and_other_nodes_go_on");
-    let ns = TestNamespace::create("nc-nosecret").await?;
-    let mut controller = start_controller(&ns).await?;
-    create_node(
-        &ns,
+    let mut nc = NodeFixture::start("nc-nosecret").await?;
+    nc.create(
         "locked",
         json!({
             "config": {"aclfile": "/etc/valkey/credentials/users.acl"},
@@ -1304,15 +891,12 @@ async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
         }),
     )
     .await?;
-    create_node(&ns, "open", json!({})).await?;
-    let locked = wait_node(
-        &ns,
-        "locked",
-        READY,
-        "Credentials False, SecretNotFound",
-        |n| condition_is(n, "Credentials", "False", "SecretNotFound"),
-    )
-    .await?;
+    nc.create("open", json!({})).await?;
+    let locked = nc
+        .wait("locked", READY, "Credentials False, SecretNotFound", |n| {
+            condition_is(n, "Credentials", "False", "SecretNotFound")
+        })
+        .await?;
     let credentials = required_condition(&locked, "Credentials")?;
     eprintln!("Credentials: {}", credentials.message);
     check(
@@ -1326,13 +910,14 @@ async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
         !locked.status.as_ref().is_some_and(|s| s.ready),
         "a node without its Secret is ready",
     )?;
-    wait_ready(&ns, "open").await?;
-    check(controller.is_running(), "the controller exited")?;
+    nc.wait_ready("open").await?;
+    check(nc.controller.is_running(), "the controller exited")?;
 
     // Once the Secret exists, the node comes up without anyone touching it.
     let created = Instant::now();
-    create_acl_secret(&ns, "absent-credentials", &random_password()).await?;
-    let locked = wait_settled(&ns, "locked", READY).await?;
+    nc.create_acl_secret("absent-credentials", &random_password())
+        .await?;
+    let locked = nc.wait_settled("locked", READY).await?;
     eprintln!("Ready {:?} after the Secret was created", created.elapsed());
     check(
         condition_is(&locked, "Credentials", "True", "SecretFound"),
@@ -1340,50 +925,22 @@ async fn a_missing_secret_is_named_and_other_nodes_go_on() -> Result<()> {
     )
 }
 
-fn random_password() -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    let letters: String = (0..24)
-        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
-        .collect();
-    format!("pw{letters}")
-}
-
-/// A Secret with an ACL file (no default user; `healthcheck` may PING, INFO and CONFIG GET/SET,
-/// which the node-controller sets live settings with) and the password of `healthcheck`.
-async fn create_acl_secret(ns: &TestNamespace, name: &str, password: &str) -> Result<()> {
-    let acl = format!(
-        "user default off\nuser healthcheck on >{password} ~* &* +ping +info +config|get +config|set\n"
-    );
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "stringData": {"users.acl": acl, "password": password},
-    }))
-    .map_err(|e| E2eError::Check(e.to_string()))?;
-    ns.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await?;
-    Ok(())
-}
-
 // ---- hand edits ------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
 async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
     let _took = Took::start("children_deleted_or_edited_by_hand_are_put_back");
-    let ns = TestNamespace::create("nc-repair").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(
-        &ns,
+    let nc = NodeFixture::start("nc-repair").await?;
+    nc.create(
         "tended",
         json!({"persistence": {"enabled": true, "size": "1Gi"}}),
     )
     .await?;
-    let node = wait_settled(&ns, "tended", READY).await?;
+    let node = nc.wait_settled("tended", READY).await?;
     let within = Duration::from_secs(60);
-    let cms = ns.api::<ConfigMap>();
-    let stss = ns.api::<StatefulSet>();
-    let pvcs = ns.api::<PersistentVolumeClaim>();
+    let cms = nc.ns.api::<ConfigMap>();
+    let stss = nc.ns.api::<StatefulSet>();
+    let pvcs = nc.ns.api::<PersistentVolumeClaim>();
     // The data is one valkey.conf, under a key named after the pod's revision.
     let conf_of = |cm: &ConfigMap| cm.data.clone().unwrap_or_default();
 
@@ -1405,13 +962,13 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
             &Patch::Merge(json!({"data": {key.as_str(): "port 7777\n"}})),
         )
         .await?;
-    let edited_version: u64 = version(&edited).parse().unwrap_or(0);
+    let edited_version: u64 = resource_version(&edited).parse().unwrap_or(0);
     wait_object(
         &cms,
         "valkey-tended-config",
         within,
         "valkey.conf put back",
-        |c| conf_of(c) == conf && version(c).parse().unwrap_or(0) > edited_version,
+        |c| conf_of(c) == conf && resource_version(c).parse().unwrap_or(0) > edited_version,
     )
     .await?;
     eprintln!("valkey.conf put back after {:?}", started.elapsed());
@@ -1453,14 +1010,15 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
     })
     .await?;
     eprintln!("StatefulSet recreated after {:?}", started.elapsed());
-    wait_settled(&ns, "tended", READY).await?;
+    nc.wait_settled("tended", READY).await?;
 
     // A deleted PVC comes back. It stays Terminating while a pod uses it, so the pod goes too.
     let pvc = pvcs.get("valkey-tended-data").await?;
     let started = Instant::now();
     pvcs.delete("valkey-tended-data", &DeleteParams::default())
         .await?;
-    ns.api::<Pod>()
+    nc.ns
+        .api::<Pod>()
         .delete(&pod_name_of(&node)?, &DeleteParams::default())
         .await?;
     let pvc_uid = uid(&pvc);
@@ -1473,7 +1031,7 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
     )
     .await?;
     eprintln!("PVC recreated after {:?}", started.elapsed());
-    wait_settled(&ns, "tended", Duration::from_secs(120)).await?;
+    nc.wait_settled("tended", Duration::from_secs(120)).await?;
     eprintln!("Ready on the new volume after {:?}", started.elapsed());
     Ok(())
 }
@@ -1483,8 +1041,7 @@ async fn children_deleted_or_edited_by_hand_are_put_back() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
     let _took = Took::start("a_controller_killed_mid_work_converges_after_restart");
-    let ns = TestNamespace::create("nc-crashstop").await?;
-    let mut controller = start_controller(&ns).await?;
+    let mut nc = NodeFixture::start("nc-crashstop").await?;
     let nodes = [
         (
             "kill-a",
@@ -1494,21 +1051,13 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
         ("kill-c", json!({"image": "valkey/valkey:8.0"})),
     ];
     for (name, spec) in &nodes {
-        create_node(&ns, name, spec.clone()).await?;
+        nc.create(name, spec.clone()).await?;
     }
     // SIGKILL as soon as the controller has begun: the first child exists.
-    let cms = ns.api::<ConfigMap>();
-    wait_until(Duration::from_secs(30), "a first child", || async {
-        let list = cms.list(&ListParams::default().labels(NODE_LABEL)).await?;
-        Ok(if list.items.is_empty() {
-            Poll::NotYet("no ConfigMap yet".into())
-        } else {
-            Poll::Ready(())
-        })
-    })
-    .await?;
-    controller.kill().await?;
-    let (killed_ready, _) = status_summary(&ns).await?;
+    nc.wait_labelled::<ConfigMap>(Duration::from_secs(30), "a first child", "no ConfigMap yet")
+        .await?;
+    nc.controller.kill().await?;
+    let (killed_ready, _) = nc.status_summary().await?;
     eprintln!("killed with {killed_ready} of 3 nodes ready");
     check(
         killed_ready < 3,
@@ -1516,27 +1065,19 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
     )?;
 
     // A second SIGKILL once pods exist but before every node is ready, if the timing allows.
-    let mut controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
-    let pods = ns.api::<Pod>();
-    wait_until(Duration::from_secs(60), "a first pod", || async {
-        let list = pods.list(&ListParams::default().labels(NODE_LABEL)).await?;
-        Ok(if list.items.is_empty() {
-            Poll::NotYet("no pod yet".into())
-        } else {
-            Poll::Ready(())
-        })
-    })
-    .await?;
-    controller.kill().await?;
-    let (second_kill_ready, _) = status_summary(&ns).await?;
+    nc.restart_controller().await?;
+    nc.wait_labelled::<Pod>(Duration::from_secs(60), "a first pod", "no pod yet")
+        .await?;
+    nc.controller.kill().await?;
+    let (second_kill_ready, _) = nc.status_summary().await?;
     eprintln!("killed again with {second_kill_ready} of 3 nodes ready");
 
     let started = Instant::now();
-    let mut controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
+    nc.restart_controller().await?;
     for (name, _) in &nodes {
-        let node = wait_settled(&ns, name, READY).await?;
+        let node = nc.wait_settled(name, READY).await?;
         // The status describes the one pod that exists.
-        let pods = live_pods(&ns, name).await?;
+        let pods = nc.live_pods(name).await?;
         let [pod] = pods.as_slice() else {
             return Err(E2eError::Check(format!("{name}: {} pods", pods.len())));
         };
@@ -1559,13 +1100,25 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
     }
     eprintln!("all 3 settled {:?} after the restart", started.elapsed());
     // One workload and one ConfigMap each: the restarted controller duplicated nothing.
-    let configmaps = cms.list(&ListParams::default().labels(NODE_LABEL)).await?;
+    let configmaps = nc
+        .ns
+        .api::<ConfigMap>()
+        .list(&ListParams::default().labels(NODE_LABEL))
+        .await?;
     check(
         configmaps.items.len() == 3,
         format!("{} ConfigMaps", configmaps.items.len()),
     )?;
-    let stss = ns.api::<StatefulSet>().list(&ListParams::default()).await?;
-    let deps = ns.api::<Deployment>().list(&ListParams::default()).await?;
+    let stss = nc
+        .ns
+        .api::<StatefulSet>()
+        .list(&ListParams::default())
+        .await?;
+    let deps = nc
+        .ns
+        .api::<Deployment>()
+        .list(&ListParams::default())
+        .await?;
     check(
         stss.items.len() == 2 && deps.items.len() == 1,
         format!(
@@ -1577,12 +1130,14 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
 
     // A controller that starts over settled nodes finds nothing to do: no status blip while its
     // caches fill, no write, no event.
-    let before = resource_versions(&ns).await?;
-    let events_before = controller_events(&ns).await?;
-    controller.kill().await?;
-    let controller = ControllerProcess::start(NODE_CONTROLLER, &ns, &[]).await?;
-    wait_reconciles(&controller, 0.0, 6.0, Duration::from_secs(40)).await?;
-    let after = resource_versions(&ns).await?;
+    let before = nc.resource_versions().await?;
+    let events_before = nc.controller_events().await?;
+    nc.controller.kill().await?;
+    nc.restart_controller().await?;
+    nc.controller
+        .wait_reconciles(0.0, 6.0, Duration::from_secs(40))
+        .await?;
+    let after = nc.resource_versions().await?;
     let changed: Vec<_> = after
         .iter()
         .filter(|(key, version)| before.get(*key) != Some(version))
@@ -1591,7 +1146,7 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
         changed.is_empty() && before.len() == after.len(),
         format!("a restart over settled nodes changed {changed:?} (before: {before:?})"),
     )?;
-    let events_after = controller_events(&ns).await?;
+    let events_after = nc.controller_events().await?;
     let new: Vec<&String> = events_after.difference(&events_before).collect();
     check(
         new.is_empty(),
@@ -1599,79 +1154,14 @@ async fn a_controller_killed_mid_work_converges_after_restart() -> Result<()> {
     )
 }
 
-/// The resourceVersion of every ValkeyNode and every child the node-controller owns.
-async fn resource_versions(ns: &TestNamespace) -> Result<BTreeMap<String, String>> {
-    let all = ListParams::default();
-    let mut versions = BTreeMap::new();
-    for n in ns.api::<ValkeyNode>().list(&all).await?.items {
-        versions.insert(format!("ValkeyNode/{}", n.name_any()), version(&n));
-    }
-    for s in ns.api::<StatefulSet>().list(&all).await?.items {
-        versions.insert(format!("StatefulSet/{}", s.name_any()), version(&s));
-    }
-    for d in ns.api::<Deployment>().list(&all).await?.items {
-        versions.insert(format!("Deployment/{}", d.name_any()), version(&d));
-    }
-    for c in ns
-        .api::<ConfigMap>()
-        .list(&all.clone().labels(NODE_LABEL))
-        .await?
-        .items
-    {
-        versions.insert(format!("ConfigMap/{}", c.name_any()), version(&c));
-    }
-    for p in ns.api::<PersistentVolumeClaim>().list(&all).await?.items {
-        versions.insert(
-            format!("PersistentVolumeClaim/{}", p.name_any()),
-            version(&p),
-        );
-    }
-    Ok(versions)
-}
-
-/// The node-controller's Events in the namespace, as `name object: reason: message (count) by instance`.
-async fn controller_events(ns: &TestNamespace) -> Result<BTreeSet<String>> {
-    let events = ns.api::<Event>().list(&ListParams::default()).await?.items;
-    Ok(events
-        .into_iter()
-        .filter(|e| e.reporting_component.as_deref() == Some("valkey-node-controller"))
-        .map(|e| {
-            format!(
-                "{} {}: {}: {} ({}) by {}",
-                e.metadata.name.unwrap_or_default(),
-                e.involved_object.name.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.message.unwrap_or_default(),
-                e.count.unwrap_or(1),
-                e.reporting_instance.unwrap_or_default()
-            )
-        })
-        .collect())
-}
-
-/// How many of the namespace's ValkeyNodes are ready, and their names.
-async fn status_summary(ns: &TestNamespace) -> Result<(usize, Vec<String>)> {
-    let nodes = ns.api::<ValkeyNode>().list(&ListParams::default()).await?;
-    let ready: Vec<String> = nodes
-        .items
-        .iter()
-        .filter(|n| n.status.as_ref().is_some_and(|s| s.ready))
-        .map(|n| n.name_any())
-        .collect();
-    Ok((ready.len(), ready))
-}
-
 // ---- credentials -----------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread")]
 async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> {
     let _took = Took::start("credentials_authenticate_and_the_password_stays_secret");
-    let ns = TestNamespace::create("nc-creds").await?;
-    install_crds().await?;
     // Debug logs, so that the log check covers everything the controller could say.
-    let controller = ControllerProcess::start_with_env(
-        NODE_CONTROLLER,
-        &ns,
+    let nc = NodeFixture::start_with_env(
+        "nc-creds",
         &[],
         &[(
             "RUST_LOG",
@@ -1680,9 +1170,8 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
     )
     .await?;
     let password = random_password();
-    create_acl_secret(&ns, "node-acl", &password).await?;
-    create_node(
-        &ns,
+    nc.create_acl_secret("node-acl", &password).await?;
+    nc.create(
         "guarded",
         json!({
             "config": {"protected-mode": "yes", "aclfile": "/etc/valkey/credentials/users.acl"},
@@ -1690,7 +1179,7 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
         }),
     )
     .await?;
-    let node = wait_settled(&ns, "guarded", READY).await?;
+    let node = nc.wait_settled("guarded", READY).await?;
     check(
         condition_is(&node, "Credentials", "True", "SecretFound"),
         format!("Credentials: {:?}", condition(&node, "Credentials")),
@@ -1716,10 +1205,13 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
     )?;
 
     // Let a few more passes (and their logs) happen before looking for the password.
-    let from = reconciles(&controller).await?;
-    wait_reconciles(&controller, from, 2.0, Duration::from_secs(40)).await?;
+    let from = nc.controller.reconciles().await?;
+    nc.controller
+        .wait_reconciles(from, 2.0, Duration::from_secs(40))
+        .await?;
     let mut leaks = Vec::new();
-    let config_maps = ns
+    let config_maps = nc
+        .ns
         .api::<ConfigMap>()
         .list(&ListParams::default())
         .await?
@@ -1733,21 +1225,26 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
             leaks.push(format!("ConfigMap {}", cm.name_any()));
         }
     }
-    let workload = ns.api::<StatefulSet>().get("valkey-guarded").await?;
+    let workload = nc.ns.api::<StatefulSet>().get("valkey-guarded").await?;
     if serde_json::to_string(&workload)
         .unwrap_or_default()
         .contains(&password)
     {
         leaks.push("the StatefulSet".into());
     }
-    let node = ns.api::<ValkeyNode>().get("guarded").await?;
+    let node = nc.get("guarded").await?;
     if serde_json::to_string(&node.status)
         .unwrap_or_default()
         .contains(&password)
     {
         leaks.push("the ValkeyNode status".into());
     }
-    let events = ns.api::<Event>().list(&ListParams::default()).await?.items;
+    let events = nc
+        .ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await?
+        .items;
     check(!events.is_empty(), "no events to look at")?;
     for event in &events {
         if serde_json::to_string(event)
@@ -1757,7 +1254,7 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
             leaks.push(format!("Event {}", event.name_any()));
         }
     }
-    let log = controller.log_text()?;
+    let log = nc.controller.log_text()?;
     check(
         log.lines().count() > 10,
         format!("a short controller log: {log}"),
@@ -1778,22 +1275,13 @@ async fn credentials_authenticate_and_the_password_stays_secret() -> Result<()> 
 
 // ---- server: Sentinel ---------------------------------------------------------------------------
 
-/// What a Sentinel answers `SENTINEL GET-MASTER-ADDR-BY-NAME name` with (nil when it monitors
-/// no such primary).
-async fn sentinel_primary(sentinel_ip: &str, name: &str) -> Result<String> {
-    let mut conn = valkey(sentinel_ip, valkey_api::contract::SENTINEL_PORT).await?;
-    valkey_cmd(&mut conn, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", name]).await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_clean() -> Result<()> {
     let _took =
         Took::start("a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_clean");
-    let ns = TestNamespace::create("nc-sentinel").await?;
-    let _controller = start_controller(&ns).await?;
-    create_node(&ns, "watched", json!({})).await?;
-    create_node(
-        &ns,
+    let nc = NodeFixture::start("nc-sentinel").await?;
+    nc.create("watched", json!({})).await?;
+    nc.create(
         "sentinel",
         json!({"server": "Sentinel", "config": {"sentinel": "resolve-hostnames no"}}),
     )
@@ -1807,14 +1295,8 @@ async fn a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_cle
         })
     };
     let (watched, sentinel) = tokio::try_join!(
-        wait_ready(&ns, "watched"),
-        wait_node(
-            &ns,
-            "sentinel",
-            READY,
-            "a ready Sentinel",
-            is_ready_sentinel
-        ),
+        nc.wait_ready("watched"),
+        nc.wait("sentinel", READY, "a ready Sentinel", is_ready_sentinel),
     )?;
     let (watched_ip, sentinel_ip) = (pod_ip_of(&watched)?, pod_ip_of(&sentinel)?);
 
@@ -1833,10 +1315,10 @@ async fn a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_cle
     )?;
     let pod = pod_name_of(&sentinel)?;
     check(
-        role_label(&ns, &pod).await?.as_deref() == Some("sentinel"),
+        nc.role_label(&pod).await?.as_deref() == Some("sentinel"),
         "the Sentinel's pod is not labelled role sentinel",
     )?;
-    let (_, rows) = valkeynode_rows(&ns).await?;
+    let (_, rows) = nc.rows().await?;
     check(
         rows.iter().any(|r| {
             r.first().map(String::as_str) == Some("sentinel")
@@ -1847,12 +1329,14 @@ async fn a_sentinel_node_runs_sentinel_monitors_what_it_is_told_and_restarts_cle
 
     // Its pod replaced, it starts from the ConfigMap again: what it was told is gone, for its
     // parent to tell it again.
-    let old_uid = uid(&ns.pod(&pod).await?);
-    ns.kubectl(&["delete", "pod", &pod, "--wait=true"]).await?;
+    let old_uid = uid(&nc.ns.pod(&pod).await?);
+    nc.ns
+        .kubectl(&["delete", "pod", &pod, "--wait=true"])
+        .await?;
     let ip = wait_until(READY, "a new, ready Sentinel pod", || async {
-        let node = ns.api::<ValkeyNode>().get("sentinel").await?;
+        let node = nc.get("sentinel").await?;
         let replaced = match node.status.as_ref().and_then(|s| s.pod_name.clone()) {
-            Some(name) => ns.pod(&name).await.is_ok_and(|p| uid(&p) != old_uid),
+            Some(name) => nc.ns.pod(&name).await.is_ok_and(|p| uid(&p) != old_uid),
             None => false,
         };
         Ok(match pod_ip_of(&node) {

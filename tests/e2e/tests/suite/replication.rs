@@ -33,18 +33,7 @@ async fn rows(r: &ReplicationFixture, wide: bool) -> Result<(Vec<String>, Vec<Ve
     if wide {
         args.extend(["-o", "wide"]);
     }
-    let text = r.ns.kubectl(&args).await?;
-    let mut lines = text.lines();
-    let header = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    let rows = lines
-        .map(|l| l.split_whitespace().map(str::to_owned).collect())
-        .collect();
-    Ok((header, rows))
+    r.ns.table(&args).await
 }
 
 async fn forms_with_its_views_and_services(prefix: &str, image: &str) -> Result<()> {

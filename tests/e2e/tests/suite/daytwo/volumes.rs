@@ -6,16 +6,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::cluster::ClusterFixture;
-use e2e::operator::wait_node;
+use e2e::node::{NodeFixture, READY, condition_parts};
 use e2e::{E2eError, Poll, Result, TestNamespace, check, wait_until};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use valkey_api::v1alpha1::ValkeyNode;
-
-use super::{READY, create_node, node_controller};
 
 const FORM: Duration = Duration::from_secs(240);
 /// The storage's resizer, then the node-controller's next pass (every 10 s) to report it.
@@ -63,17 +60,8 @@ fn sizes(pvc: &PersistentVolumeClaim) -> (String, String) {
     )
 }
 
-/// The node's PersistentVolumeClaimReady condition as (status, reason, message).
-fn pvc_condition(node: &ValkeyNode) -> Option<(String, String, String)> {
-    let c = node
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PersistentVolumeClaimReady")?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
+/// The condition in which a node reports its volume.
+const PVC_READY: &str = "PersistentVolumeClaimReady";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn raising_the_size_grows_every_volume_in_place_keeping_data_and_pods() -> Result<()> {
@@ -141,7 +129,7 @@ async fn raising_the_size_grows_every_volume_in_place_keeping_data_and_pods() ->
         let growing: Vec<String> = nodes
             .iter()
             .filter_map(|n| {
-                let (status, reason, message) = pvc_condition(n).unwrap_or_default();
+                let (status, reason, message) = condition_parts(n, PVC_READY).unwrap_or_default();
                 (status != "True" || reason != "Bound")
                     .then(|| format!("{}: {reason}: {message}", n.name_any()))
             })
@@ -225,35 +213,35 @@ async fn class_without_expansion(ns: &TestNamespace) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_class_that_cannot_grow_is_said_and_nothing_restarts() -> Result<()> {
-    let (ns, _controller) = node_controller("d2-fixed").await?;
-    let class = class_without_expansion(&ns).await?;
+    let nc = NodeFixture::start("d2-fixed").await?;
+    let class = class_without_expansion(&nc.ns).await?;
     let outcome = async {
-        create_node(
-            &ns,
+        nc.create_exactly(
             "fixed",
             json!({"image": "valkey/valkey:9.1", "config": {"protected-mode": "no"},
                    "persistence": {"size": "1Gi", "storageClassName": class}}),
         )
         .await?;
-        let node = wait_node(&ns, "fixed", FORM, "ready", |n| {
-            n.status.as_ref().is_some_and(|s| s.ready)
-        })
-        .await?;
+        let node = nc
+            .wait("fixed", FORM, "ready", |n| {
+                n.status.as_ref().is_some_and(|s| s.ready)
+            })
+            .await?;
         let revision = node
             .status
             .as_ref()
             .and_then(|s| s.desired_revision.clone());
-        let pod = ns.pod("valkey-fixed-0").await?;
+        let pod = nc.ns.pod("valkey-fixed-0").await?;
 
-        let patch = json!({"spec": {"persistence": {"size": "2Gi"}}});
-        ns.api::<ValkeyNode>()
-            .patch("fixed", &PatchParams::default(), &Patch::Merge(&patch))
+        nc.patch_spec("fixed", json!({"persistence": {"size": "2Gi"}}))
             .await?;
-        let node = wait_node(&ns, "fixed", READY, "VolumeExpansionNotSupported", |n| {
-            pvc_condition(n).is_some_and(|(_, r, _)| r == "VolumeExpansionNotSupported")
-        })
-        .await?;
-        let (status, _, message) = pvc_condition(&node).unwrap_or_default();
+        let node = nc
+            .wait("fixed", READY, "VolumeExpansionNotSupported", |n| {
+                condition_parts(n, PVC_READY)
+                    .is_some_and(|(_, r, _)| r == "VolumeExpansionNotSupported")
+            })
+            .await?;
+        let (status, _, message) = condition_parts(&node, PVC_READY).unwrap_or_default();
         eprintln!("volumes: PersistentVolumeClaimReady={status}: {message}");
         check(
             status == "False"
@@ -261,7 +249,8 @@ async fn a_class_that_cannot_grow_is_said_and_nothing_restarts() -> Result<()> {
                 && message.contains("allowVolumeExpansion"),
             format!("PersistentVolumeClaimReady={status}: {message}"),
         )?;
-        let claim = ns
+        let claim = nc
+            .ns
             .api::<PersistentVolumeClaim>()
             .get("valkey-fixed-data")
             .await?;
@@ -278,12 +267,12 @@ async fn a_class_that_cannot_grow_is_said_and_nothing_restarts() -> Result<()> {
                     == revision,
             format!("the node is not ready on its revision: {:?}", node.status),
         )?;
-        let now = ns.pod("valkey-fixed-0").await?;
+        let now = nc.ns.pod("valkey-fixed-0").await?;
         check(
             now.uid() == pod.uid(),
             "the pod was replaced over a size the class cannot give",
         )?;
-        let events = ns.events().await?;
+        let events = nc.ns.events().await?;
         check(
             events.contains("VolumeExpansionNotSupported"),
             format!("no Warning Event for it:\n{events}"),
