@@ -20,7 +20,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis::Cmd;
+use redis::{Cmd, ToRedisArgs};
 
 use super::cluster_nodes::NodeId;
 use super::slots::{Slot, SlotRange};
@@ -32,6 +32,13 @@ fn command(words: &[&str]) -> Cmd {
     for word in words {
         cmd.arg(*word);
     }
+    cmd
+}
+
+/// A command and its one argument.
+fn command_with(words: &[&str], arg: impl ToRedisArgs) -> Cmd {
+    let mut cmd = command(words);
+    cmd.arg(arg);
     cmd
 }
 
@@ -131,16 +138,12 @@ pub fn cluster_addslotsrange(ranges: &[SlotRange]) -> Cmd {
 
 /// `CLUSTER REPLICATE <primary-id>`: makes the node a replica of that primary.
 pub fn cluster_replicate(primary: &NodeId) -> Cmd {
-    let mut cmd = command(&["CLUSTER", "REPLICATE"]);
-    cmd.arg(primary.as_str());
-    cmd
+    command_with(&["CLUSTER", "REPLICATE"], primary.as_str())
 }
 
 /// `CLUSTER FORGET <node-id>`: drops a node that left from a node's table.
 pub fn cluster_forget(node: &NodeId) -> Cmd {
-    let mut cmd = command(&["CLUSTER", "FORGET"]);
-    cmd.arg(node.as_str());
-    cmd
+    command_with(&["CLUSTER", "FORGET"], node.as_str())
 }
 
 /// How a replica takes over with `CLUSTER FAILOVER` (none: the planned failover, in step with
@@ -199,9 +202,7 @@ pub fn cluster_setslot(slot: Slot, action: &SetSlot) -> Cmd {
 
 /// `CLUSTER COUNTKEYSINSLOT <slot>`: the keys of a slot left on a node, for a pre-9 move.
 pub fn cluster_countkeysinslot(slot: Slot) -> Cmd {
-    let mut cmd = command(&["CLUSTER", "COUNTKEYSINSLOT"]);
-    cmd.arg(slot);
-    cmd
+    command_with(&["CLUSTER", "COUNTKEYSINSLOT"], slot)
 }
 
 /// `CLUSTER GETKEYSINSLOT <slot> <count>`: the next batch of keys a pre-9 move migrates.
@@ -289,9 +290,7 @@ pub fn cluster_getslotmigrations() -> Cmd {
 
 /// `CLUSTER CANCELSLOTMIGRATIONS ALL`: stops every atomic slot migration job of a node.
 pub fn cluster_cancelslotmigrations_all() -> Cmd {
-    let mut cmd = command(&["CLUSTER", "CANCELSLOTMIGRATIONS"]);
-    cmd.arg("ALL");
-    cmd
+    command_with(&["CLUSTER", "CANCELSLOTMIGRATIONS"], "ALL")
 }
 
 // ---- A replication's primary and replicas ----
@@ -332,9 +331,7 @@ pub fn acl_users() -> Cmd {
 /// `ACL GETUSER <user>`: whether a user is on (the replication fence). The reply holds
 /// password hashes.
 pub fn acl_getuser(user: &str) -> Cmd {
-    let mut cmd = command(&["ACL", "GETUSER"]);
-    cmd.arg(user);
-    cmd
+    command_with(&["ACL", "GETUSER"], user)
 }
 
 /// `ACL SETUSER <user> <rule>...`: a user created or changed live (the users kept in step, a
@@ -350,9 +347,7 @@ pub fn acl_setuser<R: AsRef<str>>(user: &str, rules: impl IntoIterator<Item = R>
 
 /// `ACL DELUSER <user>`: a user no longer wanted.
 pub fn acl_deluser(user: &str) -> Cmd {
-    let mut cmd = command(&["ACL", "DELUSER"]);
-    cmd.arg(user);
-    cmd
+    command_with(&["ACL", "DELUSER"], user)
 }
 
 // ---- Clients ----
@@ -420,46 +415,34 @@ pub fn sentinel_set(
 
 /// `SENTINEL GET-MASTER-ADDR-BY-NAME <name>`: the primary a Sentinel names to clients.
 pub fn sentinel_get_master_addr_by_name(master_name: &str) -> Cmd {
-    let mut cmd = command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME"]);
-    cmd.arg(master_name);
-    cmd
+    command_with(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME"], master_name)
 }
 
 /// `SENTINEL MASTER <name>`: a Sentinel's settings and flags for the name.
 pub fn sentinel_master(master_name: &str) -> Cmd {
-    let mut cmd = command(&["SENTINEL", "MASTER"]);
-    cmd.arg(master_name);
-    cmd
+    command_with(&["SENTINEL", "MASTER"], master_name)
 }
 
 /// `SENTINEL REPLICAS <name>`: the replicas a Sentinel knows of the name, with their priority.
 pub fn sentinel_replicas(master_name: &str) -> Cmd {
-    let mut cmd = command(&["SENTINEL", "REPLICAS"]);
-    cmd.arg(master_name);
-    cmd
+    command_with(&["SENTINEL", "REPLICAS"], master_name)
 }
 
 /// `SENTINEL SENTINELS <name>`: the other Sentinels a Sentinel knows watching the name.
 pub fn sentinel_sentinels(master_name: &str) -> Cmd {
-    let mut cmd = command(&["SENTINEL", "SENTINELS"]);
-    cmd.arg(master_name);
-    cmd
+    command_with(&["SENTINEL", "SENTINELS"], master_name)
 }
 
 /// `SENTINEL FAILOVER <name>`: the Sentinel elects a new primary (the end of a planned
 /// switchover).
 pub fn sentinel_failover(master_name: &str) -> Cmd {
-    let mut cmd = command(&["SENTINEL", "FAILOVER"]);
-    cmd.arg(master_name);
-    cmd
+    command_with(&["SENTINEL", "FAILOVER"], master_name)
 }
 
 /// `SENTINEL RESET <name>`: the Sentinel forgets the replicas and Sentinels it knows of the name
 /// (a glob pattern to Valkey: the name must hold no glob character).
 pub fn sentinel_reset(master_name: &str) -> Cmd {
-    let mut cmd = command(&["SENTINEL", "RESET"]);
-    cmd.arg(master_name);
-    cmd
+    command_with(&["SENTINEL", "RESET"], master_name)
 }
 
 /// A command's arguments as text, its name first, for tests that compare spellings.
