@@ -1,6 +1,7 @@
 //! What each Valkey user may do. The operator's own users get exactly the commands the operator
-//! sends as them; client users get data commands and never administration, whatever their own
-//! rules say. The README lists the same (keep them in step).
+//! sends as them (each spelled once, in [`crate::valkey::commands`]); client users get data
+//! commands and never administration, whatever their own rules say. The README lists the same
+//! (keep them in step).
 
 use crate::valkey::Version;
 

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::Cmd;
 use sha2::{Digest, Sha256};
 
 use crate::client::ValkeyClient;
@@ -46,12 +45,8 @@ impl SentinelUsers {
                 continue;
             }
             let mut ok = true;
-            for args in &commands {
-                let mut cmd = Cmd::new();
-                for arg in args {
-                    cmd.arg(arg);
-                }
-                if client.command(*address, &cmd, timeout).await.is_err() {
+            for cmd in &commands {
+                if client.command(*address, cmd, timeout).await.is_err() {
                     ok = false;
                     break;
                 }

@@ -19,6 +19,7 @@ use redis::{Cmd, Value};
 use super::rights::{OPERATOR_USER, REPLICATION_USER};
 use super::users::UserSet;
 use crate::client::{ClientError, Secret, ValkeyClient};
+use crate::valkey::commands::{self, InfoSection};
 use crate::valkey::{Version, info, value};
 
 /// A server to bring in step: the member's name (for reports) and its address.
@@ -189,8 +190,7 @@ impl AccessState {
                 ("masteruser", REPLICATION_USER),
                 ("masterauth", bootstrap.replication_password.expose()),
             ] {
-                let mut cmd = redis::cmd("CONFIG");
-                cmd.arg("SET").arg(key).arg(value);
+                let cmd = commands::config_set(key, value);
                 if let Err(failure) = run(client, address, &cmd, timeout).await {
                     return Err(locked_out(failure));
                 }
@@ -235,7 +235,7 @@ async fn apply<C: ValkeyClient>(
     let mut commands = users.setusers(version, false).into_iter();
     // The operator's own user first: what follows may need what it gains.
     if let Some(first) = commands.next() {
-        run(client, address, &to_cmd(&first), timeout).await?;
+        run(client, address, &first, timeout).await?;
     }
     // Fenced clients are switched on, and users that start with fewer rights get theirs, only
     // where the engine has admitted the server. Read on the
@@ -245,9 +245,7 @@ async fn apply<C: ValkeyClient>(
         commands = users.setusers(version, true).into_iter();
         commands.next();
     }
-    let mut list = redis::cmd("ACL");
-    list.arg("USERS");
-    let reply = run(client, address, &list, timeout).await?;
+    let reply = run(client, address, &commands::acl_users(), timeout).await?;
     let wanted: Vec<&str> = users.names().collect();
     let existing: Vec<String> = match reply {
         Value::Array(items) | Value::Set(items) => items.iter().filter_map(value::text).collect(),
@@ -255,13 +253,11 @@ async fn apply<C: ValkeyClient>(
     };
     for name in existing {
         if !wanted.contains(&name.as_str()) && name != OPERATOR_USER {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("DELUSER").arg(&name);
-            run(client, address, &cmd, timeout).await?;
+            run(client, address, &commands::acl_deluser(&name), timeout).await?;
         }
     }
-    for args in commands {
-        run(client, address, &to_cmd(&args), timeout).await?;
+    for cmd in commands {
+        run(client, address, &cmd, timeout).await?;
     }
     Ok(())
 }
@@ -273,18 +269,14 @@ async fn admitted<C: ValkeyClient>(
     address: SocketAddr,
     timeout: Duration,
 ) -> Result<bool, Failure> {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("GETUSER").arg(REPLICATION_USER);
-    let reply = run(client, address, &cmd, timeout).await?;
+    let reply = run(
+        client,
+        address,
+        &commands::acl_getuser(REPLICATION_USER),
+        timeout,
+    )
+    .await?;
     Ok(crate::valkey::acl::user_enabled(&reply).unwrap_or(false))
-}
-
-fn to_cmd(args: &[String]) -> Cmd {
-    let mut cmd = Cmd::new();
-    for arg in args {
-        cmd.arg(arg);
-    }
-    cmd
 }
 
 async fn run<C: ValkeyClient>(
@@ -308,9 +300,9 @@ async fn server_identity<C: ValkeyClient>(
     address: SocketAddr,
     timeout: Duration,
 ) -> Result<(String, Version), ClientError> {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("server");
-    let reply = client.command(address, &cmd, timeout).await?;
+    let reply = client
+        .command(address, &commands::info(&[InfoSection::Server]), timeout)
+        .await?;
     let unreadable = |what: String| ClientError::Io {
         addr: address,
         command: "INFO".into(),

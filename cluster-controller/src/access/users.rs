@@ -2,6 +2,7 @@
 //! starts with, and as the `ACL SETUSER` commands that bring a running server to the same state
 //! without a restart. Passwords appear only as SHA-256 hashes.
 
+use redis::Cmd;
 use sha2::{Digest, Sha256};
 
 use super::rights::{
@@ -11,6 +12,7 @@ use super::rights::{
     SENTINEL_PEER_RULES, SENTINEL_RULES, SENTINEL_START_RULES, SENTINEL_USER,
 };
 use crate::valkey::Version;
+use crate::valkey::commands;
 
 /// The operator's own users: never fenced with the clients.
 const OPERATORS: [&str; 5] = [
@@ -92,14 +94,14 @@ impl AclUser {
         )
     }
 
-    /// The arguments of `ACL SETUSER` that give a running server of `version` this user exactly
+    /// The `ACL SETUSER` that gives a running server of `version` this user exactly
     /// (every earlier password, key, channel and command rule is reset in the same command, so
     /// no moment sees a half-applied user), plus the rules that exist only on that version. A
     /// fenced user is switched on only on a server the engine has `admitted` (a user added since
     /// then would otherwise be created off there, and stay off); elsewhere its flag is left as
     /// the server has it.
-    pub fn setuser(&self, version: Version, admitted: bool) -> Vec<String> {
-        let mut args = vec!["ACL".to_owned(), "SETUSER".to_owned(), self.name.clone()];
+    pub fn setuser(&self, version: Version, admitted: bool) -> Cmd {
+        let mut args = Vec::new();
         if !self.fenced || admitted {
             args.push("on".to_owned());
         }
@@ -118,7 +120,7 @@ impl AclUser {
         if let Some(extra) = rights::extras(&self.name, version) {
             args.extend(extra.split_whitespace().map(str::to_owned));
         }
-        args
+        commands::acl_setuser(&self.name, args)
     }
 }
 
@@ -254,18 +256,16 @@ impl UserSet {
     /// The commands that bring a running Sentinel to [`Self::sentinel_acl_file`] (a password
     /// changed since it started): each user reset and given its login and rights in one command,
     /// the operator's own first.
-    pub fn sentinel_setusers(&self) -> Option<Vec<Vec<String>>> {
+    pub fn sentinel_setusers(&self) -> Option<Vec<Cmd>> {
         Some(
             self.sentinel_users()?
                 .into_iter()
                 .map(|(name, tokens, rules)| {
-                    let mut args: Vec<String> = ["ACL", "SETUSER", name, "reset", "on"]
+                    let args = ["reset", "on"]
                         .into_iter()
-                        .map(str::to_owned)
-                        .collect();
-                    args.extend(tokens.split_whitespace().map(str::to_owned));
-                    args.extend(rules.split_whitespace().map(str::to_owned));
-                    args
+                        .chain(tokens.split_whitespace())
+                        .chain(rules.split_whitespace());
+                    commands::acl_setuser(name, args)
                 })
                 .collect(),
         )
@@ -315,7 +315,7 @@ impl UserSet {
     /// user first (so the rest may use rights it has just gained), the clients' default user
     /// last (a server reached through that user must not lose its rights half-way). `admitted`:
     /// the engine has admitted the server (see [`AclUser::setuser`]).
-    pub fn setusers(&self, version: Version, admitted: bool) -> Vec<Vec<String>> {
+    pub fn setusers(&self, version: Version, admitted: bool) -> Vec<Cmd> {
         let mut ordered: Vec<&AclUser> = self.users.iter().collect();
         ordered.sort_by_key(|u| match u.name.as_str() {
             OPERATOR_USER => 0,
@@ -329,12 +329,14 @@ impl UserSet {
     }
 
     /// A short fingerprint of what a server of `version` should hold: the same for the same
-    /// users, rights and password hashes.
+    /// users, rights and password hashes (those of its `ACL SETUSER` commands' arguments).
     pub fn fingerprint(&self, version: Version) -> String {
         let mut hasher = Sha256::new();
-        for args in self.setusers(version, false) {
-            for arg in args {
-                hasher.update(arg.as_bytes());
+        for cmd in self.setusers(version, false) {
+            for arg in cmd.args_iter() {
+                if let redis::Arg::Simple(bytes) = arg {
+                    hasher.update(bytes);
+                }
                 hasher.update([0]);
             }
             hasher.update([1]);
@@ -348,6 +350,12 @@ mod tests {
     use super::*;
 
     use super::example_passwords as passwords;
+    use crate::valkey::commands::words;
+
+    /// The arguments of every command of `setusers`, as text.
+    fn setusers(set: &UserSet, version: Version, admitted: bool) -> Vec<Vec<String>> {
+        set.setusers(version, admitted).iter().map(words).collect()
+    }
 
     fn v(major: u32) -> Version {
         Version::new(major, 0, 0)
@@ -420,7 +428,7 @@ mod tests {
         );
         assert!(set.depends_on_admission());
         let setuser = |admitted| {
-            set.setusers(v(9), admitted)
+            setusers(&set, v(9), admitted)
                 .into_iter()
                 .find(|args| args[2] == "sentinel")
                 .map(|args| args.join(" "))
@@ -441,7 +449,12 @@ mod tests {
             .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
             .collect();
         assert_eq!(users, ["operator", "default", "healthcheck", "sentinel"]);
-        let setusers = set.sentinel_setusers().expect("commands");
+        let setusers: Vec<Vec<String>> = set
+            .sentinel_setusers()
+            .expect("commands")
+            .iter()
+            .map(words)
+            .collect();
         assert_eq!(setusers.len(), 4);
         assert!(
             setusers
@@ -512,7 +525,7 @@ mod tests {
             &passwords(),
             [],
         );
-        let commands = set.setusers(v(8), false);
+        let commands = setusers(&set, v(8), false);
         assert_eq!(
             commands[0][2], "operator",
             "the operator's own rights come first"
@@ -554,7 +567,7 @@ mod tests {
     fn valkey_9_servers_get_the_commands_of_atomic_slot_migration_live() {
         let set = UserSet::new(Login::NoPassword, &passwords(), []);
         let on = |major| {
-            set.setusers(v(major), false)
+            setusers(&set, v(major), false)
                 .into_iter()
                 .flatten()
                 .collect::<Vec<String>>()
@@ -600,7 +613,7 @@ mod tests {
             );
         }
         let flag = |set: &UserSet, admitted: bool, user: &str| {
-            set.setusers(v(9), admitted)
+            setusers(set, v(9), admitted)
                 .into_iter()
                 .find(|c| c[2] == user)
                 .map(|c| c[3].clone())

@@ -18,6 +18,7 @@ use crate::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
 use crate::engine::Member;
 use crate::parent::auth;
 use crate::parent::conditions::Problem;
+use crate::valkey::commands::{self, InfoSection};
 use crate::valkey::info::{self, LinkStatus, Role};
 use crate::valkey::{cluster_nodes, slot_migrations, value};
 
@@ -251,19 +252,21 @@ pub async fn servers(
     (servers, unanswered)
 }
 
-async fn run(client: &RedisClient, member: &Member, args: &[&str]) -> Result<String, String> {
+/// `cmd`'s text reply; `what` names the command in errors.
+async fn run(
+    client: &RedisClient,
+    member: &Member,
+    cmd: &redis::Cmd,
+    what: &str,
+) -> Result<String, String> {
     let address = member
         .address
         .ok_or_else(|| format!("{} has no address yet", member.name))?;
-    let mut cmd = redis::Cmd::new();
-    for arg in args {
-        cmd.arg(*arg);
-    }
     let reply = client
-        .command(address, &cmd, COMMAND_TIMEOUT)
+        .command(address, cmd, COMMAND_TIMEOUT)
         .await
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    value::text(&reply).ok_or_else(|| format!("{}: {}", args.join(" "), value::describe(&reply)))
+        .map_err(|e| format!("{what}: {e}"))?;
+    value::text(&reply).ok_or_else(|| format!("{what}: {}", value::describe(&reply)))
 }
 
 /// What `member`'s server says (its INFO, and in cluster mode its node and slots).
@@ -275,10 +278,17 @@ pub async fn server(
     let address = member
         .address
         .ok_or_else(|| format!("{} has no address yet", member.name))?;
+    let info = commands::info(&[
+        InfoSection::Server,
+        InfoSection::Replication,
+        InfoSection::Persistence,
+        InfoSection::Keyspace,
+    ]);
     let text = run(
         client,
         member,
-        &["INFO", "server", "replication", "persistence", "keyspace"],
+        &info,
+        "INFO server replication persistence keyspace",
     )
     .await?;
     let info = info::parse(&text).map_err(|e| e.to_string())?;
@@ -316,8 +326,8 @@ pub async fn server(
         slots_moving: false,
     };
     if cluster {
-        let nodes = cluster_nodes::parse(&run(client, member, &["CLUSTER", "NODES"]).await?)
-            .map_err(|e| e.to_string())?;
+        let text = run(client, member, &commands::cluster_nodes(), "CLUSTER NODES").await?;
+        let nodes = cluster_nodes::parse(&text).map_err(|e| e.to_string())?;
         let myself = nodes.myself().map_err(|e| e.to_string())?;
         server.node_id = Some(myself.id.to_string());
         server.slots = myself.slots.clone();
@@ -326,10 +336,12 @@ pub async fn server(
             .iter()
             .any(|n| !n.migrating.is_empty() || !n.importing.is_empty());
         if version.major >= 9 && primary {
-            let mut cmd = redis::Cmd::new();
-            cmd.arg("CLUSTER").arg("GETSLOTMIGRATIONS");
             let reply = client
-                .command(address, &cmd, COMMAND_TIMEOUT)
+                .command(
+                    address,
+                    &commands::cluster_getslotmigrations(),
+                    COMMAND_TIMEOUT,
+                )
                 .await
                 .map_err(|e| format!("CLUSTER GETSLOTMIGRATIONS: {e}"))?;
             let jobs = slot_migrations::parse(&reply).map_err(|e| e.to_string())?;

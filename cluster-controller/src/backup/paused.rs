@@ -18,6 +18,7 @@ use super::choose::ShardPlan;
 use super::observe;
 use crate::client::{RedisClient, ValkeyClient};
 use crate::engine::Member;
+use crate::valkey::commands;
 
 /// How long before the pause's own limit this side stops waiting: the time to tell every
 /// primary to resume.
@@ -65,9 +66,8 @@ pub async fn begin_all(
     });
     // Always, whatever happened: a primary that was not paused takes it as a no-op.
     for primary in &primaries {
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("UNPAUSE");
-        if let Err(error) = client.command(*primary, &cmd, COMMAND_TIMEOUT).await {
+        let unpause = commands::client_unpause();
+        if let Err(error) = client.command(*primary, &unpause, COMMAND_TIMEOUT).await {
             tracing::warn!(%primary, %error, "CLIENT UNPAUSE failed; the pause ends at its own limit");
         }
     }
@@ -76,12 +76,12 @@ pub async fn begin_all(
 }
 
 async fn pause(client: &RedisClient, primary: SocketAddr, window: Duration) -> Result<(), String> {
-    let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("PAUSE")
-        .arg(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
-        .arg("WRITE");
     client
-        .command(primary, &cmd, COMMAND_TIMEOUT)
+        .command(
+            primary,
+            &commands::client_pause_writes(window),
+            COMMAND_TIMEOUT,
+        )
         .await
         .map(|_| ())
         .map_err(|e| format!("CLIENT PAUSE WRITE on the primary at {primary}: {e}"))

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::future::join_all;
-use redis::Value;
+use redis::{Cmd, Value};
 
 use crate::access::rights;
 use crate::client::ValkeyClient;
@@ -18,6 +18,7 @@ use crate::valkey::cluster_info::{self, ClusterInfo};
 use crate::valkey::cluster_nodes::{
     ClusterNode, ClusterNodes, LineCache, NodeId, with_internal_addresses,
 };
+use crate::valkey::commands::{self, InfoSection};
 use crate::valkey::info::{self, Info};
 use crate::valkey::slot_migrations::{self, SlotMigrationJob};
 use crate::valkey::value;
@@ -241,9 +242,10 @@ pub async fn read_admitted(
     timeout: Duration,
     user: &str,
 ) -> Result<bool, String> {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("GETUSER").arg(user);
-    let reply = client.command(address, &cmd, timeout).await.map_err(say)?;
+    let reply = client
+        .command(address, &commands::acl_getuser(user), timeout)
+        .await
+        .map_err(say)?;
     user_enabled(&reply).ok_or_else(|| format!("ACL GETUSER {user}: no flags in the reply"))
 }
 
@@ -303,21 +305,17 @@ async fn read_node(
     lines: &LineCache,
     internal: &BTreeMap<SocketAddr, SocketAddr>,
 ) -> Result<NodeState, String> {
-    let run = |args: &'static [&'static str]| async move {
-        let mut cmd = redis::Cmd::new();
-        for arg in args {
-            cmd.arg(*arg);
-        }
-        client.command(address, &cmd, timeout).await
-    };
-    let mut config_get = redis::cmd("CONFIG");
-    config_get.arg("GET").arg(&FailoverSettings::KEYS[..]);
+    let run = |cmd: Cmd| async move { client.command(address, &cmd, timeout).await };
     let (nodes, info, cluster_info, keys, config) = futures::join!(
-        run(&["CLUSTER", "NODES"]),
-        run(&["INFO", "server", "replication", "persistence"]),
-        run(&["CLUSTER", "INFO"]),
-        run(&["DBSIZE"]),
-        client.command(address, &config_get, timeout),
+        run(commands::cluster_nodes()),
+        run(commands::info(&[
+            InfoSection::Server,
+            InfoSection::Replication,
+            InfoSection::Persistence,
+        ])),
+        run(commands::cluster_info()),
+        run(commands::dbsize()),
+        run(commands::config_get(&FailoverSettings::KEYS)),
     );
     let nodes = lines
         .parse(&with_internal_addresses(
@@ -335,10 +333,10 @@ async fn read_node(
     })?;
     let version = info.server_version().map_err(say)?;
     let migrations = if supports_atomic_slot_migration(version) {
-        let reply = match run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await {
+        let reply = match run(commands::cluster_getslotmigrations()).await {
             Err(error) if is_no_permission(&error) => {
                 give_version_rights(client, address, timeout).await?;
-                run(&["CLUSTER", "GETSLOTMIGRATIONS"]).await
+                run(commands::cluster_getslotmigrations()).await
             }
             read => read,
         };
@@ -380,11 +378,10 @@ async fn give_version_rights(
     address: SocketAddr,
     timeout: Duration,
 ) -> Result<(), String> {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg(rights::OPERATOR_USER);
-    for rule in rights::OPERATOR_RULES_9.split_whitespace() {
-        cmd.arg(rule);
-    }
+    let cmd = commands::acl_setuser(
+        rights::OPERATOR_USER,
+        rights::OPERATOR_RULES_9.split_whitespace(),
+    );
     client
         .command(address, &cmd, timeout)
         .await

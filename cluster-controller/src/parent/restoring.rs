@@ -30,6 +30,7 @@ use super::restore::{
 };
 use super::stop::Stop;
 use crate::client::ValkeyClient;
+use crate::valkey::commands;
 
 /// What a restore needs of its parent object.
 pub struct Restoring<'a, K> {
@@ -205,8 +206,7 @@ pub async fn after_pass<K, C>(
         memory.note_restore_aof(&member, aof);
         let Some((address, _)) = seen else { continue };
         if turn_aof_on(served, has_snapshot, parent.persistent, aof) {
-            let mut cmd = redis::cmd("CONFIG");
-            cmd.arg("SET").arg("appendonly").arg("yes");
+            let cmd = commands::config_set("appendonly", "yes");
             match valkey.command(address, &cmd, Duration::from_secs(5)).await {
                 Ok(_) => tracing::info!(
                     member,

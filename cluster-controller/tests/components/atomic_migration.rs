@@ -51,9 +51,17 @@ fn starts_with_the_real_syntax() {
     let o = observed("v9/cluster_nodes_primary", None, "0-99");
     let step = next_step(&o);
     assert!(matches!(step, Step::Start { .. }), "{step:?}");
+    let mut expected = redis::cmd("CLUSTER");
+    expected
+        .arg("MIGRATESLOTS")
+        .arg("SLOTSRANGE")
+        .arg("0")
+        .arg("99")
+        .arg("NODE")
+        .arg(o.target.to_string());
     assert_eq!(
-        step.args().unwrap().join(" "),
-        format!("CLUSTER MIGRATESLOTS SLOTSRANGE 0 99 NODE {}", o.target)
+        step.command().unwrap().get_packed_command(),
+        expected.get_packed_command()
     );
 }
 

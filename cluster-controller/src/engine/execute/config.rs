@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::client::Credentials;
-use crate::plan::migration::command::MigrateAuth;
+use crate::valkey::commands::MigrateAuth;
 
 /// How actions are carried out.
 #[derive(Debug, Clone)]
@@ -40,7 +40,7 @@ impl Default for ExecuteConfig {
 }
 
 /// What MIGRATE must carry so the destination accepts the keys as the user the client connects
-/// as. (Here, not in the client: the client knows nothing of the commands the plan builds.)
+/// as. (Here, not in the client: the client knows nothing of the commands it sends.)
 pub fn migrate_auth(credentials: &Credentials) -> Option<MigrateAuth> {
     let password = credentials.password.as_ref()?.expose().to_owned();
     Some(match &credentials.username {

@@ -14,11 +14,10 @@ use redis::Value;
 use tokio::time::Instant;
 
 use crate::client::{ClientError, ValkeyClient};
-use crate::plan::migration::command::{
-    Direction, countkeysinslot_args, getkeysinslot_args, migrate_args, to_cmd,
-};
+use crate::plan::migration::command::Direction;
 use crate::plan::migration::legacy::{Blocked, Observed, Step, next_step};
 use crate::valkey::cluster_nodes::{ClusterNodes, NodeId};
+use crate::valkey::commands;
 use crate::valkey::slots::Slot;
 use crate::valkey::value;
 
@@ -102,7 +101,7 @@ async fn round(
             let reply = client
                 .command(
                     addr,
-                    &to_cmd(&countkeysinslot_args(*slot)),
+                    &commands::cluster_countkeysinslot(*slot),
                     config.command_timeout,
                 )
                 .await?;
@@ -175,7 +174,7 @@ async fn take(
             let reply = client
                 .command(
                     on.address,
-                    &to_cmd(&action.args(slot)),
+                    &commands::cluster_setslot(slot, &action),
                     config.command_timeout,
                 )
                 .await?;
@@ -239,7 +238,7 @@ async fn migrate_batch(
     let reply = client
         .command(
             from.address,
-            &to_cmd(&getkeysinslot_args(slot, config.keys_per_migrate)),
+            &commands::cluster_getkeysinslot(slot, config.keys_per_migrate),
             config.command_timeout,
         )
         .await?;
@@ -254,20 +253,18 @@ async fn migrate_batch(
     if keys.is_empty() {
         return Ok(());
     }
-    let timeout_ms = u64::try_from(config.migrate_timeout.as_millis()).unwrap_or(u64::MAX);
-    let args = migrate_args(
-        &to.address.ip().to_string(),
-        to.address.port(),
-        timeout_ms,
+    let migrate = commands::migrate(
+        to.address,
+        config.migrate_timeout,
+        direction.replace(),
         config.migrate_auth.as_ref(),
         &keys,
-        direction,
     );
     // The command may wait for the destination for up to its own timeout.
     let reply = client
         .command(
             from.address,
-            &to_cmd(&args),
+            &migrate,
             config.command_timeout + config.migrate_timeout,
         )
         .await

@@ -12,7 +12,7 @@ use redis::{Cmd, Value};
 use tokio::time::Instant;
 
 use crate::client::ValkeyClient;
-use crate::plan::migration::command::{migrateslots_to_many, to_cmd};
+use crate::valkey::commands::{self, FailoverMode, SetSlot};
 
 use super::decision::{Action, NodeRef};
 use super::error::EngineError;
@@ -30,31 +30,20 @@ pub async fn execute(
         async move { client.command(addr, &cmd, config.command_timeout).await }
     };
     match action {
-        Action::Meet { on, peer, bus_port } => {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("MEET")
-                .arg(peer.ip().to_string())
-                .arg(peer.port())
-                .arg(*bus_port);
-            ok(run(on, cmd).await?, "CLUSTER MEET")
-        }
-        Action::AddSlots { on, slots } => {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("ADDSLOTSRANGE");
-            for range in slots.ranges() {
-                cmd.arg(range.start()).arg(range.end());
-            }
-            ok(run(on, cmd).await?, "CLUSTER ADDSLOTSRANGE")
-        }
-        Action::Replicate { on, primary_id } => {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("REPLICATE").arg(primary_id.as_str());
-            ok(run(on, cmd).await?, "CLUSTER REPLICATE")
-        }
+        Action::Meet { on, peer, bus_port } => ok(
+            run(on, commands::cluster_meet(*peer, *bus_port)).await?,
+            "CLUSTER MEET",
+        ),
+        Action::AddSlots { on, slots } => ok(
+            run(on, commands::cluster_addslotsrange(&slots.ranges())).await?,
+            "CLUSTER ADDSLOTSRANGE",
+        ),
+        Action::Replicate { on, primary_id } => ok(
+            run(on, commands::cluster_replicate(primary_id)).await?,
+            "CLUSTER REPLICATE",
+        ),
         Action::Forget { on, node_id } => {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("FORGET").arg(node_id.as_str());
-            match run(on, cmd).await {
+            match run(on, commands::cluster_forget(node_id)).await {
                 // Already forgotten (a previous pass, or gossip of a forget elsewhere).
                 Err(e)
                     if e.server_message()
@@ -75,19 +64,17 @@ pub async fn execute(
             let moves = std::iter::once((ranges.as_slice(), &target.id))
                 .chain(also.iter().map(|m| (m.ranges.as_slice(), &m.target.id)));
             ok(
-                run(source, to_cmd(&migrateslots_to_many(moves))).await?,
+                run(source, commands::cluster_migrateslots(moves)).await?,
                 "CLUSTER MIGRATESLOTS",
             )
         }
-        Action::CancelMigrations { on } => {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("CANCELSLOTMIGRATIONS").arg("ALL");
-            ok(run(on, cmd).await?, "CLUSTER CANCELSLOTMIGRATIONS")
-        }
+        Action::CancelMigrations { on } => ok(
+            run(on, commands::cluster_cancelslotmigrations_all()).await?,
+            "CLUSTER CANCELSLOTMIGRATIONS",
+        ),
         Action::ClearSlot { on, slots } => {
             for slot in slots.iter() {
-                let mut cmd = redis::cmd("CLUSTER");
-                cmd.arg("SETSLOT").arg(slot).arg("STABLE");
+                let cmd = commands::cluster_setslot(slot, &SetSlot::Stable);
                 ok(run(on, cmd).await?, "CLUSTER SETSLOT")?;
             }
             Ok(ActionOutcome::Done)
@@ -103,10 +90,10 @@ pub async fn execute(
             Ok(ActionOutcome::Done)
         }
         Action::ForcedFailover { on_replica, .. } => {
-            failover(client, on_replica, Some("FORCE"), config).await
+            failover(client, on_replica, Some(FailoverMode::Force), config).await
         }
         Action::Takeover { on_replica, .. } => {
-            failover(client, on_replica, Some("TAKEOVER"), config).await
+            failover(client, on_replica, Some(FailoverMode::Takeover), config).await
         }
         Action::AllowRestart { .. } | Action::DeleteMember { .. } => Ok(ActionOutcome::Delegated),
     }
@@ -123,9 +110,9 @@ pub async fn admit(
     fence_user: &str,
     timeout: Duration,
 ) -> Result<ActionOutcome, EngineError> {
-    let mut list = redis::cmd("ACL");
-    list.arg("USERS");
-    let reply = client.command(address, &list, timeout).await?;
+    let reply = client
+        .command(address, &commands::acl_users(), timeout)
+        .await?;
     let users: Vec<String> = match &reply {
         Value::Array(items) | Value::Set(items) => items
             .iter()
@@ -140,12 +127,9 @@ pub async fn admit(
     };
     let others = users.iter().filter(|u| u.as_str() != fence_user);
     for user in others.map(String::as_str).chain([fence_user]) {
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER").arg(user).arg("on");
         // A user fenced by its rights (Sentinel's) gains them now, on its open connections too.
-        if let Some(rules) = crate::access::rights::admitted_rules(user) {
-            cmd.arg(rules.split_whitespace().collect::<Vec<_>>());
-        }
+        let rights = crate::access::rights::admitted_rules(user).unwrap_or_default();
+        let cmd = commands::acl_setuser(user, ["on"].into_iter().chain(rights.split_whitespace()));
         ok(client.command(address, &cmd, timeout).await?, "ACL SETUSER")?;
     }
     Ok(ActionOutcome::Done)
@@ -160,17 +144,16 @@ fn ok(reply: Value, command: &str) -> Result<ActionOutcome, EngineError> {
 async fn failover(
     client: &impl ValkeyClient,
     replica: &NodeRef,
-    mode: Option<&str>,
+    mode: Option<FailoverMode>,
     config: &ExecuteConfig,
 ) -> Result<ActionOutcome, EngineError> {
-    let mut cmd = redis::cmd("CLUSTER");
-    cmd.arg("FAILOVER");
-    if let Some(mode) = mode {
-        cmd.arg(mode);
-    }
     ok(
         client
-            .command(replica.address, &cmd, config.command_timeout)
+            .command(
+                replica.address,
+                &commands::cluster_failover(mode),
+                config.command_timeout,
+            )
             .await?,
         "CLUSTER FAILOVER",
     )?;

@@ -9,6 +9,7 @@ use crate::client::ValkeyClient;
 use crate::engine::decision::NodeRef;
 use crate::engine::error::EngineError;
 use crate::valkey::cluster_nodes::{self, ClusterNodes};
+use crate::valkey::commands;
 use crate::valkey::value;
 
 /// `Ok` for a plain `OK`; the reply, described, otherwise.
@@ -39,8 +40,9 @@ pub(super) async fn cluster_nodes_of(
     node: &NodeRef,
     timeout: Duration,
 ) -> Result<ClusterNodes, EngineError> {
-    let cmd = redis::cmd("CLUSTER").arg("NODES").clone();
-    let reply = client.command(node.address, &cmd, timeout).await?;
+    let reply = client
+        .command(node.address, &commands::cluster_nodes(), timeout)
+        .await?;
     let text = value::text(&reply).ok_or_else(|| unexpected("CLUSTER NODES", &reply))?;
     cluster_nodes::parse(&text).map_err(|source| parse_error(node, source))
 }

@@ -8,10 +8,9 @@
 //! (`cluster-slot-migration-log-max-len`), so the attempt count is a lower bound.
 
 use crate::valkey::cluster_nodes::NodeId;
+use crate::valkey::commands;
 use crate::valkey::slot_migrations::{JobState, Operation, SlotMigrationJob};
 use crate::valkey::slots::{SlotRange, SlotSet};
-
-use super::command::migrateslots_args;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
@@ -55,9 +54,12 @@ pub enum Step {
 
 impl Step {
     /// The command of a [`Step::Start`]; `None` for the other steps.
-    pub fn args(&self) -> Option<Vec<String>> {
+    pub fn command(&self) -> Option<redis::Cmd> {
         match self {
-            Step::Start { target, ranges, .. } => Some(migrateslots_args(ranges, target)),
+            Step::Start { target, ranges, .. } => Some(commands::cluster_migrateslots([(
+                ranges.as_slice(),
+                target,
+            )])),
             _ => None,
         }
     }

@@ -54,7 +54,7 @@ pub enum Step {
     /// Send `CLUSTER SETSLOT <slot> ...` to `node`.
     SetSlot { node: NodeId, action: SetSlot },
     /// Move one batch of keys: `CLUSTER GETKEYSINSLOT <slot> <n>` on `from`, then MIGRATE them
-    /// to `to` ([`super::command::migrate_args`]).
+    /// to `to` ([`crate::valkey::commands::migrate`]).
     MigrateKeys { from: NodeId, to: NodeId },
     /// The target owns the slot everywhere and no marker is left open.
     Done,

@@ -7,7 +7,7 @@ use redis::{Cmd, Value};
 
 use crate::client::ValkeyClient;
 use crate::engine::{ActionOutcome, EngineError};
-use crate::valkey::value;
+use crate::valkey::{commands, value};
 
 use super::decision::{Action, Target};
 
@@ -22,30 +22,15 @@ pub async fn execute(
         async move { ok(&client.command(address, &cmd, timeout).await?, label) }
     };
     match action {
-        Action::Promote { on } => {
-            let mut cmd = redis::cmd("REPLICAOF");
-            cmd.arg("NO").arg("ONE");
-            run(on, cmd, "REPLICAOF NO ONE").await
-        }
+        Action::Promote { on } => run(on, commands::replicaof_no_one(), "REPLICAOF NO ONE").await,
         Action::Follow { on, primary } => {
-            let mut cmd = redis::cmd("REPLICAOF");
-            cmd.arg(primary.address.ip().to_string())
-                .arg(primary.address.port());
-            run(on, cmd, "REPLICAOF").await
+            run(on, commands::replicaof(primary.address), "REPLICAOF").await
         }
         Action::Switchover {
             on,
             to,
             timeout: pause,
-        } => {
-            let mut cmd = redis::cmd("FAILOVER");
-            cmd.arg("TO")
-                .arg(to.address.ip().to_string())
-                .arg(to.address.port())
-                .arg("TIMEOUT")
-                .arg(u64::try_from(pause.as_millis()).unwrap_or(u64::MAX));
-            run(on, cmd, "FAILOVER").await
-        }
+        } => run(on, commands::failover_to(to.address, *pause), "FAILOVER").await,
         Action::Admit { on, user } => crate::engine::admit(client, on.address, user, timeout).await,
         Action::SentinelWatch {
             on,

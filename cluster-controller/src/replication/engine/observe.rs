@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::client::ValkeyClient;
 use crate::engine::Member;
 use crate::engine::{read_admitted, read_every};
+use crate::valkey::commands::{self, InfoSection};
 use crate::valkey::{info, value};
 
 use super::server::ServerState;
@@ -54,9 +55,12 @@ async fn read(
     fence_user: Option<&str>,
 ) -> Result<ServerState, String> {
     let say = |e: &dyn std::fmt::Display| e.to_string();
-    let mut info_cmd = redis::cmd("INFO");
-    info_cmd.arg("server").arg("replication").arg("persistence");
-    let dbsize = redis::cmd("DBSIZE");
+    let info_cmd = commands::info(&[
+        InfoSection::Server,
+        InfoSection::Replication,
+        InfoSection::Persistence,
+    ]);
+    let dbsize = commands::dbsize();
     let (info, keys) = futures::join!(
         client.command(address, &info_cmd, timeout),
         client.command(address, &dbsize, timeout),

@@ -9,10 +9,11 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
 use crate::client::ValkeyClient;
 use crate::engine::{ActionOutcome, EngineError};
+use crate::valkey::commands::{self, InfoSection};
 use crate::valkey::value;
 
 /// What every Sentinel is told to watch.
@@ -105,8 +106,7 @@ async fn read(
     master_name: &str,
     timeout: Duration,
 ) -> Result<SentinelState, String> {
-    let mut by_name = redis::cmd("SENTINEL");
-    by_name.arg("GET-MASTER-ADDR-BY-NAME").arg(master_name);
+    let by_name = commands::sentinel_get_master_addr_by_name(master_name);
     let reply = client
         .command(address, &by_name, timeout)
         .await
@@ -124,8 +124,7 @@ async fn read(
             )),
         };
     };
-    let mut master = redis::cmd("SENTINEL");
-    master.arg("MASTER").arg(master_name);
+    let master = commands::sentinel_master(master_name);
     let reply = client
         .command(address, &master, timeout)
         .await
@@ -148,28 +147,41 @@ async fn read(
             failing_over: fields
                 .get("flags")
                 .is_some_and(|f| f.split(',').any(|f| f.starts_with("failover"))),
-            replicas: instances(client, address, "REPLICAS", master_name, timeout).await?,
-            peers: instances(client, address, "SENTINELS", master_name, timeout).await?,
+            replicas: instances(
+                client,
+                address,
+                commands::sentinel_replicas(master_name),
+                "SENTINEL REPLICAS",
+                timeout,
+            )
+            .await?,
+            peers: instances(
+                client,
+                address,
+                commands::sentinel_sentinels(master_name),
+                "SENTINEL SENTINELS",
+                timeout,
+            )
+            .await?,
         }),
     })
 }
 
-/// The addresses `SENTINEL <what> <name>` lists (a map of fields per instance: `ip`, `port`).
+/// The addresses `SENTINEL REPLICAS` or `SENTINEL SENTINELS` (`what`) lists (a map of fields
+/// per instance: `ip`, `port`).
 async fn instances(
     client: &impl ValkeyClient,
     address: SocketAddr,
+    cmd: Cmd,
     what: &str,
-    master_name: &str,
     timeout: Duration,
 ) -> Result<Vec<SocketAddr>, String> {
-    let mut cmd = redis::cmd("SENTINEL");
-    cmd.arg(what).arg(master_name);
     let reply = client
         .command(address, &cmd, timeout)
         .await
         .map_err(|e| e.to_string())?;
-    let items = value::list(&reply)
-        .ok_or_else(|| format!("SENTINEL {what}: {}", value::describe(&reply)))?;
+    let items =
+        value::list(&reply).ok_or_else(|| format!("{what}: {}", value::describe(&reply)))?;
     Ok(items
         .iter()
         .filter_map(|item| Some(instance(item)?.0))
@@ -215,12 +227,7 @@ pub async fn configure(
     timeout: Duration,
 ) -> Result<ActionOutcome, EngineError> {
     if monitor {
-        let mut cmd = redis::cmd("SENTINEL");
-        cmd.arg("MONITOR")
-            .arg(&watch.master_name)
-            .arg(primary.ip().to_string())
-            .arg(primary.port())
-            .arg(watch.quorum);
+        let cmd = commands::sentinel_monitor(&watch.master_name, primary, watch.quorum);
         ok(
             &client.command(on, &cmd, timeout).await?,
             "SENTINEL MONITOR",
@@ -233,29 +240,23 @@ pub async fn configure(
             ("sentinel-user", &login.user),
             ("sentinel-pass", &login.password),
         ] {
-            let mut cmd = redis::cmd("SENTINEL");
-            cmd.arg("CONFIG").arg("SET").arg(key).arg(value);
+            let cmd = commands::sentinel_config_set(key, value);
             ok(
                 &client.command(on, &cmd, timeout).await?,
                 "SENTINEL CONFIG SET",
             )?;
         }
     }
-    let mut cmd = redis::cmd("SENTINEL");
-    cmd.arg("SET")
-        .arg(&watch.master_name)
-        .arg("quorum")
-        .arg(watch.quorum)
-        .arg("down-after-milliseconds")
-        .arg(watch.down_after_ms)
-        .arg("failover-timeout")
-        .arg(watch.failover_timeout_ms);
-    if let Some(login) = &watch.login {
-        cmd.arg("auth-user")
-            .arg(&login.user)
-            .arg("auth-pass")
-            .arg(&login.password);
-    }
+    let cmd = commands::sentinel_set(
+        &watch.master_name,
+        watch.quorum,
+        watch.down_after_ms,
+        watch.failover_timeout_ms,
+        watch
+            .login
+            .as_ref()
+            .map(|login| (login.user.as_str(), login.password.as_str())),
+    );
     ok(&client.command(on, &cmd, timeout).await?, "SENTINEL SET")
 }
 
@@ -335,8 +336,7 @@ async fn priorities_seen(
     s: &Switchover<'_>,
     timeout: Duration,
 ) -> bool {
-    let mut cmd = redis::cmd("SENTINEL");
-    cmd.arg("REPLICAS").arg(s.master_name);
+    let cmd = commands::sentinel_replicas(s.master_name);
     let Ok(reply) = client.command(s.sentinel, &cmd, timeout).await else {
         return false;
     };
@@ -359,13 +359,7 @@ async fn handover(
     s: &Switchover<'_>,
     timeout: Duration,
 ) -> Result<ActionOutcome, EngineError> {
-    let mut failover = redis::cmd("FAILOVER");
-    failover
-        .arg("TO")
-        .arg(s.to.ip().to_string())
-        .arg(s.to.port())
-        .arg("TIMEOUT")
-        .arg(HANDOVER.as_millis().to_string());
+    let failover = commands::failover_to(s.to, HANDOVER);
     ok(
         &client.command(s.from, &failover, timeout).await?,
         "FAILOVER TO",
@@ -380,8 +374,7 @@ async fn handover(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut cmd = redis::cmd("SENTINEL");
-    cmd.arg("FAILOVER").arg(s.master_name);
+    let cmd = commands::sentinel_failover(s.master_name);
     ok(
         &client.command(s.sentinel, &cmd, timeout).await?,
         "SENTINEL FAILOVER",
@@ -409,8 +402,7 @@ async fn restore(
 
 /// Whether the server at `at` says `role:master`.
 async fn serves_as_primary(client: &impl ValkeyClient, at: SocketAddr, timeout: Duration) -> bool {
-    let mut info = redis::cmd("INFO");
-    info.arg("replication");
+    let info = commands::info(&[InfoSection::Replication]);
     client
         .command(at, &info, timeout)
         .await
@@ -426,9 +418,9 @@ async fn config_get(
     key: &str,
     timeout: Duration,
 ) -> Result<String, EngineError> {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("GET").arg(key);
-    let reply = client.command(at, &cmd, timeout).await?;
+    let reply = client
+        .command(at, &commands::config_get(&[key]), timeout)
+        .await?;
     value::list(&reply)
         .and_then(|l| value::text(l.get(1)?))
         .ok_or_else(|| EngineError::UnexpectedReply {
@@ -444,8 +436,7 @@ async fn config_set(
     to: &str,
     timeout: Duration,
 ) -> Result<ActionOutcome, EngineError> {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("SET").arg(key).arg(to);
+    let cmd = commands::config_set(key, to);
     ok(&client.command(at, &cmd, timeout).await?, "CONFIG SET")
 }
 
@@ -458,8 +449,7 @@ pub async fn reset(
     master_name: &str,
     timeout: Duration,
 ) -> Result<ActionOutcome, EngineError> {
-    let mut cmd = redis::cmd("SENTINEL");
-    cmd.arg("RESET").arg(master_name);
+    let cmd = commands::sentinel_reset(master_name);
     match client.command(on, &cmd, timeout).await? {
         Value::Int(1) => Ok(ActionOutcome::Done),
         other => Err(EngineError::UnexpectedReply {
