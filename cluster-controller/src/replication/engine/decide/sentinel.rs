@@ -1,8 +1,10 @@
 //! The rules with Sentinel on (`spec.sentinel`): Sentinel elects the primary when the primary
 //! fails, the engine never does. The primary is the one a majority of all the Sentinels name;
 //! with it the engine's own rules run as ever (the fence, strays told to follow, members leaving,
-//! rolls), except that a planned switchover is handed to Sentinel (`SENTINEL FAILOVER`), and
-//! every Sentinel is first told to watch it. Where the engine alone would promote, it waits.
+//! rolls), except that a planned switchover is handed to Sentinel (`SENTINEL FAILOVER`),
+//! every Sentinel is first told to watch it, and nothing planned moves before every Sentinel
+//! knows every replica in step (so that it could elect one). Where the engine alone would
+//! promote, it waits.
 
 use std::net::SocketAddr;
 
@@ -160,7 +162,11 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
     let decision = if safety_only {
         decision
     } else {
+        // Nothing planned moves (a member leaving, a switchover, a restart) until every
+        // Sentinel knows every replica in step: a Sentinel that knows no replica it can reach
+        // cannot elect one if the primary is lost meanwhile, and the engine never promotes.
         decision
+            .or_else(|| learning(view, primary))
             .or_else(|| changes::leaving(view, primary))
             .or_else(|| changes::gates(view, primary))
             .or_else(|| changes::preferred(view, primary))
@@ -169,9 +175,7 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
     match decision {
         Some(d) => handed_to_sentinel(view, watch, d),
         None if safety_only => Decision::Steady,
-        None => learning(view, primary)
-            .or_else(|| forgetting(view, watch))
-            .unwrap_or(Decision::Steady),
+        None => forgetting(view, watch).unwrap_or(Decision::Steady),
     }
 }
 

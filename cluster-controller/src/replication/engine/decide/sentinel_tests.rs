@@ -410,3 +410,45 @@ fn a_sentinel_naming_another_primary_stops_everything_even_against_a_majority() 
     let d = w.decide();
     assert!(waits_for(&d, Reason::SentinelsDisagree), "{d:?}");
 }
+
+/// A roll restarted r-2 (a new pod, a new address) and the Sentinels have not learned it yet
+/// (they learn replicas from the primary's INFO, every 10 s). Restarting r-1 now would leave
+/// Sentinel knowing no replica it can reach: were the primary then lost, it could elect no one,
+/// and the engine never promotes with Sentinel on (seen: a roll with the primary restarted in
+/// place, stuck for good with every member a replica). So nothing planned moves until every
+/// Sentinel knows every replica in step: no restart, no switchover.
+#[test]
+fn planned_changes_wait_until_every_sentinel_knows_every_replica() {
+    let outdated = |w: &mut World, i: u32| {
+        let m = w.member(i);
+        m.current_revision = Some("a".into());
+        m.desired_revision = Some("b".into());
+        m.allowed_revision = Some("a".into());
+    };
+    let unlearned = || {
+        World::healthy(2)
+            .sentinel_on()
+            .names(0, 0)
+            .names(1, 0)
+            .names(2, 0)
+            .knows(0, &[1], &[1, 2])
+    };
+    let mut rolling = unlearned();
+    outdated(&mut rolling, 0);
+    outdated(&mut rolling, 1);
+    let d = rolling.decide();
+    assert!(waits_for(&d, Reason::Converging), "{d:?}");
+    assert!(d.message().contains("has not learned"), "{d:?}");
+
+    let mut switching = unlearned();
+    switching.spec.preferred = Some(name(1));
+    let d = switching.decide();
+    assert!(waits_for(&d, Reason::Converging), "{d:?}");
+
+    // Once learned, the roll goes on.
+    let mut learned = unlearned().knows(0, &[1, 2], &[1, 2]);
+    outdated(&mut learned, 0);
+    outdated(&mut learned, 1);
+    let d = learned.decide();
+    assert!(matches!(d, Decision::Act { .. }), "{d:?}");
+}
