@@ -32,9 +32,12 @@ def main() -> int:
     ]
     ca = os.environ.get("VALKEY_TLS_CA") or None
     tls = {"ssl": True, "ssl_ca_certs": ca} if ca else {}
-    sentinel_kwargs = {"password": password, "socket_timeout": 2, **tls}
-    sentinel = Sentinel(sentinels, socket_timeout=2, sentinel_kwargs=sentinel_kwargs)
-    client = sentinel.master_for(master, password=password, socket_timeout=2, **tls)
+    # A connect timeout, as applications set one: without it a Sentinel whose pod is gone (its
+    # address with it) holds each discovery for the system's connect timeout, tens of seconds.
+    timeouts = {"socket_timeout": 2, "socket_connect_timeout": 1}
+    sentinel_kwargs = {"password": password, **timeouts, **tls}
+    sentinel = Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **timeouts)
+    client = sentinel.master_for(master, password=password, **timeouts, **tls)
     deadline = time.monotonic() + float(seconds)
     acked, confirmed, errors = 0, [], {}
     last_ack, longest_gap = None, 0.0
