@@ -422,7 +422,11 @@ async fn a_tls_replication_serves_only_tls_and_replicates_over_it() -> Result<()
     for node in r.nodes().await? {
         let name = node.name_any();
         let ip = r.ip_of(&name).await?;
-        let plain = r.command_on(&ip, &["PING"]).await;
+        // A plain connection on purpose (the fixture's own would speak TLS to a TLS spec).
+        let plain = match e2e::replication::connect(&ip, password.as_deref()).await {
+            Ok(mut conn) => e2e::valkey_cmd(&mut conn, &["PING"]).await,
+            Err(e) => Err(e),
+        };
         check(
             plain.is_err(),
             format!("{name}: a plain client was answered: {plain:?}"),
