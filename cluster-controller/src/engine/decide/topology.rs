@@ -1,12 +1,14 @@
 //! The observation joined with the members: who is live, which Valkey node each member is, and
 //! what every live node believes. The rules of [`super`] read only this.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 
 use crate::engine::decision::NodeRef;
 use crate::engine::member::{Desired, Member, Place};
 use crate::engine::observe::{NodeState, Observation, Reach};
+use crate::plan::rebalance::{Rebalance, RebalanceError};
 use crate::valkey::cluster_nodes::{ClusterNode, ClusterNodes, NodeId};
 use crate::valkey::slots::SlotSet;
 
@@ -126,6 +128,9 @@ pub(super) struct Topology<'a> {
     /// The rules look members up by node id and shard for every line of every view: indexes
     /// built once keep a pass from growing with the cube of the cluster's size.
     index: Index<'a>,
+    /// The rebalance plan of this look, made the first time a rule asks for it: coverage, the
+    /// moves, the moves beside running jobs and the progress all read the same one.
+    pub(super) rebalance: OnceCell<Result<Rebalance<u32>, RebalanceError>>,
 }
 
 #[derive(Default)]
@@ -209,6 +214,7 @@ impl<'a> Topology<'a> {
             live,
             down,
             index,
+            rebalance: OnceCell::new(),
         }
     }
 

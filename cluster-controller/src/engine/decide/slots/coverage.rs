@@ -63,7 +63,7 @@ pub(in crate::engine::decide) fn coverage(t: &Topology) -> Option<Decision> {
         Ok(plan) => plan,
         Err(e) => return Some(Decision::blocked(Reason::SlotsConflict, e.to_string())),
     };
-    let (shard, slots) = plan.assign.into_iter().next()?;
+    let &(shard, ref slots) = plan.assign.first()?;
     let primary = match t.shard_primary(shard) {
         Ok(Some(primary)) => primary,
         Ok(None) => {

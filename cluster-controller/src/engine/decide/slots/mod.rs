@@ -37,9 +37,12 @@ pub(super) fn shard_conflict(shard: u32, a: &str, b: &str) -> Decision {
 }
 
 /// The rebalance plan from the slots each shard's primary serves now to the wanted shards: the
-/// one plan the coverage rules (its unowned slots), the moves and the progress all read.
-fn rebalance_plan(t: &Topology) -> Result<Rebalance<u32>, RebalanceError> {
-    rebalance::plan(&by_shard(t), &wanted_shards(t))
+/// one plan the coverage rules (its unowned slots), the moves and the progress all read, made
+/// once per look (the topology keeps it).
+fn rebalance_plan<'t>(t: &'t Topology) -> Result<&'t Rebalance<u32>, &'t RebalanceError> {
+    t.rebalance
+        .get_or_init(|| rebalance::plan(&by_shard(t), &wanted_shards(t)))
+        .as_ref()
 }
 
 /// The slots each shard's primary serves, by shard.
