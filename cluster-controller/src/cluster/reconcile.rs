@@ -398,7 +398,8 @@ fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<P
         // replica's first sync, cluster_state turning ok once Valkey's rejoin delay is over)
         // the pass watched for a moment may end any time: looked at sooner than other waits.
         Decision::Wait { reason, .. }
-            if *reason == Reason::MigratingSlots || crate::engine::settles_soon(*reason) =>
+            if *reason == Reason::MigratingSlots
+                || <crate::engine::ClusterMode as crate::engine::Mode>::settles_soon(*reason) =>
         {
             Duration::from_secs(1)
         }

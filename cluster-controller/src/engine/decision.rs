@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 
 use valkey_api::v1alpha1::StatusReason;
 
+use super::ClusterMode;
 use super::member::Permit;
+use super::mode::{Carried, Carrier};
 use crate::plan::migration::legacy::Intent;
 use crate::valkey::cluster_nodes::NodeId;
 use crate::valkey::slots::{SlotRange, SlotSet};
@@ -115,12 +117,19 @@ pub enum Action {
     DeleteMember { member: String },
 }
 
-impl Action {
-    /// True for the actions the Kubernetes side carries out.
-    pub fn is_kubernetes(&self) -> bool {
+impl Carried for Action {
+    fn carrier(&self) -> Carrier {
+        match self {
+            Action::AllowRestart { .. } | Action::DeleteMember { .. } => Carrier::Kubernetes,
+            _ => Carrier::Valkey,
+        }
+    }
+
+    /// Steps that move keys between primaries.
+    fn moves_data(&self) -> bool {
         matches!(
             self,
-            Action::AllowRestart { .. } | Action::DeleteMember { .. }
+            Action::MigrateSlots(_) | Action::StartAtomicMigration { .. }
         )
     }
 }
@@ -334,75 +343,11 @@ pub struct Health {
     pub spread_held: Option<String>,
 }
 
-/// The one next step [`super::decide()`] chooses.
-// One Decision per pass: its size costs nothing, and boxing the action would only add noise.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Exactly one next step. `forced` marks a step that overrides Valkey or may lose data
-    /// (a takeover without a vote, a failover forced on a live primary, forgetting a node that
-    /// held slots, serving lost slots again empty): the Kubernetes side announces it with a
-    /// Warning Event, not a Normal one.
-    Act {
-        action: Action,
-        reason: Reason,
-        message: String,
-        forced: bool,
-        /// Taken on the user's acknowledgement of a loss (see
-        /// [`Decision::spends_acknowledgement`]).
-        acknowledged: bool,
-    },
-    /// Something is in progress (handshake, sync, failover election, a migration job).
-    Wait { reason: Reason, message: String },
-    /// Nothing to do.
-    Steady(Health),
-    /// Cannot proceed without a person or a spec change.
-    Blocked { reason: Reason, message: String },
-}
+/// The one next step [`super::decide()`] chooses: the engine's one decision type, in the
+/// cluster's vocabulary.
+pub type Decision = super::mode::Decision<ClusterMode>;
 
 impl Decision {
-    pub fn reason(&self) -> Reason {
-        match self {
-            Decision::Act { reason, .. }
-            | Decision::Wait { reason, .. }
-            | Decision::Blocked { reason, .. } => *reason,
-            Decision::Steady(_) => Reason::ClusterHealthy,
-        }
-    }
-
-    pub fn message(&self) -> String {
-        match self {
-            Decision::Act { message, .. }
-            | Decision::Wait { message, .. }
-            | Decision::Blocked { message, .. } => message.clone(),
-            Decision::Steady(h) => format!(
-                "{}/{} shards ready, {} slots assigned, {}/{} replicas in sync",
-                h.ready_shards, h.shards, h.slots_assigned, h.replicas_in_sync, h.replicas_wanted
-            ),
-        }
-    }
-
-    pub(crate) fn act(action: Action, reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Act {
-            action,
-            reason,
-            message: message.into(),
-            forced: false,
-            acknowledged: false,
-        }
-    }
-
-    /// A step to announce with a Warning (see [`Decision::Act`]).
-    pub(crate) fn forced(action: Action, reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Act {
-            action,
-            reason,
-            message: message.into(),
-            forced: true,
-            acknowledged: false,
-        }
-    }
-
     /// A step that loses data only the user's word allows (`permit`), announced with a Warning;
     /// taken on an acknowledgement (`acceptLostSlots`), it spends it.
     pub(crate) fn lossy(
@@ -417,47 +362,6 @@ impl Decision {
             message: message.into(),
             forced: true,
             acknowledged: permit == Permit::Accepted,
-        }
-    }
-
-    /// True for a step taken on the user's acknowledgement of a loss (`acceptLostSlots`): the
-    /// Kubernetes side records that it was acted on, and once the cluster is whole again it
-    /// allows nothing more.
-    pub fn spends_acknowledgement(&self) -> bool {
-        matches!(
-            self,
-            Decision::Act {
-                acknowledged: true,
-                ..
-            }
-        )
-    }
-
-    /// True for a forced step (see [`Decision::Act`]).
-    pub fn is_forced(&self) -> bool {
-        matches!(self, Decision::Act { forced: true, .. })
-    }
-
-    pub(crate) fn wait(reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Wait {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn blocked(reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Blocked {
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Decision::Act { action, reason, .. } => write!(f, "{reason}: {action}"),
-            other => write!(f, "{}: {}", other.reason(), other.message()),
         }
     }
 }

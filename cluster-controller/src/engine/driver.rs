@@ -1,6 +1,8 @@
-//! One pass of the engine: observe, decide, act.
+//! One pass of the engine, the same for every mode: observe, judge, act; and again while the
+//! steps succeed and the budget lasts.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -8,12 +10,12 @@ use tokio::time::Instant;
 use crate::client::{Credentials, ValkeyClient};
 use crate::valkey::cluster_nodes::NodeId;
 
-use super::decide::{Scope, Verdict, judge_in};
-use super::decision::{Action, Decision, Health, Reason};
+use super::ClusterMode;
+use super::decide::Scope;
 use super::error::EngineError;
-use super::execute::{ActionOutcome, ExecuteConfig, execute, migrate_auth};
-use super::member::{Desired, Member};
-use super::observe::{Observation, observe_fenced};
+use super::execute::{ActionOutcome, ExecuteConfig, migrate_auth};
+use super::member::Member;
+use super::mode::{Carried, Carrier, Decision, Mode, Verdict};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -54,32 +56,33 @@ impl EngineConfig {
 
 /// A Valkey step a pass took before its last decision.
 #[derive(Debug)]
-pub struct Step {
-    pub decision: Decision,
+pub struct Taken<M: Mode = ClusterMode> {
+    pub decision: Decision<M>,
     pub outcome: Result<ActionOutcome, EngineError>,
 }
 
 /// What one pass saw, decided and did: its last look, decision and outcome, and the steps it had
 /// taken before them (see [`Engine::pass`]).
 #[derive(Debug)]
-pub struct Pass {
+pub struct Pass<M: Mode = ClusterMode> {
     /// Valkey steps taken, in order, before the last decision; each succeeded.
-    pub earlier: Vec<Step>,
-    pub observation: Observation,
-    pub decision: Decision,
-    /// How the cluster stands, from the same observation (see [`health`]).
-    pub health: Option<Health>,
+    pub earlier: Vec<Taken<M>>,
+    pub observation: M::Observation,
+    pub decision: Decision<M>,
+    /// How the servers stand, from the same observation.
+    pub health: M::Health,
     /// The node each member is bound to from now on (see [`bindings`]): the Kubernetes side
     /// keeps it and passes it back as [`Member::node_id`].
     pub bindings: BTreeMap<String, NodeId>,
     /// The result of executing a Valkey action; `Some(Ok(ActionOutcome::Delegated))` for a
-    /// Kubernetes action; `None` when the decision was not to act.
+    /// Kubernetes action; `None` when the decision was not to act, or acts once the Kubernetes
+    /// side has recorded it ([`Carrier::ValkeyOnceRecorded`]: then [`Engine::act`]).
     pub outcome: Option<Result<ActionOutcome, EngineError>>,
     /// Where the pass's time went.
     pub timing: Timing,
 }
 
-impl Pass {
+impl<M: Mode> Pass<M> {
     /// Whether a step this pass took (and that Valkey carried out) was taken on the user's
     /// acknowledgement of a loss: the Kubernetes side records that it was acted on.
     pub fn spent_acknowledgement(&self) -> bool {
@@ -104,16 +107,26 @@ pub struct Timing {
     pub settle: Duration,
 }
 
-/// The engine: a client and its settings. Holds no state between passes.
+/// The engine of a mode (a cluster by default): a client and its settings. Holds no state
+/// between passes.
 #[derive(Debug, Clone)]
-pub struct Engine<C> {
+pub struct Engine<C, M: Mode = ClusterMode> {
     client: C,
     config: EngineConfig,
+    mode: PhantomData<M>,
 }
 
-impl<C: ValkeyClient> Engine<C> {
+impl<C: ValkeyClient, M: Mode> Engine<C, M> {
     pub fn new(client: C, config: EngineConfig) -> Self {
-        Self { client, config }
+        Self {
+            client,
+            config,
+            mode: PhantomData,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
     }
 
     pub fn client(&self) -> &C {
@@ -133,14 +146,14 @@ impl<C: ValkeyClient> Engine<C> {
     /// migration step (each moves data and has its own time budget; the status reports progress
     /// between them), a wait that is not short, or the end of its budget. Slot migration jobs
     /// that Valkey runs by itself are watched for up to `job_watch_budget`.
-    pub async fn pass(&self, desired: &Desired, members: &[Member]) -> Pass {
+    pub async fn pass(&self, desired: &M::Desired, members: &[Member]) -> Pass<M> {
         self.pass_in(Scope::Everything, desired, members).await
     }
 
     /// [`Engine::pass`] with only the rules of `scope`: [`Scope::Safety`] when the Kubernetes
     /// side could not get in step with the spec this pass, and the rules that protect data must
     /// run all the same.
-    pub async fn pass_in(&self, scope: Scope, desired: &Desired, members: &[Member]) -> Pass {
+    pub async fn pass_in(&self, scope: Scope, desired: &M::Desired, members: &[Member]) -> Pass<M> {
         let started = Instant::now();
         let mut members = members.to_vec();
         let mut earlier = Vec::new();
@@ -150,13 +163,7 @@ impl<C: ValkeyClient> Engine<C> {
         let mut first_slots_to_move = None;
         loop {
             let look = Instant::now();
-            let observation = observe_fenced(
-                &self.client,
-                &members,
-                self.config.observe_timeout,
-                self.config.fence_user.as_deref(),
-            )
-            .await;
+            let observation = M::observe(&self.client, &self.config, desired, &members).await;
             let observed = Instant::now();
             timing.looks += 1;
             timing.observe += observed - look;
@@ -164,9 +171,9 @@ impl<C: ValkeyClient> Engine<C> {
                 decision,
                 bindings,
                 health,
-            } = judge_in(scope, desired, &members, &observation);
+            } = M::judge(scope, desired, &members, &observation);
             timing.decide += observed.elapsed();
-            let slots_left = health.as_ref().and_then(|h| h.slots_to_move);
+            let slots_left = M::slots_left(&health);
             if timing.looks == 1 {
                 first_slots_to_move = slots_left;
             }
@@ -177,25 +184,29 @@ impl<C: ValkeyClient> Engine<C> {
             };
             let time_left = started.elapsed() < budget;
             let outcome = match &decision {
-                Decision::Act { action, .. } if !action.is_kubernetes() => {
+                Decision::Act { action, .. } if action.carrier() == Carrier::Valkey => {
                     let acting = Instant::now();
                     let outcome = self.act(&decision).await;
                     timing.act += acting.elapsed();
                     let chain = time_left
                         && !decision.is_forced()
-                        && !moves_data(action)
+                        && !action.moves_data()
                         && matches!(outcome, Ok(ActionOutcome::Done));
                     if chain {
                         bind(&mut members, &bindings);
-                        earlier.push(Step { decision, outcome });
+                        earlier.push(Taken { decision, outcome });
                         continue;
                     }
                     Some(outcome)
                 }
-                Decision::Act { .. } => Some(self.act(&decision).await),
+                Decision::Act { action, .. } if action.is_kubernetes() => {
+                    Some(self.act(&decision).await)
+                }
+                // Recorded first by the Kubernetes side, which then calls `act`.
+                Decision::Act { .. } => None,
                 Decision::Wait { reason, .. }
-                    if (time_left && settles_soon(*reason))
-                        || (*reason == Reason::MigratingSlots
+                    if (time_left && M::settles_soon(*reason))
+                        || (M::watches_job(*reason)
                             && earlier.is_empty()
                             && started.elapsed() < self.config.job_watch_budget
                             && !slots_landed(first_slots_to_move, slots_left)) =>
@@ -230,8 +241,10 @@ impl<C: ValkeyClient> Engine<C> {
         }
     }
 
-    /// Carries out an Act decision (a Kubernetes action comes back as delegated), logging it.
-    async fn act(&self, decision: &Decision) -> Result<ActionOutcome, EngineError> {
+    /// Carries out an Act decision (a Kubernetes action comes back as delegated), logging it:
+    /// the driver's own steps, and a step the Kubernetes side has recorded
+    /// ([`Carrier::ValkeyOnceRecorded`]).
+    pub async fn act(&self, decision: &Decision<M>) -> Result<ActionOutcome, EngineError> {
         let Decision::Act {
             action,
             reason,
@@ -246,7 +259,10 @@ impl<C: ValkeyClient> Engine<C> {
         } else {
             tracing::info!(%reason, %action, "{message}");
         }
-        let outcome = execute(&self.client, action, &self.config.execute).await;
+        if action.is_kubernetes() {
+            return Ok(ActionOutcome::Delegated);
+        }
+        let outcome = M::execute(&self.client, &self.config, action).await;
         match &outcome {
             Err(error) => tracing::warn!(%reason, %action, %error, "action failed"),
             Ok(ActionOutcome::Blocked(why)) => tracing::warn!(%reason, %action, "{why}"),
@@ -262,28 +278,6 @@ impl<C: ValkeyClient> Engine<C> {
 /// the last.
 fn slots_landed(first: Option<usize>, now: Option<usize>) -> bool {
     matches!((first, now), (Some(first), Some(now)) if now < first)
-}
-
-/// Waits that end within moments by themselves: a handshake, gossip spreading a change, a
-/// replica's first sync of a small data set, cluster_state turning ok.
-pub fn settles_soon(reason: Reason) -> bool {
-    matches!(
-        reason,
-        Reason::Forming
-            | Reason::Joining
-            | Reason::NodeAddressChanged
-            | Reason::Converging
-            | Reason::ReplicaSyncing
-            | Reason::AttachingReplicas
-    )
-}
-
-/// Steps that move keys between primaries.
-fn moves_data(action: &Action) -> bool {
-    matches!(
-        action,
-        Action::MigrateSlots(_) | Action::StartAtomicMigration { .. }
-    )
 }
 
 /// The members as bound after a step, for the next look of the same pass.
@@ -305,12 +299,19 @@ mod tests {
     /// Controllers run reconciles on a multi-threaded runtime: a pass must be `Send`.
     #[test]
     fn a_pass_can_run_on_any_thread() {
-        let engine = Engine::new(
+        let engine = Engine::<_, ClusterMode>::new(
             RedisClient::new(Default::default()),
             EngineConfig::for_credentials(&Credentials::none()),
         );
-        let desired = Desired::new(1, 0);
+        let desired = crate::engine::Desired::new(1, 0);
         let pass = engine.pass(&desired, &[]);
+        assert_send(&pass);
+        let replication = Engine::<_, crate::replication::engine::ReplicationMode>::new(
+            RedisClient::new(Default::default()),
+            EngineConfig::for_credentials(&Credentials::none()),
+        );
+        let asked = crate::replication::engine::Asked::default();
+        let pass = replication.pass(&asked, &[]);
         assert_send(&pass);
     }
 

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use cluster_controller::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
 use cluster_controller::engine::Member;
+use cluster_controller::engine::Pass;
 use cluster_controller::replication::engine::sentinel::{Login, Watch};
 use cluster_controller::replication::engine::{
-    Action, Decision, Engine, Health, Observation, Spec, decide, health,
+    Action, Asked, Decision, Engine, Health, Observation, Spec, engine,
 };
 use cluster_controller::valkey::value;
 use redis::Value;
@@ -115,7 +116,7 @@ impl ReplicationLab {
             }),
             ..w
         });
-        let engine = Engine::new(RedisClient::new(RedisClientConfig {
+        let engine = engine(RedisClient::new(RedisClientConfig {
             credentials: Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD),
             trust: None,
             connect_timeout: Duration::from_millis(500),
@@ -381,33 +382,26 @@ impl ReplicationLab {
     /// One pass: observe, decide, record a chosen primary, act.
     pub async fn pass(&mut self) -> Step {
         self.refresh().await;
-        let mut observed = self
-            .engine
-            .observe(&self.members, self.spec.fence_user.as_deref())
-            .await;
-        if let Some(watch) = &self.spec.sentinel {
-            let addresses: Vec<(String, SocketAddr)> = self
-                .sentinels
+        let sentinels: Vec<(String, SocketAddr)> = if self.spec.sentinel.is_some() {
+            self.sentinels
                 .iter()
                 .enumerate()
                 .filter_map(|(i, s)| Some((Self::sentinel_name(i), s.as_ref()?.address())))
-                .collect();
-            self.engine
-                .observe_sentinels(&mut observed, &addresses, &watch.master_name)
-                .await;
-        }
-        let decision = decide(
-            &self.spec,
-            &self.members,
-            self.recorded.as_deref(),
-            &observed,
-        );
-        let health = health(
-            &self.spec,
-            &self.members,
-            self.recorded.as_deref(),
-            &observed,
-        );
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let asked = Asked {
+            spec: self.spec.clone(),
+            recorded_primary: self.recorded.clone(),
+            sentinels,
+        };
+        let Pass {
+            observation: observed,
+            decision,
+            health,
+            ..
+        } = self.engine.pass(&asked, &self.members).await;
         let line = format!("{:?}: {}", decision.reason(), decision.message());
         if self.history.last() != Some(&line) {
             eprintln!("[replication lab] {line}");
@@ -424,9 +418,12 @@ impl ReplicationLab {
             match action {
                 Action::AllowRestart { member } => self.restart(member),
                 Action::DeleteMember { member } => self.delete(member),
-                _ => {
-                    let _ = self.engine.execute(action).await;
+                // Recorded above, as the Kubernetes side records it, before the command.
+                Action::Promote { .. } => {
+                    let _ = self.engine.act(&decision).await;
                 }
+                // The engine's pass carried it out.
+                _ => {}
             }
         } else if let Some(primary) = &health.primary {
             // The status follows the primary a switchover moved to.
@@ -480,7 +477,7 @@ impl ReplicationLab {
 
     /// Passes until steady.
     pub async fn converge(&mut self, within: Duration) -> Health {
-        self.run_until(within, |s| s.decision == Decision::Steady)
+        self.run_until(within, |s| s.decision == Decision::Steady(()))
             .await
             .health
     }

@@ -81,7 +81,7 @@ async fn a_primary_restarted_from_its_file_hands_over_to_a_replica_that_followed
     lab.kill_and_restart(0);
     let step = lab
         .run_until(FORM, |s| {
-            s.decision == Decision::Steady
+            s.decision == Decision::Steady(())
                 && s.health.primary.is_some()
                 && s.health.primary.as_deref() != Some("r-0")
                 && s.health.replicas_in_step == 2
@@ -115,7 +115,7 @@ async fn empty_restart(options: Options, binary: Binary, subnet: u8) {
     lab.kill_and_restart(0);
     let step = lab
         .run_until(FORM, |s| {
-            s.decision == Decision::Steady && s.health.primary.as_deref() != Some("r-0")
+            s.decision == Decision::Steady(()) && s.health.primary.as_deref() != Some("r-0")
         })
         .await;
     let primary = step.health.primary.unwrap_or_default();
@@ -161,7 +161,7 @@ async fn a_promoted_replica_restarted_from_an_old_snapshot_hands_over() {
     lab.write_confirmed(0, "before", 100).await;
     lab.spec.preferred = Some("r-1".into());
     lab.run_until(FORM, |s| {
-        s.decision == Decision::Steady && s.health.primary.as_deref() == Some("r-1")
+        s.decision == Decision::Steady(()) && s.health.primary.as_deref() == Some("r-1")
     })
     .await;
     let confirmed = lab.write_confirmed(1, "k", 300).await;
@@ -177,7 +177,7 @@ async fn a_promoted_replica_restarted_from_an_old_snapshot_hands_over() {
     lab.kill_and_restart(1);
     let step = lab
         .run_until(FORM, |s| {
-            s.decision == Decision::Steady && s.health.primary.as_deref() != Some("r-1")
+            s.decision == Decision::Steady(()) && s.health.primary.as_deref() != Some("r-1")
         })
         .await;
     assert!(
@@ -299,7 +299,7 @@ async fn switchover(binary: Binary, subnet: u8) {
     });
     let health = lab
         .run_until(FORM, |s| {
-            s.decision == Decision::Steady && s.health.primary.as_deref() == Some("r-2")
+            s.decision == Decision::Steady(()) && s.health.primary.as_deref() == Some("r-2")
         })
         .await
         .health;
@@ -343,7 +343,7 @@ async fn a_roll_restarts_the_primary_last_after_a_switchover() {
         if let Some(Action::AllowRestart { member }) = s.decision.action() {
             restarts.push(member.clone());
         }
-        s.decision == Decision::Steady
+        s.decision == Decision::Steady(())
     })
     .await;
     let primary_restart = restarts.iter().position(|m| m == "r-0");

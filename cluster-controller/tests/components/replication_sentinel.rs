@@ -136,7 +136,7 @@ async fn a_lost_primary_is_replaced_by_sentinel(binary: Binary, subnet: u8) {
         &mut lab,
         Duration::from_secs(60),
         "the old primary is back as a replica in step",
-        |s| s.decision == Decision::Steady && s.health.replicas_in_step == 2,
+        |s| s.decision == Decision::Steady(()) && s.health.replicas_in_step == 2,
     )
     .await;
     assert_eq!(lab.role(0).await, "slave");
@@ -207,7 +207,7 @@ async fn a_replica_back_empty_is_never_elected_while_the_primary_hangs() {
         Duration::from_secs(60),
         "r-1 is back in step with r-0",
         |s| {
-            s.decision == Decision::Steady
+            s.decision == Decision::Steady(())
                 && s.health.primary.as_deref() == Some("r-0")
                 && s.health.replicas_in_step == 1
         },
@@ -280,7 +280,7 @@ async fn a_planned_switchover_is_sentinels(binary: Binary, subnet: u8) {
         Duration::from_secs(60),
         "r-1 is the primary Sentinel names",
         |s| {
-            s.decision == Decision::Steady
+            s.decision == Decision::Steady(())
                 && s.health.primary.as_deref() == Some("r-1")
                 && s.health.replicas_in_step == 2
         },

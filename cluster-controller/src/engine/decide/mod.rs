@@ -63,12 +63,7 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
 
 /// What one look at the cluster comes to: the next step ([`decide`]), the members' bindings
 /// ([`bindings`]) and the cluster's health ([`health`]).
-#[derive(Debug)]
-pub struct Verdict {
-    pub decision: Decision,
-    pub bindings: BTreeMap<String, NodeId>,
-    pub health: Option<Health>,
-}
+pub type Verdict = crate::engine::mode::Verdict<crate::engine::ClusterMode>;
 
 /// Which of the rules a look may apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

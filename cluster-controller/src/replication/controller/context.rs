@@ -105,7 +105,7 @@ impl Context {
     ) -> Engine<RedisClient> {
         self.kept
             .engine(key, engine_fingerprint(credentials, trust), || {
-                Engine::new(RedisClient::new(RedisClientConfig {
+                crate::replication::engine::engine(RedisClient::new(RedisClientConfig {
                     credentials: credentials.clone(),
                     trust: trust.cloned(),
                     ..RedisClientConfig::default()

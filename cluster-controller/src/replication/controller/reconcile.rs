@@ -28,7 +28,8 @@ const SENTINEL_SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 use super::status::PassConclusion;
 use super::{desired, observe, report, restore, sentinels, services, validate};
 use crate::access::rights::SENTINEL_USER;
-use crate::engine::{ActionOutcome, Scope};
+use crate::client::RedisClient;
+use crate::engine::{ActionOutcome, Carried, Pass, Scope};
 use crate::parent::apply::{allow_restart, apply_members, delete_node};
 use crate::parent::context::ParentMemory;
 use crate::parent::error::{Error, api_error};
@@ -38,7 +39,7 @@ use crate::parent::secrets::{self, Parent, Tools};
 use crate::parent::stop::{Stop, stopped};
 use crate::parent::{access, external, members, monitoring, tls};
 use crate::replication::engine::sentinel::Login;
-use crate::replication::engine::{Action, Decision, Spec, decide, decide_in, health};
+use crate::replication::engine::{Action, Asked, Decision, Engine, ReplicationMode, Spec};
 
 /// The field manager of the annotation that asks the node-controller to look at once.
 const OBSERVE_MANAGER: &str = "valkey-replication-controller-observe";
@@ -120,7 +121,6 @@ pub async fn pass(
             password: auth.sentinel_password.expose().to_owned(),
         });
     }
-    let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
     let sentinels = sentinel_addresses(ctx, replication, &spec);
     if !sentinels.is_empty() {
         // A changed clients' password reaches the running Sentinels (they read their file at
@@ -136,25 +136,10 @@ pub async fn pass(
             )
             .await;
     }
-    observe_sentinels(&engine, &spec, &sentinels, &mut observed).await;
-    let decision = decide(&spec, &members, recorded.as_deref(), &observed);
-    let health = health(&spec, &members, recorded.as_deref(), &observed);
-    let client = engine.client();
-    restore::after_pass(
-        ctx,
-        replication,
-        &memory,
-        client,
-        recorded.as_deref(),
-        &observed,
-        &existing,
-    )
-    .await;
-
-    // The primary after this pass: the one a promotion chooses, else the one the engine sees.
-    let primary = match decision.action() {
-        Some(Action::Promote { on }) => Some(on.member.clone()),
-        _ => health.primary.clone(),
+    let asked = Asked {
+        spec,
+        recorded_primary: recorded.clone(),
+        sentinels,
     };
     let password = auth.password_secret.as_deref();
     let generation = reported_generation(
@@ -165,35 +150,41 @@ pub async fn pass(
             .and_then(|s| s.observed_generation),
         members_changed,
     );
-    let mut current = replication.clone();
-    if let Some(Action::Promote { .. }) = decision.action()
-        && primary != recorded
-    {
-        // Recorded before the command runs: a controller that dies between the two finds the
-        // member it chose, never an unrecorded primary it might take for an old one.
-        let conclusion = PassConclusion::Decided {
-            decision: &decision,
-            health: &health,
-        };
-        let intent = report::status_of(
-            &current,
-            generation,
-            &conclusion,
-            primary.as_deref(),
-            password,
-        );
-        current = report::write_status(ctx, &memory, &current, intent).await?;
-    }
-
+    let Stepped {
+        pass,
+        primary,
+        current,
+    } = look_and_step(
+        ctx,
+        &memory,
+        &engine,
+        Scope::Everything,
+        &asked,
+        &members,
+        replication.clone(),
+        generation,
+        password,
+    )
+    .await?;
+    let (decision, health) = (&pass.decision, &pass.health);
+    restore::after_pass(
+        ctx,
+        replication,
+        &memory,
+        engine.client(),
+        recorded.as_deref(),
+        &pass.observation,
+        &existing,
+    )
+    .await;
     let result = match decision.action() {
-        None => None,
-        Some(action @ (Action::AllowRestart { .. } | Action::DeleteMember { .. })) => {
+        Some(action) if action.is_kubernetes() => {
             kubernetes_action(&api, action, &desired, &existing, &members).await?;
             Some(Ok(ActionOutcome::Delegated))
         }
-        Some(action) => Some(engine.execute(action).await),
+        _ => pass.outcome,
     };
-    poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
+    poke_changed_roles(&api, decision, recorded.as_deref(), primary.as_deref()).await;
     apply_services(ctx, replication, key, primary.as_deref()).await?;
     // The budget serves drains, not the replication itself: a failure to apply it is logged and
     // the pass goes on.
@@ -218,30 +209,27 @@ pub async fn pass(
         }
         _ => None,
     };
-    let requeue = match &decision {
+    let requeue = match decision {
         Decision::Act { .. } => Duration::from_millis(500),
         Decision::Wait { .. } => Duration::from_secs(1),
         Decision::Blocked { .. } => Duration::from_secs(5),
-        Decision::Steady => Duration::from_secs(5),
+        Decision::Steady(()) => Duration::from_secs(5),
     };
     let step_failed = failed.is_some();
     let (requeue, failing) = after_step(&ctx.action_failures, key, failed, requeue);
-    report::decision_events(ctx, &current, &decision, step_failed).await;
+    report::decision_events(ctx, &current, decision, step_failed).await;
 
-    let stuck = match &decision {
-        Decision::Steady => None,
+    let stuck = match decision {
+        Decision::Steady(()) => None,
         _ => members::stuck_member(existing.iter().map(AsRef::as_ref)),
     };
     let refused_config = members::refused_config(existing.iter().map(AsRef::as_ref));
     let conclusion = match stuck.or(refused_config).or(refused).or(failing) {
         Some(problem) => PassConclusion::Problem {
             problem,
-            health: Some(&health),
+            health: Some(health),
         },
-        None => PassConclusion::Decided {
-            decision: &decision,
-            health: &health,
-        },
+        None => PassConclusion::Decided { decision, health },
     };
     let new = report::status_of(
         &current,
@@ -373,21 +361,6 @@ fn sentinel_addresses(
     observe::sentinel_addresses(&observe::sentinel_nodes(&ctx.nodes, replication))
 }
 
-/// With Sentinel on, every Sentinel's answer about the master name.
-async fn observe_sentinels(
-    engine: &crate::replication::engine::Engine<crate::client::RedisClient>,
-    spec: &Spec,
-    sentinels: &[(String, std::net::SocketAddr)],
-    observed: &mut crate::replication::engine::Observation,
-) {
-    let Some(watch) = &spec.sentinel else {
-        return;
-    };
-    engine
-        .observe_sentinels(observed, sentinels, &watch.master_name)
-        .await;
-}
-
 /// The primary the last pass recorded: this controller's own last write of `status.primary` when
 /// it made one (the cache may not have seen it yet, and a pass that read the older record would
 /// take the primary it just promoted for a stranger and promote another), else the status as
@@ -424,53 +397,45 @@ async fn protect(
         let engine = ctx.engine(key, &credentials, trust.as_ref());
         let members = observe::engine_members(existing);
         let spec = desired::spec(replication);
-        let mut observed = engine.observe(&members, spec.fence_user.as_deref()).await;
-        let sentinels = sentinel_addresses(ctx, replication, &spec);
-        observe_sentinels(&engine, &spec, &sentinels, &mut observed).await;
-        let decision = decide_in(
-            Scope::Safety,
-            &spec,
-            &members,
-            recorded.as_deref(),
-            &observed,
-        );
-        let seen =
-            crate::replication::engine::health(&spec, &members, recorded.as_deref(), &observed);
-        primary = match decision.action() {
-            Some(Action::Promote { on }) => Some(on.member.clone()),
-            _ => seen.primary.clone(),
+        let asked = Asked {
+            sentinels: sentinel_addresses(ctx, replication, &spec),
+            spec,
+            recorded_primary: recorded.clone(),
         };
-        if let Some(Action::Promote { .. }) = decision.action()
-            && primary != recorded
-        {
-            // Recorded before the command runs, as in a full pass.
-            let conclusion = PassConclusion::Decided {
-                decision: &decision,
-                health: &seen,
-            };
-            let intent = report::status_of(
-                &current,
-                replication.metadata.generation,
-                &conclusion,
-                primary.as_deref(),
-                password.as_deref(),
-            );
-            current = report::write_status(ctx, memory, &current, intent).await?;
-        }
+        // Recorded before the command runs, as in a full pass.
+        let stepped = look_and_step(
+            ctx,
+            memory,
+            &engine,
+            Scope::Safety,
+            &asked,
+            &members,
+            current,
+            replication.metadata.generation,
+            password.as_deref(),
+        )
+        .await?;
+        let Stepped {
+            pass,
+            primary: chosen,
+            current: written,
+        } = stepped;
+        (primary, current) = (chosen, written);
+        let decision = &pass.decision;
         let result = match decision.action() {
-            Some(action) if !action.is_kubernetes() => Some(engine.execute(action).await),
+            Some(action) if !action.is_kubernetes() => pass.outcome,
             _ => None,
         };
         let api: Api<ValkeyNode> = Api::namespaced(
             ctx.client.clone(),
             &replication.namespace().unwrap_or_default(),
         );
-        poke_changed_roles(&api, &decision, recorded.as_deref(), primary.as_deref()).await;
-        report::decision_events(ctx, &current, &decision, matches!(result, Some(Err(_)))).await;
+        poke_changed_roles(&api, decision, recorded.as_deref(), primary.as_deref()).await;
+        report::decision_events(ctx, &current, decision, matches!(result, Some(Err(_)))).await;
         if decision.action().is_some() {
             requeue = requeue.min(Duration::from_millis(500));
         }
-        health = Some(seen);
+        health = Some(pass.health);
     }
     // The Services follow the primary whatever else fails: a client must never reach an old one.
     if let Err(error) = apply_services(ctx, replication, key, primary.as_deref()).await {
@@ -491,6 +456,61 @@ async fn protect(
         report::write_status(ctx, memory, &current, new).await?;
     }
     Ok(Requeue::requeue(requeue))
+}
+
+/// What the engine's look and step came to.
+struct Stepped {
+    pass: Pass<ReplicationMode>,
+    /// The primary after this pass: the one a promotion chooses, else the one the engine sees.
+    primary: Option<String>,
+    /// The object as last written (with the status that records a new primary).
+    current: ValkeyReplication,
+}
+
+/// The engine's look in `scope` and its Valkey step. A promotion is the step the Kubernetes side
+/// records first ([`crate::engine::Carrier::ValkeyOnceRecorded`]): the new primary is written
+/// to the status before the command that makes it one runs, so a controller that dies between
+/// the two finds the member it chose, never an unrecorded primary it might take for an old one.
+#[allow(clippy::too_many_arguments)]
+async fn look_and_step(
+    ctx: &Context,
+    memory: &ParentMemory,
+    engine: &Engine<RedisClient>,
+    scope: Scope,
+    asked: &Asked,
+    members: &[crate::engine::Member],
+    mut current: ValkeyReplication,
+    generation: Option<i64>,
+    password: Option<&str>,
+) -> Result<Stepped, Error> {
+    let mut pass = engine.pass_in(scope, asked, members).await;
+    let promoted = match pass.decision.action() {
+        Some(Action::Promote { on }) => Some(on.member.clone()),
+        _ => None,
+    };
+    let primary = promoted.clone().or_else(|| pass.health.primary.clone());
+    if promoted.is_some() {
+        if primary != asked.recorded_primary {
+            let conclusion = PassConclusion::Decided {
+                decision: &pass.decision,
+                health: &pass.health,
+            };
+            let intent = report::status_of(
+                &current,
+                generation,
+                &conclusion,
+                primary.as_deref(),
+                password,
+            );
+            current = report::write_status(ctx, memory, &current, intent).await?;
+        }
+        pass.outcome = Some(engine.act(&pass.decision).await);
+    }
+    Ok(Stepped {
+        pass,
+        primary,
+        current,
+    })
 }
 
 async fn kubernetes_action(

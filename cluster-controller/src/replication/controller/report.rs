@@ -28,6 +28,7 @@ pub async fn decision_events(
             reason,
             message,
             forced,
+            ..
         } => {
             let note = format!(
                 "{action}: {message}{}",

@@ -47,7 +47,7 @@ pub fn compute(
     };
     let (state, reason, message, ready, progressing, degraded) = match conclusion {
         PassConclusion::Decided {
-            decision: Decision::Steady,
+            decision: Decision::Steady(()),
             health,
         } => (
             ReplicationState::Ready,
@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(first.state, Some(ReplicationState::Initializing));
         let h = health(2);
         let steady = PassConclusion::Decided {
-            decision: &Decision::Steady,
+            decision: &Decision::Steady(()),
             health: &h,
         };
         let ready = compute(

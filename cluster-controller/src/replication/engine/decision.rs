@@ -100,13 +100,6 @@ impl Action {
             Action::DeleteMember { .. } => "DeleteNode",
         }
     }
-
-    pub fn is_kubernetes(&self) -> bool {
-        matches!(
-            self,
-            Action::AllowRestart { .. } | Action::DeleteMember { .. }
-        )
-    }
 }
 
 impl fmt::Display for Action {
@@ -234,86 +227,10 @@ pub struct Health {
     pub members_to_restart: u32,
 }
 
-/// The one next step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    Act {
-        action: Action,
-        reason: Reason,
-        message: String,
-        /// The operator acts in Valkey's stead where data may be at stake (a failover): the
-        /// Kubernetes side announces it with a Warning Event.
-        forced: bool,
-    },
-    Wait {
-        reason: Reason,
-        message: String,
-    },
-    Blocked {
-        reason: Reason,
-        message: String,
-    },
-    Steady,
-}
-
-impl Decision {
-    pub fn act(action: Action, reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Act {
-            action,
-            reason,
-            message: message.into(),
-            forced: false,
-        }
-    }
-
-    pub fn forced(action: Action, reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Act {
-            action,
-            reason,
-            message: message.into(),
-            forced: true,
-        }
-    }
-
-    pub fn wait(reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Wait {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn blocked(reason: Reason, message: impl Into<String>) -> Self {
-        Decision::Blocked {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn reason(&self) -> Reason {
-        match self {
-            Decision::Act { reason, .. }
-            | Decision::Wait { reason, .. }
-            | Decision::Blocked { reason, .. } => *reason,
-            Decision::Steady => Reason::Healthy,
-        }
-    }
-
-    pub fn message(&self) -> &str {
-        match self {
-            Decision::Act { message, .. }
-            | Decision::Wait { message, .. }
-            | Decision::Blocked { message, .. } => message,
-            Decision::Steady => "",
-        }
-    }
-
-    pub fn action(&self) -> Option<&Action> {
-        match self {
-            Decision::Act { action, .. } => Some(action),
-            _ => None,
-        }
-    }
-}
+/// The one next step: the engine's one decision type ([`crate::engine::mode::Decision`]), in
+/// the replication's vocabulary. Its steady state carries nothing (the health is judged beside
+/// it).
+pub type Decision = crate::engine::mode::Decision<super::ReplicationMode>;
 
 #[cfg(test)]
 mod vocabulary_tests {

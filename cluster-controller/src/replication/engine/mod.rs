@@ -14,62 +14,22 @@
 pub mod decide;
 pub mod decision;
 pub mod execute;
+mod mode;
 pub mod observe;
 pub mod sentinel;
 pub mod server;
 
-use std::time::Duration;
-
 use crate::client::ValkeyClient;
-use crate::engine::{ActionOutcome, EngineError, Member};
 
 pub use decide::{Spec, decide, decide_in, health};
 pub use decision::{Action, Decision, Health, Reason, Target};
+pub use mode::{Asked, ReplicationMode, one_look};
 pub use observe::{Observation, Reach};
 
-/// The engine: a client and its timeouts. Holds no state between passes.
-#[derive(Debug, Clone)]
-pub struct Engine<C> {
-    client: C,
-    /// Timeout of each command.
-    pub timeout: Duration,
-}
+/// The engine in the replication mode: the one driver every mode runs on.
+pub type Engine<C> = crate::engine::Engine<C, ReplicationMode>;
 
-impl<C: ValkeyClient> Engine<C> {
-    pub fn new(client: C) -> Self {
-        Self {
-            client,
-            timeout: Duration::from_secs(2),
-        }
-    }
-
-    pub fn client(&self) -> &C {
-        &self.client
-    }
-
-    /// Reads every member.
-    pub async fn observe(&self, members: &[Member], fence_user: Option<&str>) -> Observation {
-        observe::observe(&self.client, members, self.timeout, fence_user).await
-    }
-
-    /// Reads every Sentinel (node name, address) about `master_name` into `observed`.
-    pub async fn observe_sentinels(
-        &self,
-        observed: &mut Observation,
-        sentinels: &[(String, std::net::SocketAddr)],
-        master_name: &str,
-    ) {
-        observed.sentinels =
-            sentinel::observe(&self.client, sentinels, master_name, self.timeout).await;
-    }
-
-    /// Carries out a Valkey action (a Kubernetes one comes back `Delegated`).
-    pub async fn execute(&self, action: &Action) -> Result<ActionOutcome, EngineError> {
-        let outcome = execute::execute(&self.client, action, self.timeout).await;
-        match &outcome {
-            Ok(_) => tracing::info!(%action, "done"),
-            Err(error) => tracing::warn!(%action, %error, "failed"),
-        }
-        outcome
-    }
+/// A replication engine whose every command is bounded by 2 s, one step a pass.
+pub fn engine<C: ValkeyClient>(client: C) -> Engine<C> {
+    Engine::new(client, one_look(std::time::Duration::from_secs(2)))
 }

@@ -41,7 +41,7 @@ use super::observe::Observation;
 use super::server::ServerState;
 
 /// What the spec asks of the engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spec {
     /// Replicas wanted: members `0..=replicas`.
     pub replicas: u32,
@@ -95,11 +95,11 @@ pub fn decide_in(
     if scope == Scope::Safety {
         let view = View::new(spec, members, recorded_primary, observed);
         return match view.primary() {
-            None if recorded_primary.is_none() => Decision::Steady,
+            None if recorded_primary.is_none() => Decision::Steady(()),
             None => primary::choose(&view),
             Some(primary) => attach::fence(&view, primary)
                 .or_else(|| attach::followers(&view, primary))
-                .unwrap_or(Decision::Steady),
+                .unwrap_or(Decision::Steady(())),
         };
     }
     if let Some(decision) = check_members(spec, members) {
@@ -115,7 +115,7 @@ pub fn decide_in(
         .or_else(|| changes::gates(&view, primary))
         .or_else(|| changes::preferred(&view, primary))
         .or_else(|| changes::roll(&view, primary))
-        .unwrap_or(Decision::Steady)
+        .unwrap_or(Decision::Steady(()))
 }
 
 /// How the replication stands this pass, whatever the next step is.

@@ -117,7 +117,7 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
             // else could choose one), and only the first.
             None if view.recorded.is_none() => {
                 return if safety_only {
-                    Decision::Steady
+                    Decision::Steady(())
                 } else {
                     primary::choose(view)
                 };
@@ -174,8 +174,8 @@ pub(super) fn decide(view: &View, watch: &Watch, safety_only: bool) -> Decision 
     };
     match decision {
         Some(d) => handed_to_sentinel(view, watch, d),
-        None if safety_only => Decision::Steady,
-        None => forgetting(view, watch).unwrap_or(Decision::Steady),
+        None if safety_only => Decision::Steady(()),
+        None => forgetting(view, watch).unwrap_or(Decision::Steady(())),
     }
 }
 

@@ -138,7 +138,7 @@ fn a_sentinel_that_does_not_watch_is_told_to_monitor_the_primary() {
         .names(0, 0)
         .names(1, 0)
         .names(2, 0);
-    assert_eq!(w.decide(), Decision::Steady);
+    assert_eq!(w.decide(), Decision::Steady(()));
 }
 
 /// A Sentinel watching with other settings (the spec changed) gets SENTINEL SET, no MONITOR.
@@ -285,7 +285,7 @@ fn the_safety_pass_tells_no_sentinel_what_to_watch() {
         .names(0, 0)
         .unwatched(1)
         .names(2, 0);
-    assert_eq!(w.decide_safely(), Decision::Steady);
+    assert_eq!(w.decide_safely(), Decision::Steady(()));
 }
 
 /// Sentinels told one at a time: while only one watches (a minority), the others that watch
@@ -325,7 +325,7 @@ fn the_replication_is_not_steady_before_every_sentinel_learned_the_replicas_and_
             .names(1, 0)
             .names(2, 0)
     };
-    assert_eq!(learned().decide(), Decision::Steady);
+    assert_eq!(learned().decide(), Decision::Steady(()));
     for w in [
         learned().knows(1, &[1], &[0, 2]),
         learned().knows(2, &[1, 2], &[0]),
@@ -342,7 +342,7 @@ fn the_replication_is_not_steady_before_every_sentinel_learned_the_replicas_and_
         .sentinel_silent(2)
         .knows(0, &[1, 2], &[1])
         .knows(1, &[1, 2], &[0]);
-    assert_eq!(w.decide(), Decision::Steady);
+    assert_eq!(w.decide(), Decision::Steady(()));
 }
 
 /// A Sentinel remembers every replica and Sentinel it ever saw (an address a pod no longer has,
@@ -386,11 +386,11 @@ fn a_sentinel_that_remembers_gone_replicas_or_sentinels_is_reset_once_steady() {
         .sentinel_silent(2)
         .knows(0, &[1, 2], &[1, 2])
         .knows(1, &[1, 2], &[0, 2]);
-    assert_eq!(w.decide(), Decision::Steady);
+    assert_eq!(w.decide(), Decision::Steady(()));
     // Not in the safety pass.
     assert_eq!(
         learned().knows(1, &[1, 2, 7], &[0, 2]).decide_safely(),
-        Decision::Steady
+        Decision::Steady(())
     );
 }
 

@@ -281,7 +281,7 @@ fn formation_waits_for_every_member_to_answer() {
 #[test]
 fn a_whole_replication_is_steady() {
     let w = World::healthy(2);
-    assert_eq!(w.decide(), Decision::Steady);
+    assert_eq!(w.decide(), Decision::Steady(()));
     let h = health(&w.spec, &w.members, w.recorded.as_deref(), &w.observed);
     assert_eq!(
         (h.primary.as_deref(), h.replicas_in_step, h.replicas_wanted),
@@ -648,7 +648,11 @@ fn the_safety_rules_run_when_nothing_else_may() {
 
     let forming = World::new(1).up(0, parked(0, 0)).up(1, parked(1, 0));
     assert!(matches!(forming.decide(), Decision::Act { .. }));
-    assert_eq!(forming.decide_safely(), Decision::Steady, "no formation");
+    assert_eq!(
+        forming.decide_safely(),
+        Decision::Steady(()),
+        "no formation"
+    );
 
     let mut rolling = World::healthy(1);
     rolling.member(1).current_revision = Some("a".into());
@@ -658,7 +662,7 @@ fn the_safety_rules_run_when_nothing_else_may() {
         action(&rolling.decide()),
         Action::AllowRestart { .. }
     ));
-    assert_eq!(rolling.decide_safely(), Decision::Steady, "no roll");
+    assert_eq!(rolling.decide_safely(), Decision::Steady(()), "no roll");
 }
 
 #[test]
@@ -716,7 +720,7 @@ fn no_member_is_promoted_before_the_restored_member_has_loaded_its_data() {
         matches!(d, Decision::Wait { .. }) && d.message().contains("r-0"),
         "{d:?}"
     );
-    assert_eq!(fetching.decide_safely(), Decision::Steady);
+    assert_eq!(fetching.decide_safely(), Decision::Steady(()));
 
     // Loading the snapshot: its key count means nothing yet.
     let mut state = parked(0, 10);
