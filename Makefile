@@ -27,7 +27,7 @@ help:
 	@echo "make test             every check and test (what CI runs)"
 	@echo "make generate         regenerate CRDs and docs from valkey-api/schema/"
 	@echo "make check-generated  fail when generated files are stale"
-	@echo "make lint             cargo fmt --check and clippy -D warnings (lint-dockerfiles: hadolint)"
+	@echo "make lint             cargo fmt --check, clippy -D warnings, no import circles (lint-dockerfiles: hadolint)"
 	@echo "make bench            benchmarks: speed and memory figures"
 	@echo "make bench-engine     the engine's pass over clusters of up to 990 members (no cluster needed)"
 	@echo "make bench-charts     draw the benchmarks' charts (docs/charts/) again from bench/results/"
@@ -59,6 +59,7 @@ check-generated:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 $(ROOT)/hack/import-circles.py
 
 ## ---- tests ------------------------------------------------------------------------------------
 

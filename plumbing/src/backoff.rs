@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::reconcile::ObjectKey;
+use crate::key::ObjectKey;
 
 const CAP: Duration = Duration::from_secs(300);
 

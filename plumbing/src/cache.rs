@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::health::{Readiness, SyncHandle};
-use crate::reconcile::ObjectKey;
+use crate::key::ObjectKey;
 
 /// How long the API server keeps one watch request open (`timeoutSeconds`) before the cache
 /// starts the next. kube's watcher takes a watch that has sent nothing for this long and 5 s more

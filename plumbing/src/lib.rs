@@ -11,6 +11,7 @@ pub mod cli;
 pub mod conditions;
 pub mod events;
 pub mod health;
+pub mod key;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
@@ -24,7 +25,8 @@ pub mod valkey_tls;
 
 pub use cache::Cache;
 pub use cli::CommonArgs;
+pub use key::ObjectKey;
 pub use metrics::Metrics;
-pub use reconcile::{ObjectKey, ReconcileError, Reconciler};
+pub use reconcile::{ReconcileError, Reconciler};
 pub use runtime::{Exit, Handles, Names, Runtime, RuntimeError};
 pub use shutdown::Shutdown;

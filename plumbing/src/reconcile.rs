@@ -19,50 +19,13 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::cache::Cache;
 use crate::health::Readiness;
+use crate::key::ObjectKey;
 use crate::metrics::Metrics;
 
 /// How long a pass waits for the watch caches to list once before it gives up and retries: until
 /// then an absent object may only be unseen.
 const CACHE_SYNC: Duration = Duration::from_secs(30);
 const RETRY_UNSYNCED: Duration = Duration::from_secs(5);
-
-/// `namespace/name` of an object: the key of everything kept per object.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    namespace: String,
-    name: String,
-}
-
-impl ObjectKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    pub fn of<K: Resource>(object: &K) -> Self {
-        let meta = object.meta();
-        Self::new(
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
-        )
-    }
-
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// An error a pass can end with.
 pub trait ReconcileError: std::error::Error + Send + Sync + 'static {

@@ -26,7 +26,7 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::reconcile::ObjectKey;
+use crate::key::ObjectKey;
 
 /// How long a pass waits, after writing a Secret, for the watch to show what it wrote: beyond
 /// that the next read asks the API server.

@@ -42,11 +42,9 @@ use valkey_api::v1alpha1::{
 };
 
 use reconcile::Context;
+pub use reconcile::FINALIZER;
 
 pub const CONTROLLER: &str = "valkey-backup-controller";
-
-/// Put on a ValkeyBackup with `deletionPolicy: Delete`: its objects are deleted before it goes.
-pub const FINALIZER: &str = "valkey.io/backup-objects";
 
 /// Which of the backup kinds the API serves (their CRDs exist): ValkeyBackups, and
 /// ValkeyBackupSchedules. A release upgraded from one without them has none until someone

@@ -15,7 +15,6 @@ use kube::{Resource, ResourceExt};
 use plumbing::{ObjectKey, Reconciler};
 use valkey_api::v1alpha1::{BackupDeletionPolicy, BackupPhase, StatusReason, ValkeyBackup};
 
-use super::FINALIZER;
 use super::choose;
 use super::run::{self, Shared};
 use super::store::{self, Unopened};
@@ -23,6 +22,9 @@ use crate::parent::context::Kept;
 use crate::parent::error::{Error, api_error};
 use crate::parent::labels::FIELD_MANAGER;
 use crate::parent::pass::claim_for;
+
+/// Put on a ValkeyBackup with `deletionPolicy: Delete`: its objects are deleted before it goes.
+pub const FINALIZER: &str = "valkey.io/backup-objects";
 
 /// How often a pass looks in on a running capture (and renews the backup's Lease).
 const LOOK_IN: Duration = Duration::from_secs(10);

@@ -12,7 +12,9 @@ use plumbing::valkey_tls::{self, Trust};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, RedisConnectionInfo, RedisError, Value};
 
-use super::{ClientError, Credentials, ValkeyClient, command_label};
+use super::credentials::Credentials;
+use super::error::ClientError;
+use super::valkey_client::{ValkeyClient, command_label};
 
 /// How connections are made.
 #[derive(Debug, Clone)]

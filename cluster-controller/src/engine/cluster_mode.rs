@@ -4,18 +4,14 @@
 
 use crate::client::ValkeyClient;
 
-use super::decide::{Scope, judge_in};
-use super::decision::{Action, Health, Reason};
-use super::driver::EngineConfig;
+use super::config::EngineConfig;
+use super::decide::judge_in;
+use super::decision::{Action, ClusterMode, Health, Reason};
 use super::error::EngineError;
-use super::execute::{ActionOutcome, execute};
+use super::execute::execute;
 use super::member::{Desired, Member};
-use super::mode::{Mode, Verdict};
+use super::mode::{ActionOutcome, Mode, Scope, Verdict};
 use super::observe::{Observation, observe_fenced};
-
-/// A ValkeyCluster: shards of a primary and replicas, slots moved between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClusterMode;
 
 impl Mode for ClusterMode {
     type Action = Action;

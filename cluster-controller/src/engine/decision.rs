@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 
 use valkey_api::v1alpha1::StatusReason;
 
-use super::ClusterMode;
 use super::member::Permit;
 use super::mode::{Carried, Carrier};
 use crate::plan::migration::legacy::Intent;
@@ -342,6 +341,11 @@ pub struct Health {
     /// been steady for long enough (see [`super::Desired::spread_after`]): what it will do.
     pub spread_held: Option<String>,
 }
+
+/// A ValkeyCluster: shards of a primary and replicas, slots moved between them. The mode the
+/// engine runs in for it (see `cluster_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterMode;
 
 /// The one next step [`super::decide()`] chooses: the engine's one decision type, in the
 /// cluster's vocabulary.

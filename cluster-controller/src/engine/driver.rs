@@ -7,52 +7,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{Credentials, ValkeyClient};
+use crate::client::ValkeyClient;
 use crate::valkey::cluster_nodes::NodeId;
 
-use super::ClusterMode;
-use super::decide::Scope;
+use super::config::EngineConfig;
+use super::decision::ClusterMode;
 use super::error::EngineError;
-use super::execute::{ActionOutcome, ExecuteConfig, migrate_auth};
 use super::member::Member;
-use super::mode::{Carried, Carrier, Decision, Mode, Verdict};
-
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Timeout of each command of the observation.
-    pub observe_timeout: Duration,
-    pub execute: ExecuteConfig,
-    /// The replication user, when the ACL file starts it disabled: a node admits replicas only
-    /// once the engine has seen it settled in the cluster (see `decide`'s fencing rule).
-    pub fence_user: Option<String>,
-    /// How long one pass may go on taking steps (see [`Engine::pass`]) once it has acted.
-    pub step_budget: Duration,
-    /// How long one pass may watch a short wait settle when it has not acted.
-    pub settle_budget: Duration,
-    /// How often a pass looks again while a short wait settles.
-    pub settle_poll: Duration,
-    /// How long one pass may watch slot migration jobs that Valkey runs by itself (Valkey 9)
-    /// when it has not acted.
-    pub job_watch_budget: Duration,
-}
-
-impl EngineConfig {
-    /// Defaults, with MIGRATE authenticating as `credentials`.
-    pub fn for_credentials(credentials: &Credentials) -> Self {
-        Self {
-            observe_timeout: Duration::from_secs(2),
-            execute: ExecuteConfig {
-                migrate_auth: migrate_auth(credentials),
-                ..ExecuteConfig::default()
-            },
-            fence_user: None,
-            step_budget: Duration::from_secs(4),
-            settle_budget: Duration::from_secs(1),
-            settle_poll: Duration::from_millis(200),
-            job_watch_budget: Duration::from_secs(5),
-        }
-    }
-}
+use super::mode::{ActionOutcome, Carried, Carrier, Decision, Mode, Scope, Verdict};
 
 /// A Valkey step a pass took before its last decision.
 #[derive(Debug)]
@@ -292,7 +254,7 @@ fn bind(members: &mut [Member], bindings: &BTreeMap<String, NodeId>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::RedisClient;
+    use crate::client::{Credentials, RedisClient};
 
     fn assert_send<T: Send>(_: &T) {}
 

@@ -18,6 +18,7 @@
 //!   CLUSTER, INFO, DBSIZE, MIGRATE, and MIGRATE's `AUTH2` lets it write on the target.
 
 mod cluster_mode;
+mod config;
 mod decide;
 mod decision;
 mod driver;
@@ -28,14 +29,15 @@ pub mod mode;
 mod observe;
 pub mod safety;
 
-pub use cluster_mode::ClusterMode;
+pub use config::EngineConfig;
 pub use decide::{ATOMIC_MAX_ATTEMPTS, Scope, Verdict, bindings, decide, health, judge, judge_in};
+pub use decision::ClusterMode;
 pub use decision::{Action, Decision, Health, LegacyMigration, NodeRef, Reason};
-pub use driver::{Engine, EngineConfig, Pass, Taken, Timing};
+pub use driver::{Engine, Pass, Taken, Timing};
 pub use error::EngineError;
-pub use execute::{ActionOutcome, ExecuteConfig, admit, execute, migrate_auth};
+pub use execute::{ExecuteConfig, admit, execute, migrate_auth};
 pub use member::{Desired, LostSlotsPolicy, Member, Permit, Place};
-pub use mode::{Carried, Carrier, Mode};
+pub use mode::{ActionOutcome, Carried, Carrier, Mode};
 pub use observe::{
     NodeState, Observation, Reach, observe, observe_fenced, read_admitted, read_every, user_enabled,
 };

@@ -11,11 +11,35 @@ use std::future::Future;
 use crate::client::ValkeyClient;
 use crate::valkey::cluster_nodes::NodeId;
 
-use super::decide::Scope;
-use super::driver::EngineConfig;
+use super::config::EngineConfig;
 use super::error::EngineError;
-use super::execute::ActionOutcome;
 use super::member::Member;
+
+/// Which of the rules a look may apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every rule: the Kubernetes side is in step with the spec.
+    Everything,
+    /// Only the rules that protect data, which run whatever else is wrong (a Secret missing, an
+    /// apply failing, the spec unreadable): a failed primary's slots taken over when no election
+    /// can happen, a primary back without its data handing over to the replica that holds it,
+    /// and settled servers admitted (the fence's own checks). Nothing that follows the spec.
+    /// With none of them to apply, the look is steady as far as this scope goes.
+    Safety,
+}
+
+/// What executing an action achieved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionOutcome {
+    /// The command was accepted (or the batch finished).
+    Done,
+    /// Part of the work is done; the next pass continues.
+    Progress(String),
+    /// The slot machine cannot go on safely; a person must look.
+    Blocked(String),
+    /// A Kubernetes action: the caller carries it out.
+    Delegated,
+}
 
 /// Who carries a step out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

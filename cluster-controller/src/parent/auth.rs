@@ -28,6 +28,9 @@ use super::labels::FIELD_MANAGER;
 use crate::access::rights::REPLICATION_USER;
 use crate::access::{OperatorPasswords, UserSet};
 
+pub use super::secret_names::{
+    acl_secret_name, generated_password_secret_name, operator_secret_name,
+};
 pub use crate::access::rights::{HEALTHCHECK_USER, OPERATOR_USER};
 pub use valkey_api::contract::CREDENTIALS_DIR;
 
@@ -54,18 +57,6 @@ pub const CLIENT_PASSWORD_COPY_KEY: &str = "client-password";
 pub const MOUNTED_KEYS: [&str; 2] = [ACL_FILE_KEY, REPLICATION_CONF_KEY];
 
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-
-pub fn acl_secret_name(cluster: &str) -> String {
-    format!("{cluster}-acl")
-}
-
-pub fn operator_secret_name(cluster: &str) -> String {
-    format!("{cluster}-operator")
-}
-
-pub fn generated_password_secret_name(cluster: &str) -> String {
-    format!("{cluster}-password")
-}
 
 pub fn random_password() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 32)

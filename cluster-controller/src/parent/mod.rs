@@ -42,6 +42,7 @@ pub mod progress;
 pub mod restore;
 pub mod restoring;
 pub mod secret_cache;
+pub mod secret_names;
 pub mod secrets;
 pub mod serving;
 pub mod stop;

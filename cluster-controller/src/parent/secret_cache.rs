@@ -10,15 +10,17 @@ use kube::{Resource, ResourceExt};
 pub use plumbing::secret_cache::SecretCache;
 use valkey_api::v1alpha1::{Auth, Tls};
 
+use super::secret_names;
+
 /// The Secrets the operator names after a parent called `parent`: its own (ACL, operator, CA,
 /// certificate) and the clients' password it generates.
 pub fn named_after(parent: &str) -> Vec<String> {
     vec![
-        super::auth::acl_secret_name(parent),
-        super::auth::operator_secret_name(parent),
-        super::auth::generated_password_secret_name(parent),
-        super::tls::ca_secret_name(parent),
-        super::tls::certificate_secret_name(parent),
+        secret_names::acl_secret_name(parent),
+        secret_names::operator_secret_name(parent),
+        secret_names::generated_password_secret_name(parent),
+        secret_names::ca_secret_name(parent),
+        secret_names::certificate_secret_name(parent),
     ]
 }
 

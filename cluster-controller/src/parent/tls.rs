@@ -27,6 +27,7 @@ use super::conditions::Problem;
 use super::context::ParentMemory;
 use super::error::{Error, api_error};
 use super::labels::FIELD_MANAGER;
+pub use super::secret_names::{ca_secret_name, certificate_secret_name};
 use super::secrets::{Parent, Tools, read_own};
 use crate::tls::{self as issue, Pem};
 
@@ -54,16 +55,6 @@ pub struct Served {
     /// The external names (see [`crate::parent::external`]) that a certificate of the user's
     /// does not name: clients outside that verify the server's name would refuse it.
     pub lacking_names: Vec<String>,
-}
-
-/// The Secret of the operator's server certificate for the parent `parent`.
-pub fn certificate_secret_name(parent: &str) -> String {
-    format!("{parent}-tls")
-}
-
-/// The Secret of the CA the operator generated for the parent `parent`.
-pub fn ca_secret_name(parent: &str) -> String {
-    format!("{parent}-tls-ca")
 }
 
 /// The names the operator's certificate carries: the parent's Services (`<name>`,

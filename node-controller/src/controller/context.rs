@@ -7,14 +7,9 @@ use std::sync::Mutex;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
+use plumbing::ObjectKey;
 use plumbing::events::EventPublisher;
-use plumbing::{ObjectKey, Reconciler};
-use valkey_api::v1alpha1::ValkeyNode;
-
-use super::error::Error;
-use super::reconcile;
 
 /// Watch caches of everything the node-controller owns, so a pass reads no child from the API.
 #[derive(Clone)]
@@ -97,22 +92,8 @@ impl Context {
             .insert(node.clone(), fingerprint);
     }
 
-    /// How many nodes this process remembers children of: what `forget` must bring down.
-    #[cfg(test)]
-    pub fn remembered_nodes(&self) -> usize {
-        self.applied.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-}
-
-impl Reconciler for Context {
-    type Object = ValkeyNode;
-    type Error = Error;
-
-    async fn reconcile(&self, node: &ValkeyNode, key: &ObjectKey) -> Result<Action, Error> {
-        reconcile::pass(self, node, key).await
-    }
-
-    fn forget(&self, key: &ObjectKey) {
+    /// Forgets what this process kept of the node `key` (its object is gone).
+    pub fn forget(&self, key: &ObjectKey) {
         self.applied
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -121,5 +102,11 @@ impl Reconciler for Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
+    }
+
+    /// How many nodes this process remembers children of: what `forget` must bring down.
+    #[cfg(test)]
+    pub fn remembered_nodes(&self) -> usize {
+        self.applied.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }

@@ -4,7 +4,7 @@
 //! | stage | module | Kubernetes? |
 //! | --- | --- | --- |
 //! | what a pass shares, what is kept per node | [`context`] | holds the client and caches |
-//! | the pass, stage by stage | [`reconcile`] | |
+//! | the pass, stage by stage, and the `Reconciler` that runs it | [`reconcile`] | |
 //! | build the children | [`crate::render`] | no |
 //! | the credentials and TLS Secrets | [`secrets`] | yes |
 //! | the children from the caches | [`observe`] | no (caches) |

@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use plumbing::ObjectKey;
+use plumbing::{ObjectKey, Reconciler};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use valkey_api::contract::{SENTINEL_PORT, VALKEY_PORT};
@@ -44,6 +44,20 @@ use crate::status::{self, CredentialsState, Observed, PvcState, WorkloadState};
 const REREAD_READY: Duration = Duration::from_secs(10);
 /// How often a node that is not ready yet is looked at again (watches wake it sooner).
 const REREAD_NOT_READY: Duration = Duration::from_secs(5);
+
+/// The reconcile shell runs the pass below for each ValkeyNode.
+impl Reconciler for Context {
+    type Object = ValkeyNode;
+    type Error = Error;
+
+    async fn reconcile(&self, node: &ValkeyNode, key: &ObjectKey) -> Result<Action, Error> {
+        pass(self, node, key).await
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        Context::forget(self, key);
+    }
+}
 
 pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<Action, Error> {
     let children = match render::build_with(node, &ctx.render) {

@@ -11,7 +11,8 @@ use valkey_api::contract::{
 };
 use valkey_api::v1alpha1::{NodeServer, NodeTls};
 
-use super::{RenderError, memory};
+use super::error::RenderError;
+use super::memory;
 
 #[derive(Template)]
 #[template(path = "node/valkey.conf", escape = "none")]

@@ -9,8 +9,10 @@
 //! character, so no value can add a line.
 
 mod config;
+mod error;
 mod exporter;
 pub mod memory;
+mod paths;
 mod pod;
 pub mod restore;
 pub mod volume;
@@ -29,6 +31,7 @@ use valkey_api::v1alpha1::{NodeServer, ValkeyNode, WorkloadType};
 use crate::live;
 use crate::names::{ChildNames, REVISION_ANNOTATION, labels, selector};
 pub use config::render_valkey_conf;
+pub use error::RenderError;
 use pod::PodTemplate;
 
 /// Everything a ValkeyNode should own, plus the revision its pod template carries.
@@ -49,36 +52,6 @@ pub struct Children {
 pub enum Workload {
     StatefulSet(Box<StatefulSet>),
     Deployment(Box<Deployment>),
-}
-
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum RenderError {
-    #[error("the ValkeyNode has no {0}")]
-    MissingMetadata(&'static str),
-    #[error("spec.config: {0}")]
-    InvalidConfig(String),
-    #[error("rendering {template}: {message}")]
-    Template {
-        template: &'static str,
-        message: String,
-    },
-    #[error("the rendered {template} is not a valid object: {message}")]
-    Parse {
-        template: &'static str,
-        message: String,
-    },
-}
-
-impl RenderError {
-    /// A CamelCase reason for conditions and metrics.
-    pub fn reason(&self) -> valkey_api::v1alpha1::StatusReason {
-        use valkey_api::v1alpha1::StatusReason;
-        match self {
-            RenderError::InvalidConfig(_) => StatusReason::InvalidConfig,
-            RenderError::MissingMetadata(_) => StatusReason::InvalidObject,
-            RenderError::Template { .. } | RenderError::Parse { .. } => StatusReason::RenderFailed,
-        }
-    }
 }
 
 #[derive(Template)]

@@ -15,10 +15,7 @@ use super::exporter::Exporter;
 use super::restore::Restore;
 use crate::names::{ChildNames, NODE_LABEL, labels};
 
-/// Where the pod sees its volumes.
-pub const CONFIG_DIR: &str = "/etc/valkey/config";
-pub use valkey_api::contract::CREDENTIALS_DIR;
-pub const DATA_DIR: &str = "/data";
+use super::paths::{CONFIG_DIR, CREDENTIALS_DIR, DATA_DIR};
 
 /// Every value of the pod template that depends on the spec.
 #[derive(Debug, Clone, Serialize)]

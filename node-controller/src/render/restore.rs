@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use valkey_api::v1alpha1::{InitialData, ValkeyNodeSpec};
 
-use super::pod::DATA_DIR;
+use super::paths::DATA_DIR;
 
 /// The init container's name.
 pub const RESTORE_CONTAINER: &str = "restore";

@@ -885,7 +885,7 @@ fn initial_data_is_an_init_container_of_the_operators_image_with_the_store_keys_
     assert_eq!(arg("--object"), "prod/orders/nightly-1a2b3c4d/shard-0.rdb");
     assert_eq!(arg("--sha256").len(), 64);
     assert_eq!(arg("--bytes"), "524288");
-    assert_eq!(arg("--dir"), pod::DATA_DIR);
+    assert_eq!(arg("--dir"), paths::DATA_DIR);
     // The server's own dbfilename, as Valkey reads it.
     assert_eq!(arg("--dbfilename"), "orders.rdb");
     assert_eq!(arg("--endpoint"), "https://store.example:9000");

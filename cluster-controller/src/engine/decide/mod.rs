@@ -51,6 +51,7 @@ pub use slots::ATOMIC_MAX_ATTEMPTS;
 
 use super::decision::{Decision, Health, Reason};
 use super::member::{Desired, Member};
+pub use super::mode::Scope;
 use super::observe::Observation;
 use crate::valkey::cluster_nodes::NodeId;
 use topology::Topology;
@@ -64,19 +65,6 @@ pub fn decide(desired: &Desired, members: &[Member], observed: &Observation) -> 
 /// What one look at the cluster comes to: the next step ([`decide`]), the members' bindings
 /// ([`bindings`]) and the cluster's health ([`health`]).
 pub type Verdict = crate::engine::mode::Verdict<crate::engine::ClusterMode>;
-
-/// Which of the rules a look may apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// Every rule: the Kubernetes side is in step with the spec.
-    Everything,
-    /// Only the rules that protect data, which run whatever else is wrong (a Secret missing, an
-    /// apply failing, the spec unreadable): a failed primary's slots taken over when no election
-    /// can happen, a primary back without its data handing over to the replica that holds it,
-    /// and settled servers admitted (the fence's own checks). Nothing that follows the spec.
-    /// With none of them to apply, the look is steady as far as this scope goes.
-    Safety,
-}
 
 /// [`decide`], [`bindings`] and [`health`] at once, from one topology: building it (every
 /// member's view of every other, indexed) is most of a decision's cost at hundreds of members,

@@ -52,19 +52,6 @@ pub fn migrate_auth(credentials: &Credentials) -> Option<MigrateAuth> {
     })
 }
 
-/// What executing an action achieved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ActionOutcome {
-    /// The command was accepted (or the batch finished).
-    Done,
-    /// Part of the work is done; the next pass continues.
-    Progress(String),
-    /// The slot machine cannot go on safely; a person must look.
-    Blocked(String),
-    /// A Kubernetes action: the caller carries it out.
-    Delegated,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,10 +21,11 @@ use crate::valkey::commands;
 use crate::valkey::slots::Slot;
 use crate::valkey::value;
 
-use super::config::{ActionOutcome, ExecuteConfig};
+use super::config::ExecuteConfig;
 use super::reply::{cluster_nodes_of, count, expect_ok, parse_error, unexpected};
 use crate::engine::decision::{LegacyMigration, NodeRef};
 use crate::engine::error::EngineError;
+use crate::engine::mode::ActionOutcome;
 
 /// More rounds than any batch needs (the key batches of a slot with millions of keys aside);
 /// reaching it means the views keep contradicting the machine.

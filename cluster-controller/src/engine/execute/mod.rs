@@ -16,7 +16,8 @@ use crate::valkey::commands::{self, FailoverMode, SetSlot};
 
 use super::decision::{Action, NodeRef};
 use super::error::EngineError;
-pub use config::{ActionOutcome, ExecuteConfig, migrate_auth};
+use super::mode::ActionOutcome;
+pub use config::{ExecuteConfig, migrate_auth};
 use reply::{cluster_nodes_of, expect_ok, parse_error};
 
 /// Carries out `action`. Kubernetes actions return [`ActionOutcome::Delegated`] untouched.

@@ -230,7 +230,12 @@ pub struct Health {
 /// The one next step: the engine's one decision type ([`crate::engine::mode::Decision`]), in
 /// the replication's vocabulary. Its steady state carries nothing (the health is judged beside
 /// it).
-pub type Decision = crate::engine::mode::Decision<super::ReplicationMode>;
+pub type Decision = crate::engine::mode::Decision<ReplicationMode>;
+
+/// A ValkeyReplication: one primary and its replicas, without slots. The mode the engine runs in
+/// for it (see `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationMode;
 
 #[cfg(test)]
 mod vocabulary_tests {

@@ -22,8 +22,8 @@ pub mod server;
 use crate::client::ValkeyClient;
 
 pub use decide::{Spec, decide, decide_in, health};
-pub use decision::{Action, Decision, Health, Reason, Target};
-pub use mode::{Asked, ReplicationMode, one_look};
+pub use decision::{Action, Decision, Health, Reason, ReplicationMode, Target};
+pub use mode::{Asked, one_look};
 pub use observe::{Observation, Reach};
 
 /// The engine in the replication mode: the one driver every mode runs on.

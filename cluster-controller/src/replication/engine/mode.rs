@@ -13,12 +13,8 @@ use crate::engine::{
 };
 
 use super::decide::{Spec, decide_in, health};
-use super::decision::{Action, Health, Reason};
+use super::decision::{Action, Health, Reason, ReplicationMode};
 use super::observe::{Observation, observe};
-
-/// A ValkeyReplication: one primary and its replicas, without slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplicationMode;
 
 /// What the Kubernetes side asks of a replication pass.
 #[derive(Debug, Clone, Default)]

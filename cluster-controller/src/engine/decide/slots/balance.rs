@@ -19,7 +19,7 @@ use crate::valkey::slots::SlotSet;
 
 use super::ends::{not_ready_to_migrate, other_primaries};
 use super::in_flight::{legacy_markers, replica_markers};
-use super::{rebalance_plan, shard_conflict};
+use super::plan::{rebalance_plan, shard_conflict};
 
 /// How many unsuccessful atomic migration jobs in a row are retried before giving up.
 pub const ATOMIC_MAX_ATTEMPTS: u32 = 3;

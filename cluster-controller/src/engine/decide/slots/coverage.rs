@@ -14,7 +14,7 @@ use crate::engine::decide::topology::{Live, Topology};
 use crate::engine::decision::{Action, Decision, Reason};
 use crate::valkey::slots::SlotSet;
 
-use super::{rebalance_plan, shard_conflict};
+use super::plan::{rebalance_plan, shard_conflict};
 
 /// Every slot has exactly one owner: claims must not overlap, views must agree, and slots
 /// nobody owns are added to a shard (all of them at formation, the lost ones later).
