@@ -45,6 +45,11 @@ pub struct LegacyMigration {
     pub others: Vec<NodeRef>,
     pub slots: SlotSet,
     pub intent: Intent,
+    /// Other moves of the same rebalance plan, each between its own pair of primaries, run side
+    /// by side with this one in the same step (each with no `also` of its own): a shard that
+    /// gives slots to several, or several that give to a new one, move them all at once rather
+    /// than one pair a pass.
+    pub also: Vec<LegacyMigration>,
 }
 
 /// The one next step. Valkey actions are executed by [`super::execute`]; the Kubernetes
@@ -166,11 +171,17 @@ impl fmt::Display for Action {
                 write!(f, "CLUSTER REPLICATE {primary_id} on {on}")
             }
             Action::Forget { on, node_id } => write!(f, "CLUSTER FORGET {node_id} on {on}"),
-            Action::MigrateSlots(m) => write!(
-                f,
-                "migrate slots {} from {} to {} ({:?})",
-                m.slots, m.source, m.target, m.intent
-            ),
+            Action::MigrateSlots(m) => {
+                write!(
+                    f,
+                    "migrate slots {} from {} to {} ({:?})",
+                    m.slots, m.source, m.target, m.intent
+                )?;
+                for o in &m.also {
+                    write!(f, ", {} from {} to {}", o.slots, o.source, o.target)?;
+                }
+                Ok(())
+            }
             Action::StartAtomicMigration {
                 source,
                 target,

@@ -31,7 +31,40 @@ use crate::engine::mode::ActionOutcome;
 /// reaching it means the views keep contradicting the machine.
 const MAX_ROUNDS: usize = 100_000;
 
+/// Runs `m` and the moves it carries along (`m.also`) side by side, each between its own pair:
+/// done when every one is, blocked when one is (the others went as far as they could), the
+/// first error otherwise.
 pub(super) async fn run(
+    client: &impl ValkeyClient,
+    m: &LegacyMigration,
+    config: &ExecuteConfig,
+) -> Result<ActionOutcome, EngineError> {
+    let outcomes = join_all(
+        std::iter::once(m)
+            .chain(&m.also)
+            .map(|pair| run_pair(client, pair, config)),
+    )
+    .await;
+    let mut blocked = Vec::new();
+    let mut progress = Vec::new();
+    for outcome in outcomes {
+        match outcome? {
+            ActionOutcome::Blocked(why) => blocked.push(why),
+            ActionOutcome::Progress(what) => progress.push(what),
+            ActionOutcome::Done | ActionOutcome::Delegated => {}
+        }
+    }
+    Ok(if !blocked.is_empty() {
+        ActionOutcome::Blocked(blocked.join("; "))
+    } else if !progress.is_empty() {
+        ActionOutcome::Progress(progress.join("; "))
+    } else {
+        ActionOutcome::Done
+    })
+}
+
+/// One pair's slots, as many as the pass's budget allows.
+async fn run_pair(
     client: &impl ValkeyClient,
     m: &LegacyMigration,
     config: &ExecuteConfig,

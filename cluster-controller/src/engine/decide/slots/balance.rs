@@ -47,6 +47,7 @@ pub(in crate::engine::decide) fn rebalance(t: &Topology) -> Option<Decision> {
         ));
     }
     let first = move_slots(t, step)?;
+    let first = with_the_other_legacy_moves(t, &plan.moves, first);
     Some(with_the_sources_other_moves(t, &plan.moves, first))
 }
 
@@ -128,6 +129,47 @@ fn with_the_sources_other_moves(
     decision
 }
 
+/// `decision`, when it moves slots the legacy way (Valkey 8), joined by every other move of
+/// `plan` that may start now, each between its own pair of primaries: the step runs them side by
+/// side, as a direct script would, so a shard that gives slots to several (or several that give
+/// to a new one) moves them all at once instead of one pair a pass, each after the one before it
+/// ended. Each joined move has passed the same checks as a move started alone (both ends ready,
+/// each knowing the other as a primary); a slot belongs to one move of the plan only.
+fn with_the_other_legacy_moves(
+    t: &Topology,
+    plan: &[rebalance::Move<u32>],
+    mut decision: Decision,
+) -> Decision {
+    let Decision::Act {
+        action: Action::MigrateSlots(first),
+        message,
+        ..
+    } = &mut decision
+    else {
+        return decision;
+    };
+    for step in plan {
+        let Some(Decision::Act {
+            action: Action::MigrateSlots(other),
+            ..
+        }) = move_slots(t, step)
+        else {
+            continue;
+        };
+        let pair = |m: &LegacyMigration| (m.source.id.clone(), m.target.id.clone());
+        let new_pair =
+            pair(&other) != pair(first) && first.also.iter().all(|m| pair(m) != pair(&other));
+        if new_pair {
+            message.push_str(&format!(
+                ", and slots {} from {} to {}",
+                other.slots, other.source.member, other.target.member
+            ));
+            first.also.push(other);
+        }
+    }
+    decision
+}
+
 /// A decision to start an atomic migration on a source that runs no unfinished export job.
 fn starts_on_an_idle_source(t: &Topology, decision: &Decision) -> bool {
     let Decision::Act {
@@ -196,6 +238,7 @@ fn move_slots(t: &Topology, step: &rebalance::Move<u32>) -> Option<Decision> {
                 others: other_primaries(t, source, target),
                 slots: step.slots.clone(),
                 intent: Intent::Complete,
+                also: Vec::new(),
             }),
             reason,
             format!("moving {what}"),

@@ -118,6 +118,7 @@ pub(super) fn legacy_markers(t: &Topology) -> Option<Decision> {
                     others: other_primaries(t, source, target),
                     slots: slots.clone(),
                     intent,
+                    also: Vec::new(),
                 }),
                 Reason::MigratingSlots,
                 format!(
