@@ -394,12 +394,18 @@ pub fn claim_name(cluster: &str) -> String {
 fn next_pass(ctx: &Context, key: &ObjectKey, pass: &Pass) -> (Duration, Option<Problem>) {
     let requeue = match &pass.decision {
         Decision::Act { .. } => Duration::from_millis(500),
-        // A job ending frees its source for the next one, and a short wait (a handshake, a
-        // replica's first sync, cluster_state turning ok once Valkey's rejoin delay is over)
-        // the pass watched for a moment may end any time: looked at sooner than other waits.
+        // Migration jobs the pass watched: it ends as soon as one of them lands (so the status
+        // shows it), and the others, started together, land moments later; what follows them
+        // (a leaving shard's removal, the next job) is taken by the next look, at once.
+        Decision::Wait {
+            reason: Reason::MigratingSlots,
+            ..
+        } => Duration::from_millis(200),
+        // A short wait (a handshake, a replica's first sync, cluster_state turning ok once
+        // Valkey's rejoin delay is over) the pass watched for a moment may end any time: looked
+        // at sooner than other waits.
         Decision::Wait { reason, .. }
-            if *reason == Reason::MigratingSlots
-                || <crate::engine::ClusterMode as crate::engine::Mode>::settles_soon(*reason) =>
+            if <crate::engine::ClusterMode as crate::engine::Mode>::settles_soon(*reason) =>
         {
             Duration::from_secs(1)
         }
