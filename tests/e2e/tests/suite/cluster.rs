@@ -215,8 +215,10 @@ async fn shards_scale_3_5_2_on_valkey_9_with_atomic_migration() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn shards_scale_3_4_on_valkey_8_with_key_migration() -> Result<()> {
-    scale_shards("cluster-scale8", "valkey/valkey:8.0", &[3, 4]).await
+async fn shards_scale_3_4_2_on_valkey_8_with_key_migration() -> Result<()> {
+    // 3 → 4: three sources give to the new shard side by side; 4 → 2: two leaving shards drain
+    // into both that stay, four pairs side by side.
+    scale_shards("cluster-scale8", "valkey/valkey:8.0", &[3, 4, 2]).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
