@@ -18,8 +18,14 @@ use common::servers::{self, OPERATOR_PASSWORD, OPERATOR_USER};
 use common::traffic;
 
 fn fresh_engine() -> Engine<RedisClient> {
+    engine_with_budget(ExecuteConfig::default().pass_budget)
+}
+
+/// An engine whose legacy moves stop starting slots after `budget`.
+fn engine_with_budget(budget: Duration) -> Engine<RedisClient> {
     let credentials = Credentials::user(OPERATOR_USER, OPERATOR_PASSWORD);
-    let config = EngineConfig::for_credentials(&credentials);
+    let mut config = EngineConfig::for_credentials(&credentials);
+    config.execute.pass_budget = budget;
     Engine::new(
         RedisClient::new(RedisClientConfig {
             credentials,
@@ -46,6 +52,9 @@ async fn legacy_migration_resumes_after_the_engine_dies_anywhere() {
     lab.scale(Desired::new(3, 0));
     lab.converge(Duration::from_secs(60)).await;
     let keys = traffic::write_keys(&lab.addresses(), "k", 3000).await;
+    // The first step only starts the move (every pair moves side by side, and 3,000 keys would
+    // all move within one ordinary pass): the engines below are killed in the middle of it.
+    lab.engine = engine_with_budget(Duration::from_millis(20));
     lab.scale(Desired::new(4, 0));
     lab.run_until(Duration::from_secs(60), |pass| {
         matches!(
@@ -138,6 +147,9 @@ async fn atomic_migration_survives_a_new_engine_and_a_killed_target() {
     lab.scale(Desired::new(3, 0));
     lab.converge(Duration::from_secs(60)).await;
     let keys = traffic::write_keys(&lab.addresses(), "k", 3000).await;
+    // The first step only starts the move (every pair moves side by side, and 3,000 keys would
+    // all move within one ordinary pass): the engines below are killed in the middle of it.
+    lab.engine = engine_with_budget(Duration::from_millis(20));
     lab.scale(Desired::new(4, 0));
     lab.run_until(Duration::from_secs(60), |pass| {
         matches!(

@@ -29,9 +29,13 @@ impl Default for ExecuteConfig {
     fn default() -> Self {
         Self {
             command_timeout: Duration::from_secs(5),
-            pass_budget: Duration::from_secs(5),
+            // A scale-in of 4,096 slots of a 1 GiB cluster moves within one pass; a longer move
+            // reports its progress between passes.
+            pass_budget: Duration::from_secs(10),
             keys_per_migrate: 100,
-            parallel_slots: 64,
+            // Per pair of primaries: each round reads both views once for all of them, so the
+            // fewer rounds the faster (a direct script moves 128 slots a round).
+            parallel_slots: 128,
             migrate_timeout: Duration::from_secs(5),
             migrate_auth: None,
             failover_wait: Duration::from_secs(10),
