@@ -1,6 +1,7 @@
 //! Moving slots until the wanted shards hold them evenly, leaving shards giving all of theirs:
-//! one move of the rebalance plan at a time the legacy way (Valkey 8), and on Valkey 9 one atomic
-//! job per source with every target of that source at once, the sources side by side.
+//! every move of the rebalance plan side by side the legacy way (Valkey 8), each between its own
+//! pair of primaries, and on Valkey 9 one atomic job per source with every target of that source
+//! at once, the sources side by side.
 //!
 //! Last of the slot rules: a move starts only once nothing is open ([`super::in_flight`]), every
 //! slot has one owner ([`coverage`](mod@super::coverage)) and every replica is attached
