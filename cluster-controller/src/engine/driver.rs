@@ -87,10 +87,6 @@ impl<C: ValkeyClient, M: Mode> Engine<C, M> {
         }
     }
 
-    pub fn config(&self) -> &EngineConfig {
-        &self.config
-    }
-
     pub fn client(&self) -> &C {
         &self.client
     }
