@@ -64,10 +64,27 @@ where
         Self::of(watch(api, bounded(config)), slim, readiness)
     }
 
+    /// A cache like [`Cache::new`] whose objects keep only what `keep` leaves of them (after
+    /// their `managedFields` went): for a kind of which a binary reads a few fields of many
+    /// objects, such as the pods and workloads of thousands of nodes, whose pod templates are
+    /// most of their size and read by nobody.
+    pub fn keeping(
+        api: kube::Api<K>,
+        config: watcher::Config,
+        readiness: &Readiness,
+        keep: fn(&mut K),
+    ) -> Self {
+        let trim = move |object: &mut K| {
+            slim(object);
+            keep(object);
+        };
+        Self::of(watch(api, bounded(config)), trim, readiness)
+    }
+
     /// A cache of what `events` says, each object trimmed by `trim` before it is stored.
     fn of(
         events: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-        trim: fn(&mut K),
+        trim: impl FnMut(&mut K) + Send + 'static,
         readiness: &Readiness,
     ) -> Self {
         let (store, writer) = reflector::store();

@@ -220,6 +220,21 @@ impl Handles {
         Cache::new(self.api::<K>(), config, &self.readiness)
     }
 
+    /// A watch cache like [`Handles::cache`] whose objects keep only what `keep` leaves of them
+    /// (see [`Cache::keeping`]).
+    pub fn cache_keeping<K>(&self, config: watcher::Config, keep: fn(&mut K)) -> Cache<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        Cache::keeping(self.api::<K>(), config, &self.readiness, keep)
+    }
+
     /// A watch cache of the metadata only of the `K`s `config` selects in the watched
     /// namespace(s) (see [`Cache::metadata`]); `/ready` and every pass wait until it has listed.
     pub fn metadata_cache<K>(

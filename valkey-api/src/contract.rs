@@ -49,6 +49,8 @@ pub const PLAINTEXT_PORT: u16 = 6380;
 /// its name in the pod, which PodMonitors and Services select.
 pub const METRICS_PORT: u16 = 9121;
 pub const METRICS_PORT_NAME: &str = "metrics";
+/// The name of the pod's container that runs the server.
+pub const VALKEY_CONTAINER: &str = "valkey";
 /// The name of the exporter's container in the pod.
 pub const EXPORTER_CONTAINER: &str = "exporter";
 

@@ -7,6 +7,7 @@
 //! | the pass, stage by stage, and the `Reconciler` that runs it | [`reconcile`] | |
 //! | build the children | [`crate::render`] | no |
 //! | the credentials and TLS Secrets | [`secrets`] | yes |
+//! | what the caches keep of each child | [`keep`] | no |
 //! | the children from the caches | [`observe`] | no (caches) |
 //! | Valkey's own answer | [`crate::probe`] | no (Valkey) |
 //! | Valkey's live settings | [`crate::live`] | no (Valkey) |
@@ -21,6 +22,7 @@ pub mod context;
 pub mod error;
 #[cfg(test)]
 pub mod fixtures;
+pub mod keep;
 pub mod label;
 pub mod observe;
 pub mod reconcile;
@@ -48,9 +50,11 @@ pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
     let ours =
         watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
     let nodes = handles.cache::<DeserializeGuard<ValkeyNode>>(watcher::Config::default());
-    let pods = handles.cache::<Pod>(watcher::Config::default().labels(NODE_LABEL));
-    let stateful_sets = handles.cache::<StatefulSet>(ours.clone());
-    let deployments = handles.cache::<Deployment>(ours.clone());
+    // Pods and workloads without their templates (see `keep`).
+    let pods =
+        handles.cache_keeping::<Pod>(watcher::Config::default().labels(NODE_LABEL), keep::pod);
+    let stateful_sets = handles.cache_keeping::<StatefulSet>(ours.clone(), keep::stateful_set);
+    let deployments = handles.cache_keeping::<Deployment>(ours.clone(), keep::deployment);
     let config_maps = handles.cache::<ConfigMap>(ours.clone());
     let pvcs = handles.cache::<PersistentVolumeClaim>(ours);
     // Every Secret's metadata: the credentials and TLS Secrets the nodes name, read by name once

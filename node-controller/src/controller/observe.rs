@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
+use valkey_api::contract::VALKEY_CONTAINER;
 
 use crate::names::NODE_LABEL;
 use crate::render::volume;
@@ -145,11 +146,9 @@ pub fn running_ip(pod: &Arc<Pod>) -> Option<String> {
         return None;
     }
     let status = pod.status.as_ref()?;
-    let running = status
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .any(|c| c.name == "valkey" && c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    let running = status.container_statuses.as_ref()?.iter().any(|c| {
+        c.name == VALKEY_CONTAINER && c.state.as_ref().is_some_and(|s| s.running.is_some())
+    });
     if running { status.pod_ip.clone() } else { None }
 }
 

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use plumbing::conditions::{ConditionStatus, set_condition};
-use valkey_api::contract::EXPORTER_CONTAINER;
+use valkey_api::contract::{EXPORTER_CONTAINER, VALKEY_CONTAINER};
 use valkey_api::v1alpha1::{Role, StatusReason, ValkeyNodeStatus};
 
 use crate::live::apply::LiveSettingsOutcome;
@@ -665,9 +665,6 @@ fn unschedulable(pod: &Pod) -> Option<(Word, String)> {
 /// The first container of the pod that waits: Valkey's, else the exporter's (a wrong exporter
 /// image keeps the pod from being ready as surely as a wrong Valkey image, and says so the same
 /// way, so a parent sees that the pod cannot run).
-/// The name of Valkey's container in the pod.
-const VALKEY_CONTAINER: &str = "valkey";
-
 fn waiting_state(pod: &Pod) -> Option<(&str, &ContainerStateWaiting)> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     [VALKEY_CONTAINER, EXPORTER_CONTAINER]
