@@ -93,25 +93,27 @@ async fn main() -> std::process::ExitCode {
             );
             None
         };
-        let clusters = kinds.contains(&Kind::ValkeyCluster).then(|| {
-            cluster::start(
-                &handles,
-                settings.clone(),
-                backup_cache.as_ref().map(|c| c.store()),
-            )
-        });
-        let replications = kinds
-            .contains(&Kind::ValkeyReplication)
-            .then(|| replication::controller::start(&handles, settings.clone()));
-        // Backups of whichever kinds are reconciled here (the chart grants their rules always).
+        let (clusters, cluster_caches) = if kinds.contains(&Kind::ValkeyCluster) {
+            let backups = backup_cache.as_ref().map(|c| c.store());
+            let (run, caches) = cluster::start(&handles, settings.clone(), backups);
+            (Some(run), Some(caches))
+        } else {
+            (None, None)
+        };
+        let (replications, replication_caches) = if kinds.contains(&Kind::ValkeyReplication) {
+            let (run, caches) = replication::controller::start(&handles, settings.clone());
+            (Some(run), Some(caches))
+        } else {
+            (None, None)
+        };
+        // Backups of whichever kinds are reconciled here (the chart grants their rules always),
+        // read from those kinds' own caches.
         let backups = backup_cache.map(|cache| {
-            backup::start(
-                &handles,
-                cache,
-                kinds.contains(&Kind::ValkeyCluster),
-                kinds.contains(&Kind::ValkeyReplication),
-                served.schedules,
-            )
+            let sources = backup::observe::Sources {
+                clusters: cluster_caches,
+                replications: replication_caches,
+            };
+            backup::start(&handles, cache, sources, served.schedules)
         });
         tracing::info!(kinds = ?kinds, "reconciling these kinds");
         futures::join!(

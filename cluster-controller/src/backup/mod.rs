@@ -34,12 +34,9 @@ pub mod schedule;
 pub mod store;
 
 use kube::core::DeserializeGuard;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use plumbing::cache::Cache;
-use valkey_api::v1alpha1::{
-    ValkeyBackup, ValkeyBackupSchedule, ValkeyCluster, ValkeyNode, ValkeyReplication,
-};
+use valkey_api::v1alpha1::{ValkeyBackup, ValkeyBackupSchedule};
 
 use reconcile::Context;
 pub use reconcile::FINALIZER;
@@ -81,30 +78,20 @@ pub fn cache(handles: &plumbing::Handles) -> Cache<DeserializeGuard<ValkeyBackup
     handles.cache::<DeserializeGuard<ValkeyBackup>>(watcher::Config::default())
 }
 
-/// Sets up the ValkeyBackup controller over `backups` (its caches exist when this returns) and
-/// returns it, to run until shutdown or lost leadership. `clusters`, `replications`: whether those kinds are
-/// reconciled here (a backup of a kind that is not is refused: its objects are not watched).
+/// Sets up the ValkeyBackup controller over `backups` and returns it, to run until shutdown or
+/// lost leadership. `sources`: the caches of the kinds reconciled here, which their own
+/// controllers fill (a backup of a kind that is not reconciled here is refused).
 /// `schedules`: whether the ValkeyBackupSchedule controller runs beside it ([`schedule`]).
 pub fn start(
     handles: &plumbing::Handles,
     backups: Cache<DeserializeGuard<ValkeyBackup>>,
-    clusters: bool,
-    replications: bool,
+    sources: observe::Sources,
     schedules: bool,
 ) -> impl std::future::Future<Output = ()> + '_ {
-    let nodes = handles.cache::<ValkeyNode>(watcher::Config::default());
-    let cluster_cache =
-        clusters.then(|| handles.cache::<ValkeyCluster>(watcher::Config::default()));
-    let replication_cache =
-        replications.then(|| handles.cache::<ValkeyReplication>(watcher::Config::default()));
     let shared = run::Shared {
         client: handles.client.clone(),
         events: handles.events.clone(),
-        nodes: nodes.store(),
-        sources: observe::Sources {
-            clusters: cluster_cache.as_ref().map(|c| c.store()),
-            replications: replication_cache.as_ref().map(|c| c.store()),
-        },
+        sources,
         metrics: handles.metrics.clone(),
     };
     let claims = plumbing::leader::Claims::new(
@@ -115,23 +102,9 @@ pub fn start(
     let scheduled =
         schedules.then(|| schedule::start(handles, backups.store(), shared.sources.clone()));
     let ctx = Context::new(shared, claims.clone());
-    // The other caches are read, never reconciled from: a capture task polls what it waits for.
-    // Their streams are handed to the controller only so that they fill.
-    let captures = handles.run_as(
-        CONTROLLER,
-        backups,
-        move |mut c| {
-            c = c.watches_stream(nodes.touched(), wake_none);
-            if let Some(cache) = cluster_cache {
-                c = c.watches_stream(cache.touched(), wake_none);
-            }
-            if let Some(cache) = replication_cache {
-                c = c.watches_stream(cache.touched(), wake_none);
-            }
-            c
-        },
-        ctx,
-    );
+    // The sources' caches are read, never reconciled from: a capture task polls what it waits
+    // for.
+    let captures = handles.run_as(CONTROLLER, backups, |c| c, ctx);
     let captures = claims.kept_during(handles.namespace.as_deref(), captures);
     async move {
         futures::join!(captures, async {
@@ -140,8 +113,4 @@ pub fn start(
             }
         });
     }
-}
-
-fn wake_none<K>(_: K) -> Option<ObjectRef<DeserializeGuard<ValkeyBackup>>> {
-    None
 }

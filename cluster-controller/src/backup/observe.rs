@@ -7,10 +7,10 @@ use valkey_api::v1alpha1::StatusReason;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use valkey_api::v1alpha1::{
-    Auth, BackupSourceKind, ValkeyBackup, ValkeyCluster, ValkeyNode, ValkeyReplication,
+    Auth, BackupSourceKind, ValkeyBackup, ValkeyCluster, ValkeyReplication,
 };
 
 use super::choose::Server;
@@ -18,6 +18,7 @@ use crate::client::{Credentials, RedisClient, RedisClientConfig, ValkeyClient};
 use crate::engine::Member;
 use crate::parent::auth;
 use crate::parent::conditions::Problem;
+use crate::parent::kind_caches::KindCaches;
 use crate::valkey::commands::{self, InfoSection};
 use crate::valkey::info::{self, LinkStatus, Role};
 use crate::valkey::{cluster_nodes, slot_migrations, value};
@@ -80,20 +81,6 @@ impl Source {
         }
     }
 
-    /// The members, from the ValkeyNode cache (its own, by label and owner uid).
-    pub fn members(&self, nodes: &Store<ValkeyNode>) -> Vec<Member> {
-        match self {
-            Self::Cluster(c) => {
-                let found = crate::cluster::observe::member_nodes(nodes, c);
-                crate::cluster::observe::engine_members(&found, c)
-            }
-            Self::Replication(r) => {
-                let found = crate::replication::controller::observe::member_nodes(nodes, r);
-                crate::replication::controller::observe::engine_members(&found)
-            }
-        }
-    }
-
     /// The users its servers hold, by reference, for the manifest (never a password).
     pub fn users(&self) -> Vec<backup::manifest::UserRef> {
         let auth = self.auth();
@@ -124,11 +111,12 @@ impl Source {
     }
 }
 
-/// The caches of the sources; `None` for a kind this controller does not reconcile.
+/// The caches of the sources, filled by their own kinds' controllers; `None` for a kind this
+/// process does not reconcile.
 #[derive(Clone)]
 pub struct Sources {
-    pub clusters: Option<Store<ValkeyCluster>>,
-    pub replications: Option<Store<ValkeyReplication>>,
+    pub clusters: Option<KindCaches<ValkeyCluster>>,
+    pub replications: Option<KindCaches<ValkeyReplication>>,
 }
 
 impl Sources {
@@ -138,17 +126,26 @@ impl Sources {
         let spec = &backup.spec.source;
         let kind = spec.kind.as_str();
         let found = match spec.kind {
-            BackupSourceKind::ValkeyCluster => self.clusters.as_ref().map(|s| {
-                s.get(&ObjectRef::new(&spec.name).within(&namespace))
-                    .map(Source::Cluster)
+            BackupSourceKind::ValkeyCluster => self.clusters.as_ref().map(|c| {
+                c.parents
+                    .get(&ObjectRef::new(&spec.name).within(&namespace))
+                    .map(|guard| readable(&guard.0).map(Source::Cluster))
             }),
-            BackupSourceKind::ValkeyReplication => self.replications.as_ref().map(|s| {
-                s.get(&ObjectRef::new(&spec.name).within(&namespace))
-                    .map(Source::Replication)
+            BackupSourceKind::ValkeyReplication => self.replications.as_ref().map(|c| {
+                c.parents
+                    .get(&ObjectRef::new(&spec.name).within(&namespace))
+                    .map(|guard| readable(&guard.0).map(Source::Replication))
             }),
         };
         match found {
-            Some(Some(source)) => Ok(source),
+            Some(Some(Ok(source))) => Ok(source),
+            Some(Some(Err(error))) => Err(Problem {
+                reason: StatusReason::SourceUnreadable,
+                message: format!(
+                    "{kind} {} cannot be read ({error}): its own status says what to correct; create a new ValkeyBackup once it is corrected.",
+                    spec.name
+                ),
+            }),
             Some(None) => Err(Problem {
                 reason: StatusReason::SourceNotFound,
                 message: format!(
@@ -163,6 +160,30 @@ impl Sources {
                 ),
             }),
         }
+    }
+
+    /// The source's members, from its kind's ValkeyNode cache (by label and owner uid).
+    pub fn members(&self, source: &Source) -> Vec<Member> {
+        match source {
+            Source::Cluster(c) => self.clusters.as_ref().map_or_else(Vec::new, |caches| {
+                let found = crate::cluster::observe::member_nodes(&caches.nodes, c);
+                crate::cluster::observe::engine_members(&found, c)
+            }),
+            Source::Replication(r) => self.replications.as_ref().map_or_else(Vec::new, |caches| {
+                let found = crate::replication::controller::observe::member_nodes(&caches.nodes, r);
+                crate::replication::controller::observe::engine_members(&found)
+            }),
+        }
+    }
+}
+
+/// The object a guard holds, as a source of its own (the backup keeps it while it captures).
+fn readable<K: Clone>(
+    object: &Result<K, kube::core::error_boundary::InvalidObject>,
+) -> Result<Arc<K>, String> {
+    match object {
+        Ok(object) => Ok(Arc::new(object.clone())),
+        Err(invalid) => Err(invalid.error.clone()),
     }
 }
 
@@ -357,4 +378,109 @@ fn keys(info: &info::Info) -> u64 {
         .and_then(|line| line.split(',').find_map(|f| f.strip_prefix("keys=")))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::DeserializeGuard;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use valkey_api::v1alpha1::ValkeyNode;
+
+    use super::*;
+
+    /// A kind's caches holding `objects` (as JSON, read through the guard as a controller reads
+    /// them) and `nodes`.
+    fn caches<K>(objects: &[serde_json::Value], nodes: &[serde_json::Value]) -> KindCaches<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + 'static,
+    {
+        let (parents, mut writer) = reflector::store::<DeserializeGuard<K>>();
+        writer.apply_watcher_event(&Event::Init);
+        for object in objects {
+            let guard: DeserializeGuard<K> =
+                serde_json::from_value(object.clone()).unwrap_or_else(|e| panic!("{e}"));
+            writer.apply_watcher_event(&Event::InitApply(guard));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        let (node_store, mut writer) = reflector::store::<ValkeyNode>();
+        writer.apply_watcher_event(&Event::Init);
+        for node in nodes {
+            let node = serde_json::from_value(node.clone()).unwrap_or_else(|e| panic!("{e}"));
+            writer.apply_watcher_event(&Event::InitApply(node));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        KindCaches {
+            parents,
+            nodes: node_store,
+        }
+    }
+
+    fn cluster(name: &str, shards: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": {"shards": shards}
+        })
+    }
+
+    fn member(name: &str, cluster: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyNode",
+            "metadata": {
+                "name": name, "namespace": "ns",
+                "labels": {"valkey.io/cluster": cluster, "valkey.io/shard": "0", "valkey.io/index": "0"},
+                "ownerReferences": [{"apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyCluster",
+                    "name": cluster, "uid": format!("uid-{cluster}"), "controller": true}]
+            },
+            "spec": {"image": "valkey/valkey:9.1"}
+        })
+    }
+
+    fn backup_of(kind: &str, name: &str) -> ValkeyBackup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "valkey.io/v1alpha1", "kind": "ValkeyBackup",
+            "metadata": {"name": "b", "namespace": "ns"},
+            "spec": {
+                "source": {"kind": kind, "name": name},
+                "store": {"s3": {"bucket": "bb", "endpoint": "http://store:9000",
+                    "credentials": {"secretName": "s"}}}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn reason(found: Result<Source, Problem>) -> Option<StatusReason> {
+        found.err().map(|p| p.reason)
+    }
+
+    #[test]
+    fn a_source_is_read_from_its_kinds_own_caches() {
+        let sources = Sources {
+            clusters: Some(caches::<ValkeyCluster>(
+                &[
+                    cluster("orders", serde_json::json!(1)),
+                    cluster("broken", serde_json::json!("three")),
+                ],
+                &[member("orders-0-0", "orders"), member("other-0-0", "other")],
+            )),
+            replications: None,
+        };
+        let found = sources.find(&backup_of("ValkeyCluster", "orders"));
+        let source = found.unwrap_or_else(|p| panic!("{}", p.message));
+        assert_eq!(source.name(), "orders");
+        let members = sources.members(&source);
+        let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["orders-0-0"], "only the cluster's own members");
+
+        let broken = sources.find(&backup_of("ValkeyCluster", "broken"));
+        assert_eq!(reason(broken), Some(StatusReason::SourceUnreadable));
+        let missing = sources.find(&backup_of("ValkeyCluster", "gone"));
+        assert_eq!(reason(missing), Some(StatusReason::SourceNotFound));
+        let other_kind = sources.find(&backup_of("ValkeyReplication", "orders"));
+        assert_eq!(
+            reason(other_kind),
+            Some(StatusReason::SourceKindNotReconciled)
+        );
+    }
 }

@@ -14,7 +14,6 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use kube::runtime::reflector::Store as Cache;
 use kube::{Resource, ResourceExt};
 use plumbing::conditions::{ConditionStatus, set_condition};
 use valkey_api::v1alpha1::{
@@ -48,7 +47,6 @@ pub const FAILED: &str = "Failed";
 pub struct Shared {
     pub client: kube::Client,
     pub events: plumbing::events::EventPublisher,
-    pub nodes: Cache<valkey_api::v1alpha1::ValkeyNode>,
     pub sources: Sources,
     /// The backup series (`backup_*`): set here, from the backups themselves.
     pub metrics: plumbing::Metrics,
@@ -417,7 +415,7 @@ async fn prepare(shared: &Shared, backup: &ValkeyBackup, location: &str) -> Step
         LoginsRead::Error(error) => return Step::Wait(api_problem(&error)),
     };
     let client = observe::client(&logins);
-    let members = source.members(&shared.nodes);
+    let members = shared.sources.members(&source);
     // The start time is taken before the primaries' offsets are read: every write acknowledged
     // before it is at or below the offsets each capture waits for.
     let started = now_seconds();
@@ -783,8 +781,9 @@ impl Job<'_> {
     /// waits for the primary's offset of the backup's start.
     async fn replan(&self, first: &ShardPlan) -> Result<ShardPlan, Problem> {
         let members: Vec<Member> = self
-            .source
-            .members(&self.shared.nodes)
+            .shared
+            .sources
+            .members(self.source)
             .into_iter()
             .filter(|m| m.shard == first.shard)
             .collect();

@@ -52,6 +52,7 @@ use kube::runtime::watcher;
 use valkey_api::v1alpha1::{ValkeyBackup, ValkeyCluster, ValkeyNode};
 
 use crate::parent::Settings;
+use crate::parent::kind_caches::KindCaches;
 use crate::parent::labels::CLUSTER_LABEL;
 use crate::parent::secret_cache::{SecretCache, read_by, readers};
 use context::Context;
@@ -61,12 +62,15 @@ pub const CONTROLLER: &str = "valkey-cluster-controller";
 /// Sets up the ValkeyCluster controller (its watch caches exist when this returns, so that
 /// readiness waits for them) and returns it, to run until shutdown or lost leadership.
 /// `backups`: the ValkeyBackups (when the API serves them), so that no slot move starts while
-/// one of the cluster is captured.
+/// one of the cluster is captured. With it, the caches it fills that the backup controller reads.
 pub fn start(
     handles: &plumbing::Handles,
     settings: Settings,
     backups: Option<Store<DeserializeGuard<ValkeyBackup>>>,
-) -> impl std::future::Future<Output = ()> + '_ {
+) -> (
+    impl std::future::Future<Output = ()> + '_,
+    KindCaches<ValkeyCluster>,
+) {
     let clusters = handles.cache::<DeserializeGuard<ValkeyCluster>>(watcher::Config::default());
     let nodes = handles.cache::<ValkeyNode>(watcher::Config::default().labels(CLUSTER_LABEL));
     // Every Secret's metadata: a cluster's own Secrets and those its spec names (see
@@ -98,6 +102,10 @@ pub fn start(
         claims.clone(),
     );
     let ctx = Context { backups, ..ctx };
+    let caches = KindCaches {
+        parents: clusters.store(),
+        nodes: nodes.store(),
+    };
     let run = handles.run_as(
         CONTROLLER,
         clusters,
@@ -115,5 +123,8 @@ pub fn start(
         },
         ctx,
     );
-    claims.kept_during(handles.namespace.as_deref(), run)
+    (
+        claims.kept_during(handles.namespace.as_deref(), run),
+        caches,
+    )
 }

@@ -20,6 +20,7 @@
 //! | the PodMonitor of the members' exporters | [`monitoring`] | yes |
 //! | every member's users, applied live | [`access`] ([`crate::access`] does it) | no (Valkey) |
 //! | Ready / Progressing / Degraded, problems in a person's words; progress | [`conditions`], [`progress`] | no |
+//! | the caches a kind's controller fills that the others read (its parents, its nodes) | [`kind_caches`] | no (caches) |
 //! | what can fail; what stops a pass | [`error`], [`stop`] | |
 //! | `spec.restoreFrom`: the backup, its manifest, each shard's snapshot and slots | [`restore`] | no (the store) |
 //! | `spec.restoreFrom` in a pass: the plan read once, first members shaped, the restore's end recorded, the append-only file turned on | [`restoring`] | yes |
@@ -32,6 +33,7 @@ pub mod conditions;
 pub mod context;
 pub mod error;
 pub mod external;
+pub mod kind_caches;
 pub mod labels;
 pub mod members;
 pub mod monitoring;

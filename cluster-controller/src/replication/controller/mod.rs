@@ -43,6 +43,7 @@ use valkey_api::contract::replication::REPLICATION_LABEL;
 use valkey_api::v1alpha1::{ValkeyNode, ValkeyReplication};
 
 use crate::parent::Settings;
+use crate::parent::kind_caches::KindCaches;
 use crate::parent::secret_cache::{SecretCache, read_by, readers};
 use context::Context;
 
@@ -50,11 +51,15 @@ use context::Context;
 pub const CONTROLLER: &str = "valkey-replication-controller";
 
 /// Sets up the ValkeyReplication controller (its watch caches exist when this returns) and
-/// returns it, to run until shutdown or lost leadership.
+/// returns it, to run until shutdown or lost leadership, with the caches it fills that the
+/// backup controller reads.
 pub fn start(
     handles: &plumbing::Handles,
     settings: Settings,
-) -> impl std::future::Future<Output = ()> + '_ {
+) -> (
+    impl std::future::Future<Output = ()> + '_,
+    KindCaches<ValkeyReplication>,
+) {
     let replications =
         handles.cache::<DeserializeGuard<ValkeyReplication>>(watcher::Config::default());
     let of_replications = watcher::Config::default().labels(REPLICATION_LABEL);
@@ -81,6 +86,10 @@ pub fn start(
         claims.clone(),
         handles.metrics.clone(),
     );
+    let caches = KindCaches {
+        parents: replications.store(),
+        nodes: nodes.store(),
+    };
     let run = handles.run_as(
         CONTROLLER,
         replications,
@@ -97,5 +106,8 @@ pub fn start(
         },
         ctx,
     );
-    claims.kept_during(handles.namespace.as_deref(), run)
+    (
+        claims.kept_during(handles.namespace.as_deref(), run),
+        caches,
+    )
 }
