@@ -10,33 +10,91 @@
 //! Publishing is best effort: an Event the API refuses is logged here and never fails the caller,
 //! because an Event records what was done and the doing must not depend on it.
 
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::time::Instant;
 
 /// The API server rejects an event note larger than this many bytes.
 pub const MAX_NOTE_BYTES: usize = 1024;
 /// The API server rejects a reason or an action longer than this many bytes.
 pub const MAX_REASON_BYTES: usize = 128;
 
+/// How long kube's recorder keeps an event it published, to fold a repeat of it into a series
+/// (its `CACHE_TTL`).
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
 /// Publishes Events with the controller's name as reporter. Cheap to clone; share one per binary
 /// so repeated events are folded into series.
 #[derive(Clone)]
 pub struct EventPublisher {
-    recorder: Recorder,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: kube::Client,
+    reporter: Reporter,
+    /// The recorder, and when it last published. kube's recorder keeps every event it published
+    /// and lets go of those older than [`SERIES_WINDOW`] only when it publishes again: after a
+    /// burst (a fleet created at once, thousands of Events) a controller at rest kept them all
+    /// for ever. So once it has published nothing for a whole window, when every event it keeps
+    /// has expired, it is replaced by an empty one ([`forget_when_idle`]); series are unchanged.
+    recorder: Mutex<(Recorder, Instant)>,
+    /// How many times the recorder was replaced (for tests).
+    renewals: std::sync::atomic::AtomicU64,
 }
 
 impl EventPublisher {
     /// `controller`: the reporting controller, e.g. `valkey.io/node-controller`.
-    /// `instance`: this replica, e.g. the pod name (the hostname when `None`).
+    /// `instance`: this replica, e.g. the pod name (the hostname when `None`). Within a Tokio
+    /// runtime, a task lets go of the events kept once the publisher is idle (see [`Shared`]).
     pub fn new(client: kube::Client, controller: &str, instance: Option<String>) -> Self {
+        Self::with_window(client, controller, instance, SERIES_WINDOW)
+    }
+
+    /// [`EventPublisher::new`] with another idle window than [`SERIES_WINDOW`] (for tests).
+    pub fn with_window(
+        client: kube::Client,
+        controller: &str,
+        instance: Option<String>,
+        window: Duration,
+    ) -> Self {
         let reporter = Reporter {
             controller: controller.to_owned(),
             instance,
         };
-        Self {
-            recorder: Recorder::new(client, reporter),
+        let recorder = Recorder::new(client.clone(), reporter.clone());
+        let shared = Arc::new(Shared {
+            client,
+            reporter,
+            recorder: Mutex::new((recorder, Instant::now())),
+            renewals: Default::default(),
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(forget_when_idle(Arc::downgrade(&shared), window));
         }
+        Self { shared }
+    }
+
+    /// How many times the kept events were let go of after a whole window idle.
+    pub fn renewals(&self) -> u64 {
+        self.shared
+            .renewals
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The recorder to publish with, marked as used now.
+    fn recorder(&self) -> Recorder {
+        let mut kept = self
+            .shared
+            .recorder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        kept.1 = Instant::now();
+        kept.0.clone()
     }
 
     /// A `Normal` event about `object`. `reason` is CamelCase (`CreatedWorkload`), `action` names
@@ -114,7 +172,7 @@ impl EventPublisher {
             note: Some(truncate(note, MAX_NOTE_BYTES).to_owned()).filter(|n| !n.is_empty()),
             secondary: related,
         };
-        if let Err(error) = self.recorder.publish(&event, reference).await {
+        if let Err(error) = self.recorder().publish(&event, reference).await {
             tracing::debug!(
                 %error,
                 reason = %event.reason,
@@ -123,6 +181,31 @@ impl EventPublisher {
             );
         }
     }
+}
+
+/// Every `window`, replaces the recorder of a publisher that published nothing in the whole
+/// window by an empty one; ends when the publisher is dropped.
+async fn forget_when_idle(shared: Weak<Shared>, window: Duration) {
+    loop {
+        tokio::time::sleep(window).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let mut kept = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
+        if idle_for(kept.1, Instant::now(), window) {
+            let fresh = Recorder::new(shared.client.clone(), shared.reporter.clone());
+            *kept = (fresh, Instant::now());
+            shared
+                .renewals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether a publisher that last published at `last` has been idle for a whole `window` at
+/// `now`: only then has every event it keeps expired.
+fn idle_for(last: Instant, now: Instant, window: Duration) -> bool {
+    now.saturating_duration_since(last) >= window
 }
 
 /// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character boundary.
@@ -168,6 +251,62 @@ mod tests {
         let cut = truncate(&accented, 5);
         assert_eq!(cut, "éé");
         assert!(cut.len() <= 5);
+    }
+
+    #[test]
+    fn only_a_whole_window_without_an_event_lets_the_kept_events_go() {
+        let last = Instant::now();
+        let at = |seconds| last + Duration::from_secs(seconds);
+        assert!(!idle_for(last, at(5 * 60), SERIES_WINDOW));
+        assert!(!idle_for(last, at(6 * 60 - 1), SERIES_WINDOW));
+        assert!(idle_for(last, at(6 * 60), SERIES_WINDOW));
+        // A clock read before the last publish is no idle time at all.
+        assert!(!idle_for(at(10), last, SERIES_WINDOW));
+    }
+
+    /// Once the publisher was idle for a whole window, the kept events are let go of: the same
+    /// event is created anew, where kube's recorder would have folded it into the first one's
+    /// series (its own expiry, six minutes, never comes into this test).
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn kept_events_are_let_go_of_after_a_whole_window_idle() {
+        use http::Method;
+        const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ns/events";
+        let (client, mut api) = crate::testing::mock_client();
+        let window = Duration::from_millis(200);
+        let publisher = EventPublisher::with_window(client, "test-controller", None, window);
+        let object = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            namespace: Some("ns".into()),
+            name: Some("m".into()),
+            ..Default::default()
+        };
+        let publish = |publisher: EventPublisher, object: ObjectReference| async move {
+            let note = "Configured the map.";
+            let p = &publisher;
+            p.publish(
+                &object,
+                None,
+                EventType::Normal,
+                "Configured",
+                "Apply",
+                note,
+            )
+            .await;
+        };
+        let sent = tokio::spawn(publish(publisher.clone(), object.clone()));
+        api.expect(Method::POST, EVENTS).await.echo();
+        sent.await.unwrap_or_else(|e| panic!("{e}"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while publisher.renewals() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never let go of");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let sent = tokio::spawn(publish(publisher.clone(), object.clone()));
+        api.expect(Method::POST, EVENTS).await.echo();
+        sent.await.unwrap_or_else(|e| panic!("{e}"));
+        api.done().await;
     }
 
     #[test]
