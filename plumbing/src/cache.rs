@@ -61,7 +61,7 @@ where
     /// A cache of the objects `api` and `config` select; `readiness` waits until it has listed.
     /// Each watch request lasts [`WATCH_TIMEOUT_SECONDS`] unless `config` says otherwise.
     pub fn new(api: kube::Api<K>, config: watcher::Config, readiness: &Readiness) -> Self {
-        Self::of(watch(api, bounded(config)), slim, readiness)
+        Self::keeping(api, config, readiness, keep_whole)
     }
 
     /// A cache like [`Cache::new`] whose objects keep only what `keep` leaves of them (after
@@ -191,6 +191,10 @@ impl Departures {
         }
     }
 }
+
+/// Keeps the whole object (but its `managedFields`, see [`slim`]): [`Cache::keeping`] for a
+/// kind every field of which may be read.
+pub fn keep_whole<K>(_: &mut K) {}
 
 /// What a cached object keeps: everything but its `managedFields`, which no pass reads (applies
 /// send objects without them) and which, one entry per field manager, are often the larger

@@ -80,7 +80,8 @@ impl EventPublisher {
     }
 
     /// How many times the kept events were let go of after a whole window idle.
-    pub fn renewals(&self) -> u64 {
+    #[cfg(test)]
+    fn renewals(&self) -> u64 {
         self.shared
             .renewals
             .load(std::sync::atomic::Ordering::Relaxed)

@@ -217,7 +217,7 @@ impl Handles {
             + Sync
             + 'static,
     {
-        Cache::new(self.api::<K>(), config, &self.readiness)
+        self.cache_keeping(config, crate::cache::keep_whole)
     }
 
     /// A watch cache like [`Handles::cache`] whose objects keep only what `keep` leaves of them

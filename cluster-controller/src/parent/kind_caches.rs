@@ -8,20 +8,11 @@ use kube::runtime::reflector::Store;
 use valkey_api::v1alpha1::ValkeyNode;
 
 /// The stores of one parent kind `K`, filled while its controller runs.
+#[derive(Clone)]
 pub struct KindCaches<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     /// Every object of the kind, as its controller reads them (a spec that does not deserialize
     /// is the guard's error).
     pub parents: Store<DeserializeGuard<K>>,
     /// The ValkeyNodes of the kind's members (by the kind's label).
     pub nodes: Store<ValkeyNode>,
-}
-
-// By hand: a derive would ask `K: Clone` of the guard's error too.
-impl<K: kube::Resource<DynamicType = ()> + Clone + 'static> Clone for KindCaches<K> {
-    fn clone(&self) -> Self {
-        Self {
-            parents: self.parents.clone(),
-            nodes: self.nodes.clone(),
-        }
-    }
 }
