@@ -13,6 +13,7 @@ pub mod events;
 pub mod health;
 pub mod key;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;

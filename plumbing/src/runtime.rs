@@ -125,6 +125,9 @@ impl Runtime {
             readiness.clone(),
         ));
 
+        // Detached: it ends with the runtime.
+        crate::memory::spawn_giving_back(crate::memory::GIVE_BACK_EVERY);
+
         let instance = std::env::var(POD_NAME_ENV).ok().filter(|n| !n.is_empty());
         let events = EventPublisher::new(client.clone(), names.controller, instance);
         Ok(Self {
