@@ -88,14 +88,16 @@ fn goal(c: &ControllerAtRest) -> String {
 }
 
 fn rest_rows(out: &mut Vec<String>, at_rest: &[&ControllerAtRest]) {
-    out.push("| controller | peak RSS (MiB) | steady RSS (MiB) | < 30 MiB | CPU s/min | reads/min | writes/min | busiest at rest (per min) |".into());
-    out.push("| --- | ---: | ---: | --- | ---: | ---: | ---: | --- |".into());
+    out.push("| controller | peak RSS (MiB) | steady RSS (MiB) | of it anonymous + file | < 30 MiB | CPU s/min | reads/min | writes/min | busiest at rest (per min) |".into());
+    out.push("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |".into());
     for c in at_rest {
         out.push(format!(
-            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.1} | {} |",
+            "| {} | {} | {} | {} + {} | {} | {:.2} | {:.1} | {:.1} | {} |",
             c.controller,
             mib(c.peak_rss_mib),
             mib(c.steady_rss_mib),
+            mib(c.steady_anonymous_mib),
+            mib(c.steady_file_mib),
             goal(c),
             c.cpu_seconds_per_minute,
             c.requests_per_minute.reads,

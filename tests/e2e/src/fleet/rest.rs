@@ -71,6 +71,10 @@ pub struct ControllerAtRest {
     pub peak_rss_mib: f64,
     /// The median VmRSS of the window's readings.
     pub steady_rss_mib: f64,
+    /// Of it (medians too): anonymous pages (heap, stacks, what the allocator kept) and file
+    /// pages (the binary's code: clean, shared, dropped first under memory pressure).
+    pub steady_anonymous_mib: f64,
+    pub steady_file_mib: f64,
     /// CPU (user + system) per minute of the window.
     pub cpu_seconds_per_minute: f64,
     /// API requests per minute of the window.
@@ -119,6 +123,8 @@ pub async fn measure(
             controller: p.binary.clone(),
             peak_rss_mib: peak,
             steady_rss_mib: w.steady_rss_kib() as f64 / 1024.0,
+            steady_anonymous_mib: w.steady_anonymous_kib() as f64 / 1024.0,
+            steady_file_mib: w.steady_file_kib() as f64 / 1024.0,
             cpu_seconds_per_minute: w.cpu_seconds_per_minute(),
             requests_per_minute: Requests::per_minute(&requests, elapsed),
             rss_goal_mib: RSS_GOAL_MIB,

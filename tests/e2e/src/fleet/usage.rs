@@ -1,5 +1,11 @@
-//! What a controller process uses, read from `/proc/<pid>`: resident memory now (VmRSS) and at
-//! its highest (VmHWM), and the CPU time it has had (utime + stime of `/proc/<pid>/stat`).
+//! What a controller process uses, read from `/proc/<pid>`: resident memory now (VmRSS, and of
+//! it the anonymous pages, RssAnon, and the file pages, RssFile) and at its highest (VmHWM), and
+//! the CPU time it has had (utime + stime of `/proc/<pid>/stat`).
+//!
+//! The split says what the resident set is: anonymous pages are what the process holds (its heap,
+//! stacks, what the allocator kept); file pages are its binary's code and read-only data, clean,
+//! shared with every process that maps the same file, and the first thing the kernel drops under
+//! memory pressure.
 
 use std::time::Duration;
 
@@ -9,6 +15,9 @@ use crate::{E2eError, Result};
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {
     pub rss_kib: u64,
+    /// Of `rss_kib`: anonymous pages, and pages of mapped files (the binary).
+    pub anonymous_kib: u64,
+    pub file_kib: u64,
     pub peak_rss_kib: u64,
     /// User and system CPU time since the process started.
     pub cpu: Duration,
@@ -31,6 +40,8 @@ impl Usage {
             .ok_or_else(|| E2eError::Check(format!("/proc/{pid}/stat: no utime/stime")))?;
         Ok(Self {
             rss_kib: field("VmRSS")?,
+            anonymous_kib: field("RssAnon")?,
+            file_kib: field("RssFile")?,
             peak_rss_kib: field("VmHWM")?,
             cpu: Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second() as f64),
         })
@@ -97,9 +108,23 @@ impl Window {
 
     /// The median resident memory of the window's readings: the process at rest.
     pub fn steady_rss_kib(&self) -> u64 {
-        let mut rss: Vec<u64> = self.samples.iter().map(|s| s.rss_kib).collect();
-        rss.sort_unstable();
-        rss.get(rss.len() / 2).copied().unwrap_or(0)
+        self.median(|s| s.rss_kib)
+    }
+
+    /// The median of the anonymous part of the resident memory (see the module's comment).
+    pub fn steady_anonymous_kib(&self) -> u64 {
+        self.median(|s| s.anonymous_kib)
+    }
+
+    /// The median of the file-backed part of the resident memory.
+    pub fn steady_file_kib(&self) -> u64 {
+        self.median(|s| s.file_kib)
+    }
+
+    fn median(&self, of: impl Fn(&Usage) -> u64) -> u64 {
+        let mut values: Vec<u64> = self.samples.iter().map(of).collect();
+        values.sort_unstable();
+        values.get(values.len() / 2).copied().unwrap_or(0)
     }
 
     /// The highest resident memory the process ever had, as of the last reading.
@@ -118,8 +143,10 @@ mod tests {
 
     #[test]
     fn reads_memory_and_cpu_fields() {
-        let status = "Name:\tnode-controller\nVmHWM:\t   41234 kB\nVmRSS:\t   20480 kB\n";
+        let status = "Name:\tnode-controller\nVmHWM:\t   41234 kB\nVmRSS:\t   20480 kB\nRssAnon:\t   12288 kB\nRssFile:\t    8192 kB\n";
         assert_eq!(kib_field(status, "VmRSS"), Some(20480));
+        assert_eq!(kib_field(status, "RssAnon"), Some(12288));
+        assert_eq!(kib_field(status, "RssFile"), Some(8192));
         assert_eq!(kib_field(status, "VmHWM"), Some(41234));
         assert_eq!(kib_field(status, "VmSwap"), None);
         // A command name with a space and a parenthesis does not shift the fields.
@@ -133,6 +160,8 @@ mod tests {
     fn a_window_gives_cpu_per_minute_and_median_memory() {
         let at = |cpu_s: u64, rss: u64, peak: u64| Usage {
             rss_kib: rss,
+            anonymous_kib: rss - 5,
+            file_kib: 5,
             peak_rss_kib: peak,
             cpu: Duration::from_secs(cpu_s),
         };
@@ -142,6 +171,8 @@ mod tests {
         };
         assert!((window.cpu_seconds_per_minute() - 1.5).abs() < 1e-9);
         assert_eq!(window.steady_rss_kib(), 20);
+        assert_eq!(window.steady_anonymous_kib(), 15);
+        assert_eq!(window.steady_file_kib(), 5);
         assert_eq!(window.peak_rss_kib(), 60);
         assert_eq!(Window::default().cpu_seconds_per_minute(), 0.0);
     }
