@@ -33,6 +33,7 @@ help:
 	@echo "make bench-charts     draw the benchmarks' charts (docs/charts/) again from bench/results/"
 	@echo "make chaos            every operation crossed with every fault, with writers (hours; CHAOS_SEED, CHAOS_FILTER)"
 	@echo "make images           OCI archives of both controllers' images in target/images (no Docker needed)"
+	@echo "make test-images      the same archives from the debug build, for make test (no release build)"
 	@echo "make localkube        start the local control plane;  make localkube-down stops it"
 
 ## ---- build and generated files ----------------------------------------------------------------
@@ -67,11 +68,13 @@ lint:
 # Everything the issues ask to be tested. With KUBECONFIG set, the end-to-end tests run on that
 # cluster; without it they start the local control plane with its real node (kubelet, containerd,
 # registry: tests/localkube/realnode) and stop it (checking nothing is left). The controllers'
-# images (make images) are built first: the supervisor pushes them to the real node's registry
-# when it starts, and the chart's test there installs them.
+# images are built first: the supervisor pushes them to the real node's registry when it starts,
+# and the chart's test there installs them. They are make test-images, the debug build of the same
+# sources (`build`) on a glibc base, so make test does not build every dependency a second time
+# in release with crt-static; make images builds those static release images for users.
 test: check-generated lint lint-dockerfiles localkube-check localkube-tools previous-release build unit
 ifeq ($(strip $(KUBECONFIG)),)
-	$(MAKE) images
+	$(MAKE) test-images
 	$(MAKE) LOCALKUBE_REAL_NODE=1 localkube localkube-images
 	KUBECONFIG=$(LOCALKUBE_KUBECONFIG) LOCALKUBE_REAL_NODE=1 $(MAKE) e2e; status=$$?; $(MAKE) localkube-down && exit $$status
 else

@@ -1,5 +1,5 @@
-# make demo, make images (images-docker), make lint-dockerfiles. Included by the root Makefile (which defines ROOT
-# and CARGO and includes tests/localkube/localkube.mk first).
+# make demo, make images (images-docker, test-images), make lint-dockerfiles. Included by the root
+# Makefile (which defines ROOT and CARGO and includes tests/localkube/localkube.mk first).
 
 # The images' tag is the chart's appVersion, which is also the chart's default tag.
 IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' $(ROOT)/charts/valkey-operator/Chart.yaml)
@@ -12,7 +12,7 @@ CONTROLLERS := node-controller cluster-controller
 HADOLINT_VERSION := 2.15.1
 HADOLINT := $(ROOT)/.localkube/bin/hadolint
 
-.PHONY: demo images images-docker lint-dockerfiles
+.PHONY: demo images test-images images-docker lint-dockerfiles
 
 ## The local control plane, both controllers from the chart, examples/valkeycluster.yaml Ready.
 demo: localkube-tools localkube-images localkube
@@ -28,6 +28,15 @@ images: realnode-prereqs
 		$(foreach c,$(CONTROLLERS),-p $(c)) -p backup
 	IMAGE_PREFIX=$(IMAGE_PREFIX) bash $(ROOT)/tests/localkube/realnode/oci.sh controllers $(IMAGES_DIR) $(IMAGE_TAG) \
 		$(ROOT)/target/$(IMAGE_TRIPLE)/release
+
+## The same two images for the tests (make test), from the workspace's debug build that `build`
+## leaves in target/debug (or CARGO_TARGET_DIR's debug): the binaries without their debug info on
+## Debian's glibc (oci.sh test-controllers), same names, tag and layout, into the same directory.
+## No release build: the tests install the debug build of the same sources.
+TEST_IMAGE_BINS := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)/debug
+test-images: realnode-prereqs build
+	IMAGE_PREFIX=$(IMAGE_PREFIX) bash $(ROOT)/tests/localkube/realnode/oci.sh test-controllers $(IMAGES_DIR) $(IMAGE_TAG) \
+		$(TEST_IMAGE_BINS)
 
 ## The same images built by a Docker engine from the root Dockerfile (into the engine's store).
 images-docker:

@@ -139,24 +139,25 @@ pub fn memory_limit(pid: u32) -> Result<u64> {
         .map_err(|e| E2eError::Check(format!("{file}: {text:?}: {e}")))
 }
 
-/// An image built by `make images` (`target/images/<name>.oci.tar`): the reference the
-/// supervisor pushes it under (`<name>.refs`, e.g. `valkey-operator/node-controller:0.1.0`) and
-/// its manifest's digest.
+/// An image built by `make test-images` or `make images` (`target/images/<name>.oci.tar`): the
+/// reference the supervisor pushes it under (`<name>.refs`, e.g.
+/// `valkey-operator/node-controller:0.1.0`) and its manifest's digest.
 pub struct BuiltImage {
     pub repository: String,
     pub tag: String,
     pub digest: String,
 }
 
-/// The controller image `name` as `make images` wrote it, and present in localkube's registry
-/// under its reference with the same digest; otherwise an error saying what to do.
+/// The controller image `name` as `make test-images` (or `make images`) wrote it, and present in
+/// localkube's registry under its reference with the same digest; otherwise an error saying what
+/// to do.
 pub async fn built_image(name: &str) -> Result<BuiltImage> {
     let dir = crate::repo_root().join("target/images");
     let archive = dir.join(format!("{name}.oci.tar"));
     let refs = dir.join(format!("{name}.refs"));
     if !archive.is_file() || !refs.is_file() {
         return Err(E2eError::Check(format!(
-            "{} is missing: run `make images` (OCI archives of both controllers) before \
+            "{} is missing: run `make test-images` (OCI archives of both controllers) before \
              localkube starts, whose supervisor pushes target/images to its registry",
             archive.display()
         )));
@@ -176,7 +177,7 @@ pub async fn built_image(name: &str) -> Result<BuiltImage> {
     if served.as_deref() != Some(digest.as_str()) {
         return Err(E2eError::Check(format!(
             "localkube's registry serves {reference} as {served:?}, not {digest} of {}: the \
-             supervisor pushes target/images when it starts, so run `make images` before \
+             supervisor pushes target/images when it starts, so run `make test-images` before \
              `LOCALKUBE_REAL_NODE=1 make localkube` (or restart localkube after it)",
             archive.display()
         )));

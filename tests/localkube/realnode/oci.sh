@@ -4,6 +4,10 @@
 #
 #   oci.sh controllers OUT TAG BIN_DIR  valkey-operator/{node,cluster}-controller:TAG from the
 #                                       static binaries in BIN_DIR, into OUT (make images)
+#   oci.sh test-controllers OUT TAG BIN_DIR
+#                                       the same images from the dynamically linked (glibc)
+#                                       binaries in BIN_DIR, debug info stripped, on Debian's
+#                                       glibc: the workspace's debug build (make test-images)
 #   oci.sh localkube [OUT]              the real node's images from what images.sh assembled, into
 #                                       OUT (default .localkube/oci): valkey/valkey 9.1 and 8.0,
 #                                       oliver006/redis_exporter, and the sandbox image
@@ -33,6 +37,9 @@ REALNODE_BUILD=$LK/build/realnode
 VALKEY_BASE_PACKAGES=(libc6 libgcc-s1 libstdc++6 libsystemd0 libcap2 libgcrypt20 libgpg-error0 liblz4-1 liblzma5 libzstd1)
 # Debian's prometheus-redis-exporter links glibc.
 EXPORTER_BASE_PACKAGES=(libc6)
+# The workspace's dynamically linked binaries (test-controllers) need glibc (libc, libm, the
+# loader) and libgcc_s (readelf -d: NEEDED); checked after assembly like the others.
+CONTROLLER_BASE_PACKAGES=(libc6 libgcc-s1)
 CA_PACKAGE=ca-certificates
 
 command -v umoci >/dev/null || die "umoci is missing (Debian's package; tests/localkube/realnode/prereqs.sh installs it)"
@@ -89,7 +96,8 @@ pack() {
 # Debian's packages, unpacked once per package list into .localkube/build (kept: a changed image
 # does not fetch them again). Prints the directory.
 debian_root() {
-	local dir=$REALNODE_BUILD/debian-$(printf '%s\n' "$@" | sha256sum | cut -c1-12)
+	local dir
+	dir=$REALNODE_BUILD/debian-$(printf '%s\n' "$@" | sha256sum | cut -c1-12)
 	if [[ ! -f $dir/.done ]]; then
 		log "apt-get download $* (Debian bookworm)"
 		rm -rf "$dir"
@@ -100,6 +108,14 @@ debian_root() {
 		touch "$dir/.done"
 	fi
 	echo "$dir/root"
+}
+
+# base_copy BASE ROOTFS: a debian_root as an image's base, without documentation, locales and
+# iconv modules: nothing a server reads.
+base_copy() {
+	local base=$1 rootfs=$2
+	cp -a "$base/." "${rootfs:?}/"
+	rm -rf "${rootfs:?}/usr/share" "$rootfs/usr/lib/x86_64-linux-gnu/gconv" "$rootfs/etc/ld.so.conf.d"
 }
 
 # The CA bundle as update-ca-certificates writes it: every certificate Debian ships, in name order.
@@ -119,30 +135,47 @@ accounts() {
 	chmod 0644 "$rootfs/etc/passwd" "$rootfs/etc/group"
 }
 
-# A static program's image, as the root Dockerfile's distroless base lays it out: the binary, CA
-# certificates, the nonroot user (65532) with its home, /tmp; no shell, no libc.
-# Further static programs (EXTRA...) go beside it in /usr/local/bin: the node-controller's image
-# carries valkey-restore, the init container of a member restored from a backup.
+# A controller's image, as the root Dockerfile's distroless base lays it out: the binary as
+# /usr/local/bin/controller, CA certificates, the nonroot user (65532) with its home, /tmp; no shell.
+# Further programs (EXTRA...) go beside it in /usr/local/bin: the node-controller's image carries
+# valkey-restore, the init container of a member restored from a backup.
+# LINKING says what the programs are and what goes under them:
+#   static  static programs (make images), copied as they are; no libc
+#   glibc   dynamically linked programs (make test-images: the debug build), copied without their
+#           debug info onto Debian's glibc (CONTROLLER_BASE_PACKAGES), every library they need
+#           checked to come from the image
 controller_image() {
-	local out=$1 tag=$2 bin=$3 name=$4
-	shift 4
-	local extra=("$@") prog
+	local out=$1 tag=$2 linking=$3 bin=$4 name=$5
+	shift 5
+	local extra=("$@") prog interpreters
 	for prog in "$bin" "${extra[@]}"; do
-		[[ -x $prog ]] || die "$prog is missing (make images builds it)"
-		! readelf -lW "$prog" | grep -q 'program interpreter' || die "$prog is not statically linked"
+		[[ -x $prog ]] || die "$prog is missing (make images builds the static ones, make build the others)"
+		interpreters=$(readelf -lW "$prog" | grep -c 'program interpreter' || true)
+		case $linking in
+		static) ((interpreters == 0)) || die "$prog is not statically linked" ;;
+		glibc) ((interpreters > 0)) || die "$prog is statically linked (oci.sh controllers packs it)" ;;
+		*) die "linking $linking: static or glibc" ;;
+		esac
 	done
 	local refs=("${IMAGE_PREFIX:-valkey-operator}/$name:$tag")
+	local packages=() inputs=("$bin" "${extra[@]}") base=
+	if [[ $linking == glibc ]]; then
+		packages=("${CONTROLLER_BASE_PACKAGES[@]}")
+		base=$(debian_root "${packages[@]}")
+		inputs+=("$base/../.done")
+	fi
 	local digest
-	digest=$(printf '%s\n' "$name" "${refs[@]}" | inputs_digest "$bin" "${extra[@]}")
+	digest=$(printf '%s\n' "$name" "$linking" "${refs[@]}" "${packages[@]}" | inputs_digest "${inputs[@]}")
 	if up_to_date "$out" "$name" "$digest"; then
 		log "$name up to date"
 		return
 	fi
 	local rootfs
 	rootfs=$(mktemp -d)
-	install -D -m 0755 "$bin" "$rootfs/usr/local/bin/controller"
+	[[ -z $base ]] || base_copy "$base" "$rootfs"
+	install_program "$linking" "$rootfs" "$bin" controller
 	for prog in "${extra[@]}"; do
-		install -D -m 0755 "$prog" "$rootfs/usr/local/bin/$(basename "$prog")"
+		install_program "$linking" "$rootfs" "$prog" "$(basename "$prog")"
 	done
 	accounts "$rootfs" nonroot 65532 /home/nonroot
 	install -d -m 0700 "$rootfs/home/nonroot"
@@ -157,22 +190,40 @@ controller_image() {
 	rm -rf "$rootfs"
 }
 
+# install_program LINKING ROOTFS PROGRAM NAME: PROGRAM as ROOTFS/usr/local/bin/NAME. A dynamically
+# linked one loses its debug info (most of a debug build's size; the image needs none of it) and
+# must find every library it needs inside ROOTFS.
+install_program() {
+	local linking=$1 rootfs=$2 prog=$3 dst=$2/usr/local/bin/$4
+	install -d "$rootfs/usr/local/bin"
+	if [[ $linking == static ]]; then
+		install -m 0755 "$prog" "$dst"
+		return
+	fi
+	objcopy --strip-debug "$prog" "$dst"
+	chmod 0755 "$dst"
+	check_libraries "$rootfs" "$dst"
+}
+
+# controllers OUT TAG BIN_DIR LINKING: both controllers' images (controller_image).
 controllers() {
-	local out=$1 tag=$2 bin_dir=$3
+	local out=$1 tag=$2 bin_dir=$3 linking=$4
 	[[ -n $tag ]] || die "no tag"
-	local c
-	controller_image "$out" "$tag" "$bin_dir/node-controller" node-controller "$bin_dir/valkey-restore"
-	controller_image "$out" "$tag" "$bin_dir/cluster-controller" cluster-controller
+	controller_image "$out" "$tag" "$linking" "$bin_dir/node-controller" node-controller "$bin_dir/valkey-restore"
+	controller_image "$out" "$tag" "$linking" "$bin_dir/cluster-controller" cluster-controller
 }
 
 # The loader's view of a binary inside ROOTFS: fails unless every library it needs resolves to a
-# file of the image (not of the machine building it).
+# file of the image (not of the machine building it), with every symbol version it asks for (a
+# binary linked against a newer glibc than the image's lists it, says "version ... not found" and
+# still exits 0).
 check_libraries() {
 	local rootfs=$1 bin=$2
 	local paths="$rootfs/usr/local/lib:$rootfs/lib/x86_64-linux-gnu:$rootfs/usr/lib/x86_64-linux-gnu"
 	local listing
 	listing=$("$rootfs/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$paths" --list "$bin" 2>&1) ||
 		die "$bin does not load in its image: $listing"
+	[[ $listing != *"not found"* ]] || die "$bin does not load in its image: $listing"
 	local outside
 	outside=$(awk '/=>/ && $3 !~ /^\(/ {print $3}' <<<"$listing" | while read -r lib; do
 		[[ $(realpath -m "$lib") == "$rootfs"/* ]] || echo "$lib"
@@ -201,9 +252,7 @@ valkey_image() {
 	fi
 	local rootfs
 	rootfs=$(mktemp -d)
-	cp -a "$base/." "$rootfs/"
-	# Documentation, locales and iconv modules: nothing a server reads.
-	rm -rf "$rootfs/usr/share" "$rootfs/usr/lib/x86_64-linux-gnu/gconv" "$rootfs/etc/ld.so.conf.d"
+	base_copy "$base" "$rootfs"
 	install -D -m 0755 "$src/bin/valkey-server" "$rootfs/usr/local/bin/valkey-server"
 	install -m 0755 "$src/bin/valkey-cli" "$entrypoint" "$rootfs/usr/local/bin/"
 	local alias
@@ -244,8 +293,7 @@ exporter_image() {
 	fi
 	local rootfs
 	rootfs=$(mktemp -d)
-	cp -a "$base/." "$rootfs/"
-	rm -rf "$rootfs/usr/share" "$rootfs/usr/lib/x86_64-linux-gnu/gconv" "$rootfs/etc/ld.so.conf.d"
+	base_copy "$base" "$rootfs"
 	install -D -m 0755 "$bin" "$rootfs/redis_exporter"
 	check_libraries "$rootfs" "$rootfs/redis_exporter"
 	mkdir -p "$rootfs/etc/ssl/certs"
@@ -279,7 +327,11 @@ pause_image() {
 case ${1:-} in
 controllers)
 	[[ $# -eq 4 ]] || die "usage: $0 controllers OUT TAG BIN_DIR"
-	controllers "$2" "$3" "$4"
+	controllers "$2" "$3" "$4" static
+	;;
+test-controllers)
+	[[ $# -eq 4 ]] || die "usage: $0 test-controllers OUT TAG BIN_DIR"
+	controllers "$2" "$3" "$4" glibc
 	;;
 localkube)
 	out=${2:-$LK/oci}
@@ -288,5 +340,5 @@ localkube)
 	exporter_image "$out"
 	pause_image "$out"
 	;;
-*) die "usage: $0 controllers OUT TAG BIN_DIR | localkube [OUT]" ;;
+*) die "usage: $0 controllers|test-controllers OUT TAG BIN_DIR | localkube [OUT]" ;;
 esac

@@ -1,8 +1,8 @@
 //! localkube's real node (the upstream kubelet, containerd and runc, pulling the images built
 //! here from localkube's registry): the chart installed there with the controllers' images that
-//! `make images` writes; and ValkeyClusters whose servers run there while the controllers run as
-//! for every other test: formation, a failover with a writer, the exporter scraped, a rolling
-//! image change. Placement is off (one node holds every member) and so is persistence (the
+//! `make test-images` writes; and ValkeyClusters whose servers run there while the controllers
+//! run as for every other test: formation, a failover with a writer, the exporter scraped, a
+//! rolling image change. Placement is off (one node holds every member) and so is persistence (the
 //! process kubelet's volume provisioner serves its own nodes only).
 
 use std::time::Duration;
@@ -209,7 +209,7 @@ impl Drop for Release {
     }
 }
 
-/// The values that put a controller on the real node, from the image `make images` built
+/// The values that put a controller on the real node, from the image `make test-images` built
 /// (pulled every time, so a stale image of the same tag in containerd's store cannot stand in).
 fn controller_values(image: &BuiltImage, ns: &str) -> String {
     format!(
@@ -223,7 +223,7 @@ fn controller_values(image: &BuiltImage, ns: &str) -> String {
 }
 
 /// `helm install` of this checkout's chart onto the real node, with the controllers' images
-/// built by `make images` (the supervisor pushed them to its registry under the chart's own
+/// built by `make test-images` (the supervisor pushed them to its registry under the chart's own
 /// repository names), both controllers running as the chart makes them: non-root, a read-only
 /// root, passing their probes under the real kubelet, reaching the API server through the
 /// `kubernetes` Service. The installed controllers then make a one-member ValkeyCluster Ready.

@@ -96,7 +96,7 @@ func (p Paths) RegistryConfig() string   { return p.state("registry", "config.ym
 func (p Paths) RegistryStorage() string  { return p.state("registry", "storage") }
 
 // ImageDirs hold the OCI archives pushed into the registry at start: the real node's images
-// (realnode/oci.sh localkube) and the controllers' (make images), when built.
+// (realnode/oci.sh localkube) and the controllers' (make test-images or make images), when built.
 func (p Paths) ImageDirs() []string {
 	return []string{filepath.Join(p.l.Dir, "oci"), filepath.Join(p.l.Root, "target", "images")}
 }
