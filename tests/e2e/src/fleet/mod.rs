@@ -42,6 +42,9 @@ pub struct Profile {
     pub simulated: usize,
     /// The image the simulated ValkeyNodes name (never pulled: no container runs).
     pub simulated_image: String,
+    /// Whether the simulated fleet is rolled by a spec change after its rest window (at 3,000
+    /// nodes the roll takes longer than everything else: the StatefulSet controller's pace).
+    pub spec_change: bool,
     /// After Ready, how long without a write by the controllers counts as settled...
     pub quiet: Duration,
     /// ...and the longest wait for it before the rest window starts anyway.
@@ -66,7 +69,8 @@ pub const CREATE_SPEC: &str = "{shards: 3, replicas: 1, persistence: {enabled: f
 impl Profile {
     /// `FLEET_CLUSTERS` (100), `FLEET_SIMULATED` (3000), `FLEET_REST_SECONDS` (120),
     /// `FLEET_QUIET_SECONDS` (15), `FLEET_SETTLE_SECONDS` (180), `FLEET_CLUSTER_SPEC`,
-    /// `FLEET_CREATE_SPEC`, `FLEET_TIMEOUT_SECONDS` (by size when unset).
+    /// `FLEET_CREATE_SPEC`, `FLEET_SPEC_CHANGE` (1; 0 skips the simulated fleet's roll),
+    /// `FLEET_TIMEOUT_SECONDS` (by size when unset).
     pub fn from_env() -> Self {
         Self {
             clusters: env_or("FLEET_CLUSTERS", 100),
@@ -74,6 +78,7 @@ impl Profile {
             create_spec: env_or("FLEET_CREATE_SPEC", CREATE_SPEC.to_owned()),
             simulated: env_or("FLEET_SIMULATED", 3000),
             simulated_image: "valkey/valkey:9.1".into(),
+            spec_change: env_or("FLEET_SPEC_CHANGE", 1u8) != 0,
             quiet: Duration::from_secs(env_or("FLEET_QUIET_SECONDS", 15)),
             settle: Duration::from_secs(env_or("FLEET_SETTLE_SECONDS", 180)),
             rest: Duration::from_secs(env_or("FLEET_REST_SECONDS", 120)),
@@ -94,6 +99,7 @@ impl Profile {
             create_spec: "{shards: 1, replicas: 0, persistence: {enabled: false}}".into(),
             simulated: 30,
             simulated_image: "valkey/valkey:9.1".into(),
+            spec_change: true,
             quiet: Duration::from_secs(3),
             settle: Duration::from_secs(30),
             rest: Duration::from_secs(5),
@@ -118,8 +124,13 @@ impl Profile {
             .filter(|d| !d.is_empty())
             .map(|d| format!("OPERATOR_BIN_DIR={d} "))
             .unwrap_or_default();
+        let no_roll = if self.spec_change {
+            ""
+        } else {
+            "FLEET_SPEC_CHANGE=0 "
+        };
         format!(
-            "{binaries}FLEET_CLUSTERS={} FLEET_SIMULATED={} FLEET_REST_SECONDS={} \
+            "{binaries}FLEET_CLUSTERS={} FLEET_SIMULATED={} {no_roll}FLEET_REST_SECONDS={} \
              FLEET_QUIET_SECONDS={} FLEET_SETTLE_SECONDS={} cargo test --workspace --test bench \
              -- --ignored --nocapture bench_fleet",
             self.clusters,

@@ -196,11 +196,14 @@ fn simulated_section(out: &mut Vec<String>, s: &SimulatedFleet) {
         busiest(&s.formation_requests, false)
     ));
     out.push(String::new());
-    out.push(format!(
-        "A pod annotation added to every ValkeyNode (sent in {:.1} s): in every StatefulSet \
-         {:.1} s after the first patch, every pod replaced and Running {:.1} s after it.",
-        s.spec_change.patch_seconds, s.spec_change.workloads_seconds, s.spec_change.pods_seconds
-    ));
+    out.push(match &s.spec_change {
+        Some(change) => format!(
+            "A pod annotation added to every ValkeyNode (sent in {:.1} s): in every StatefulSet \
+             {:.1} s after the first patch, every pod replaced and Running {:.1} s after it.",
+            change.patch_seconds, change.workloads_seconds, change.pods_seconds
+        ),
+        None => "No spec change this run (`FLEET_SPEC_CHANGE=0`).".into(),
+    });
 }
 
 /// The markdown section.

@@ -79,7 +79,8 @@ pub struct SimulatedFleet {
     pub settled: Settled,
     pub rest_seconds: f64,
     pub at_rest: ControllerAtRest,
-    pub spec_change: SpecChange,
+    /// `None` when the run skipped it (`FLEET_SPEC_CHANGE=0`).
+    pub spec_change: Option<SpecChange>,
     pub node: NodeActivity,
 }
 
@@ -216,10 +217,40 @@ async fn measure(
         .pop()
         .ok_or_else(|| E2eError::Check("no figures of the node-controller at rest".into()))?;
 
-    let change = format!("{}", started.elapsed().as_millis());
+    let spec_change = if profile.spec_change {
+        let change = format!("{}", started.elapsed().as_millis());
+        Some(roll(&names, &nodes, &workloads, &pods, &change, deadline).await?)
+    } else {
+        None
+    };
+    node_controller.terminate().await?;
+    Ok(SimulatedFleet {
+        valkey_nodes: wanted,
+        pods_running_seconds: pods_running.as_secs_f64(),
+        formation_requests,
+        not_ready,
+        settled,
+        rest_seconds: profile.rest.as_secs_f64(),
+        at_rest,
+        spec_change,
+        node: activity(node),
+    })
+}
+
+/// The spec change: `change` as a pod annotation on every ValkeyNode of `names`, then the waits
+/// until every StatefulSet's template and every pod carries it.
+async fn roll(
+    names: &[String],
+    nodes: &kube::Api<ValkeyNode>,
+    workloads: &Watched<StatefulSet>,
+    pods: &Watched<Pod>,
+    change: &str,
+    deadline: std::time::Duration,
+) -> Result<SpecChange> {
+    let wanted = names.len();
     let patch = json!({"spec": {"podAnnotations": {CHANGE_ANNOTATION: change}}});
     let patched_from = Instant::now();
-    for_each_node(&names, |name| {
+    for_each_node(names, |name| {
         let (nodes, patch) = (nodes.clone(), patch.clone());
         async move {
             nodes
@@ -240,7 +271,7 @@ async fn measure(
                         .as_ref()
                         .and_then(|s| s.template.metadata.as_ref())
                         .and_then(|m| m.annotations.as_ref()),
-                    &change,
+                    change,
                 )
             })
             .count();
@@ -261,7 +292,7 @@ async fn measure(
             let carrying = pods
                 .state()
                 .iter()
-                .filter(|p| running(p) && carries(p.metadata.annotations.as_ref(), &change))
+                .filter(|p| running(p) && carries(p.metadata.annotations.as_ref(), change))
                 .count();
             async move {
                 Ok(if carrying == wanted {
@@ -282,18 +313,7 @@ async fn measure(
         "fleet: a pod annotation on {wanted} ValkeyNodes reached every StatefulSet in {:.1} s, every pod in {:.1} s",
         spec_change.workloads_seconds, spec_change.pods_seconds
     );
-    node_controller.terminate().await?;
-    Ok(SimulatedFleet {
-        valkey_nodes: wanted,
-        pods_running_seconds: pods_running.as_secs_f64(),
-        formation_requests,
-        not_ready,
-        settled,
-        rest_seconds: profile.rest.as_secs_f64(),
-        at_rest,
-        spec_change,
-        node: activity(node),
-    })
+    Ok(spec_change)
 }
 
 /// How many ValkeyNodes report ready, and what the first that does not says.
