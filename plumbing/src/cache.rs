@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::health::{Readiness, SyncHandle};
+use crate::index::LabelIndex;
 use crate::key::ObjectKey;
 
 /// How long the API server keeps one watch request open (`timeoutSeconds`) before the cache
@@ -107,6 +108,19 @@ where
     /// A reader of the store; clones see the same objects.
     pub fn store(&self) -> Store<K> {
         self.store.clone()
+    }
+
+    /// The cache with `index` kept in step with its store: every watch event the store takes,
+    /// the index takes next (see [`LabelIndex`]).
+    pub fn indexed(self, index: LabelIndex) -> Self {
+        let events = self
+            .events
+            .inspect_ok(move |event| index.observe(event))
+            .boxed();
+        Self {
+            store: self.store,
+            events,
+        }
     }
 
     /// Every object added, changed or deleted: what wakes the owner of a child.
@@ -282,5 +296,41 @@ mod tests {
         d.observe(&Event::InitApply(cm("d")));
         assert_eq!(d.observe(&Event::<ConfigMap>::InitDone), vec![key("c")]);
         assert_eq!(d.observe(&Event::Delete(cm("b"))), vec![key("b")]);
+    }
+
+    #[tokio::test]
+    async fn an_index_says_what_the_store_holds_after_every_event() {
+        use kube::ResourceExt;
+        let labelled = |name: &str, group: &str| {
+            let mut object = cm(name);
+            object.metadata.labels = Some([("group".to_owned(), group.to_owned())].into());
+            object
+        };
+        let events = futures::stream::iter(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(labelled("a", "one"))),
+            Ok(Event::InitApply(labelled("b", "one"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(labelled("c", "two"))),
+            Ok(Event::Delete(labelled("a", "one"))),
+            Ok(Event::Apply(labelled("b", "two"))),
+        ]);
+        let index = LabelIndex::new("group");
+        let cache = Cache::of(events, slim, &Readiness::new(false)).indexed(index.clone());
+        let store = cache.store();
+        let mut stream = cache.touched();
+        while stream.next().await.is_some() {}
+
+        for group in ["one", "two"] {
+            let mut in_store: Vec<String> = store
+                .state()
+                .iter()
+                .filter(|o| o.labels().get("group").map(String::as_str) == Some(group))
+                .map(|o| o.name_any())
+                .collect();
+            in_store.sort();
+            assert_eq!(index.names("ns", group), in_store, "group {group}");
+        }
+        assert_eq!(index.names("ns", "two"), vec!["b", "c"]);
     }
 }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod conditions;
 pub mod events;
 pub mod health;
+pub mod index;
 pub mod key;
 pub mod leader;
 pub mod memory;

@@ -2,25 +2,40 @@
 //! children, and what this process last applied of each child (forgotten when its node goes).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use plumbing::ObjectKey;
 use plumbing::events::EventPublisher;
+use plumbing::index::LabelIndex;
 
 /// Watch caches of everything the node-controller owns, so a pass reads no child from the API.
 #[derive(Clone)]
 pub struct Stores {
     pub pods: Store<Pod>,
+    /// The pods' names by their node (the `valkey.io/node` label): a pass finds its own pods
+    /// without looking at every pod of the fleet.
+    pub pods_by_node: LabelIndex,
     pub stateful_sets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
     pub config_maps: Store<ConfigMap>,
     pub pvcs: Store<PersistentVolumeClaim>,
     /// The Secrets the nodes name (credentials, TLS), from a watch of their metadata.
     pub secrets: plumbing::secret_cache::SecretCache,
+}
+
+impl Stores {
+    /// The pods of ValkeyNode `node` in `namespace` (terminating ones too), from the cache.
+    pub fn pods_of(&self, namespace: &str, node: &str) -> Vec<Arc<Pod>> {
+        self.pods_by_node
+            .names(namespace, node)
+            .into_iter()
+            .filter_map(|name| self.pods.get(&ObjectRef::new(&name).within(namespace)))
+            .collect()
+    }
 }
 
 /// What was last applied of one child: the hash of the object sent and the resourceVersion

@@ -28,6 +28,7 @@ pub fn context() -> (Context, ApiServer) {
     let events = EventPublisher::new(client.clone(), "test-controller", Some("test".into()));
     let stores = Stores {
         pods: reflector::store().0,
+        pods_by_node: plumbing::index::LabelIndex::new(crate::names::NODE_LABEL),
         stateful_sets: reflector::store().0,
         deployments: reflector::store().0,
         config_maps: reflector::store().0,

@@ -36,6 +36,7 @@ use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use plumbing::index::LabelIndex;
 use plumbing::secret_cache::SecretCache;
 use valkey_api::v1alpha1::ValkeyNode;
 
@@ -51,8 +52,10 @@ pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
         watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={FIELD_MANAGER}"));
     let nodes = handles.cache::<DeserializeGuard<ValkeyNode>>(watcher::Config::default());
     // Pods and workloads without their templates (see `keep`).
-    let pods =
-        handles.cache_keeping::<Pod>(watcher::Config::default().labels(NODE_LABEL), keep::pod);
+    let pods_by_node = LabelIndex::new(NODE_LABEL);
+    let pods = handles
+        .cache_keeping::<Pod>(watcher::Config::default().labels(NODE_LABEL), keep::pod)
+        .indexed(pods_by_node.clone());
     let stateful_sets = handles.cache_keeping::<StatefulSet>(ours.clone(), keep::stateful_set);
     let deployments = handles.cache_keeping::<Deployment>(ours.clone(), keep::deployment);
     let config_maps = handles.cache::<ConfigMap>(ours.clone());
@@ -62,6 +65,7 @@ pub async fn run(handles: plumbing::Handles, render: crate::render::Options) {
     let secrets = handles.metadata_cache::<Secret>(watcher::Config::default());
     let stores = Stores {
         pods: pods.store(),
+        pods_by_node,
         stateful_sets: stateful_sets.store(),
         deployments: deployments.store(),
         config_maps: config_maps.store(),

@@ -65,8 +65,9 @@ pub async fn pass(ctx: &Context, node: &ValkeyNode, key: &ObjectKey) -> Result<A
         Err(bad_spec) => return report_bad_spec(ctx, node, &bad_spec).await,
     };
     // One look at the pods serves the whole pass: the pod asked and whether the roll is done
-    // are judged on the same snapshot.
-    let pods = ctx.stores.pods.state();
+    // are judged on the same snapshot. Only the node's own pods, by the index: a scan of every
+    // pod each pass made the fleet's CPU grow with its square.
+    let pods = ctx.stores.pods_of(key.namespace(), key.name());
     let server = observe_server(ctx, node, key, &pods, &children.revision).await?;
     let live_config = act_on_server(ctx, key, &server, &children).await;
     if let Some(refused @ LiveSettingsOutcome::Refused { .. }) = live_config {
