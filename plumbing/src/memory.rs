@@ -46,7 +46,8 @@ pub fn spawn_giving_back(every: Duration) -> JoinHandle<()> {
     })
 }
 
-#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+#[cfg(test)]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod tests {
     use super::*;
 
