@@ -14,6 +14,7 @@
 //! | apply the children | [`apply`] | yes |
 //! | the data volume: applied, grown, reported | [`volume`] | yes |
 //! | status and Events | [`report`] ([`crate::status`] computes) | yes |
+//! | when to look at a node again | [`reread`] | no |
 //! | the pod's role label | [`label`] | yes |
 //! | what can fail | [`error`] | |
 
@@ -27,6 +28,7 @@ pub mod label;
 pub mod observe;
 pub mod reconcile;
 pub mod report;
+pub mod reread;
 pub mod secrets;
 pub mod volume;
 

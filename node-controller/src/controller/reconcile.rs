@@ -17,7 +17,6 @@
 //! pass stops after act and reports the refusal ([`report_refused`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -33,17 +32,12 @@ use valkey_api::v1alpha1::{NodeServer, Role, ValkeyNode, ValkeyNodeStatus};
 use super::apply::{self, invalid};
 use super::context::Context;
 use super::error::Error;
-use super::{label, observe, report, secrets, volume};
+use super::{label, observe, report, reread, secrets, volume};
 use crate::live::{self, apply::LiveSettingsOutcome};
 use crate::names::ChildNames;
 use crate::probe::{self, Answer};
 use crate::render::{self, Children, RenderError, Workload};
 use crate::status::{self, CredentialsState, Observed, PvcState, WorkloadState};
-
-/// How often a ready node is re-read: Valkey announces a failover through no Kubernetes event.
-const REREAD_READY: Duration = Duration::from_secs(10);
-/// How often a node that is not ready yet is looked at again (watches wake it sooner).
-const REREAD_NOT_READY: Duration = Duration::from_secs(5);
 
 /// The reconcile shell runs the pass below for each ValkeyNode.
 impl Reconciler for Context {
@@ -328,11 +322,8 @@ async fn report_status(
     let pod = server.pod.map(AsRef::as_ref);
     let status = new_status(node, server, applied, live_config);
     publish(ctx, node, pod, &status).await?;
-    Ok(Action::requeue(if status.ready {
-        REREAD_READY
-    } else {
-        REREAD_NOT_READY
-    }))
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    Ok(Action::requeue(reread::after(&status, &now)))
 }
 
 /// The report of a pass that stopped at a live setting Valkey refused: what the server said, and
@@ -349,7 +340,8 @@ async fn report_refused(
     let mut status = new_status(node, server, untouched, Some(refused));
     keep_conditions_of_untouched_children(node, &mut status);
     publish(ctx, node, pod, &status).await?;
-    Ok(Action::requeue(REREAD_NOT_READY))
+    // Looked at again soon: the refusal is what the spec asks, and a change of it wakes the pass.
+    Ok(Action::requeue(reread::NOT_READY))
 }
 
 /// The status computed from everything the pass saw, starting from the node's last one.
@@ -544,7 +536,7 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         script.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(action, Action::requeue(REREAD_NOT_READY));
+        assert_eq!(action, Action::requeue(reread::NOT_READY));
 
         // The node goes: what was applied of its children is forgotten.
         assert_eq!(ctx.remembered_nodes(), 1);

@@ -137,7 +137,7 @@ status:
         let s = compute(None, &observed(Some(&p), None), &at(1));
         let c = condition(&s, READY);
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reason));
-        // Looked at again while it still waits (every REREAD_NOT_READY): the same status, so no
+        // Looked at again while it still waits (every reread::NOT_READY): the same status, so no
         // write and no watch event of its own to wake the controller: no hot loop.
         assert_eq!(compute(Some(&s), &observed(Some(&p), None), &at(50)), s);
         if let Some(code) = exit {

@@ -8,7 +8,7 @@
 //! no ValkeyNode is ready: the figures say so rather than pretend otherwise. What the
 //! node-controller does per pass (render, apply what changed, ask Valkey, report) is the same
 //! work either way, except that a ready node is re-read every 10 s and one that is not every
-//! 5 s, each after its Valkey check times out.
+//! 5 s (30 s once it has been not ready for a minute), each after its Valkey check times out.
 
 use std::time::Instant;
 

@@ -871,7 +871,8 @@ async fn a_config_that_valkey_rejects_is_reported_as_a_crash_loop() -> Result<()
 
     // That a crash-looping node is looked at every few seconds without a hot loop is the pure
     // functions' test (status: an unchanged observation gives an unchanged status, no write;
-    // reconcile: a node that is not ready is re-read every 5 s).
+    // reread: a node that is not ready is re-read every 5 s, every 30 s once
+    // it has been so for a minute).
     let node = nc.get("misconfigured").await?;
     check(
         !node.status.as_ref().is_some_and(|s| s.ready),
