@@ -25,6 +25,15 @@ if [[ -d /run/netns ]]; then
 	done
 fi
 
+# The image table's programs by device:inode. A pod's process names its program by the path in
+# its own mount namespace (/usr/local/bin/valkey-server), and valkey-server overwrites its
+# environment with its process title, so neither the path nor the pod marker finds a server
+# that left its pod (started with --daemonize: its own session, its parent gone).
+declare -A image_programs=()
+while read -r id; do
+	image_programs[$id]=1
+done < <(find -L "$LK/images" -path '*/bin/*' -type f -exec stat -L -c %d:%i {} + 2>/dev/null)
+
 # Our own network namespace is the host one (pid 1 may be outside this sandbox).
 host_ns=$(stat -L -c %i /proc/self/ns/net)
 # This script, its parents and its own pipelines are never leftovers.
@@ -42,6 +51,7 @@ for dir in /proc/[0-9]*; do
 	[[ $state == Z || -z $state ]] && continue
 	exe=$(readlink "$dir/exe" 2>/dev/null) || exe=""
 	exe=${exe% (deleted)}
+	exe_id=$(stat -L -c %d:%i "$dir/exe" 2>/dev/null) || exe_id=""
 	ns=$(stat -L -c %i "$dir/ns/net" 2>/dev/null) || ns=""
 	why=""
 	args=$(tr '\0' '\n' 2>/dev/null <"$dir/cmdline" | tail -n +2)
@@ -53,6 +63,8 @@ for dir in /proc/[0-9]*; do
 		why="runs a program under $LK for this cluster"
 	elif [[ $(basename "$exe") == localkube-kubelet ]]; then
 		why="is the process kubelet"
+	elif [[ -n $exe_id && -n ${image_programs[$exe_id]:-} ]]; then
+		why="runs a program from the image table (as $exe, in a mount namespace of its own)"
 	elif [[ -n $ns && -n ${pod_ns[$ns]:-} ]]; then
 		why="is in a pod network namespace"
 	elif [[ -n $ns && $ns != "$host_ns" ]] && tr '\0' '\n' 2>/dev/null <"$dir/environ" | grep -qx "$POD_MARKER"; then

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use tokio::io::AsyncWriteExt;
@@ -242,11 +242,61 @@ pub fn mac_of(ip: Ipv4Addr) -> String {
     format!("02:42:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
 }
 
-/// Removes the namespace and veth; missing pieces are not an error.
+/// Removes the namespace and veth; missing pieces are not an error. Whatever still runs in the
+/// namespace is ended first (see [`end_processes_in`]).
 pub async fn teardown(names: &PodNetNames) {
+    end_processes_in(&names.netns);
     // Deleting the host end removes its peer; deleting the namespace removes whatever is left.
     let _ = ip(&["link", "del", &names.host_veth]).await;
     let _ = ip(&["netns", "del", &names.netns]).await;
+}
+
+/// SIGKILLs every process still in the pod network namespace `name` (`/run/netns/<name>`).
+///
+/// A container's processes are stopped by their process group, but a process can leave it: a
+/// server started with `--daemonize yes` forks, lets its parent exit and starts a session of its
+/// own. It then outlived its pod, holding the namespace (and its port) after `ip netns del`
+/// removed the name, with nothing left to find it by: a runtime ends it with the container's
+/// PID namespace or cgroup, which this kubelet does not make, so it ends whatever is in the
+/// pod's network namespace, which every process of the pod shares.
+pub fn end_processes_in(name: &str) {
+    let Some(namespace) = namespace_id(Path::new(NETNS_DIR).join(name)) else {
+        return;
+    };
+    let ended = kill_in_namespace(namespace);
+    if ended > 0 {
+        tracing::info!(
+            netns = name,
+            ended,
+            "ended processes left in the pod network"
+        );
+    }
+}
+
+/// Where `ip netns` keeps its named namespaces.
+const NETNS_DIR: &str = "/run/netns";
+
+/// A network namespace's identity: the device and inode of its nsfs file, the same through
+/// `/run/netns/<name>` and through `/proc/<pid>/ns/net`.
+fn namespace_id(path: impl AsRef<Path>) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// SIGKILLs every process in the network namespace `namespace`; returns how many were signalled.
+fn kill_in_namespace(namespace: (u64, u64)) -> usize {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| namespace_id(format!("/proc/{pid}/ns/net")) == Some(namespace))
+        .filter(|pid| kill(Pid::from_raw(*pid), Signal::SIGKILL).is_ok())
+        .count()
 }
 
 /// Whether `name` is a pod's namespace as [`PodNetNames`] names it (the prefix and ten letters or
@@ -258,10 +308,11 @@ pub fn is_pod_netns(name: &str) -> bool {
 
 /// Removes every pod namespace and veth with this kubelet's prefixes, except those in `keep`.
 pub async fn remove_stale(keep: &BTreeSet<String>) {
-    if let Ok(entries) = std::fs::read_dir("/run/netns") {
+    if let Ok(entries) = std::fs::read_dir(NETNS_DIR) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if is_pod_netns(&name) && !keep.contains(&name) {
+                end_processes_in(&name);
                 let _ = ip(&["netns", "del", &name]).await;
             }
         }
@@ -361,6 +412,60 @@ impl Ipam {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every live (not zombie) process in `namespace`.
+    fn live_in(namespace: (u64, u64)) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| namespace_id(format!("/proc/{pid}/ns/net")) == Some(namespace))
+            .filter(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let state = stat
+                    .rfind(')')
+                    .and_then(|i| stat[i + 1..].split_whitespace().next());
+                !matches!(state, Some("Z") | None)
+            })
+            .collect()
+    }
+
+    /// A process that left its group and session (as `--daemonize` does) is ended with the
+    /// rest of the namespace. Needs root (a network namespace of its own).
+    #[test]
+    fn every_process_in_a_namespace_is_ended_even_one_that_left_its_session() {
+        let ours = namespace_id("/proc/self/ns/net");
+        let mut child = std::process::Command::new("unshare")
+            .args(["--net", "sh", "-c", "setsid sleep 300 & exec sleep 300"])
+            .spawn()
+            .unwrap_or_else(|e| panic!("unshare: {e}"));
+        let path = format!("/proc/{}/ns/net", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let namespace = loop {
+            let id = namespace_id(&path);
+            if id.is_some() && id != ours && live_in(id.unwrap_or_default()).len() == 2 {
+                break id.unwrap_or_default();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no namespace with two processes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+
+        assert_eq!(kill_in_namespace(namespace), 2);
+        let _ = child.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !live_in(namespace).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running in the namespace: {:?}",
+                live_in(namespace)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 
     #[test]
     fn names_fit_interface_limits() {
