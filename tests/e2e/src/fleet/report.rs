@@ -132,8 +132,14 @@ fn real_section(out: &mut Vec<String>, r: &RealFleet) {
         r.clusters, r.spec, r.valkey_nodes
     ));
     out.push(String::new());
+    let pods = match (r.pods_ready_seconds, r.ready_over_pods_ready) {
+        (Some(pods), Some(ratio)) => format!(
+            " (the last pod Ready {pods:.0} s after it: {ratio:.2}× the pods' time, goal at most 1.2×)"
+        ),
+        _ => String::new(),
+    };
     out.push(format!(
-        "Every cluster Ready {:.1} s after the apply. Settled {:.1} s later ({}), then {:.0} s at rest:",
+        "Every cluster Ready {:.1} s after the apply{pods}. Settled {:.1} s later ({}), then {:.0} s at rest:",
         r.ready_seconds,
         r.settled.seconds,
         if r.settled.went_quiet {

@@ -47,6 +47,16 @@ async fn fleet_benchmark_harness_runs_a_real_and_a_simulated_fleet() -> Result<(
             real.valkey_nodes, profile.clusters
         ),
     )?;
+    // The pods' time is read from their Ready conditions (whole seconds): a cluster is Ready
+    // only once its pods are, so the last pod cannot be Ready after the last cluster.
+    check(
+        real.pods_ready_seconds
+            .is_some_and(|pods| pods > 0.0 && pods <= real.ready_seconds + 1.0),
+        format!(
+            "the last pod Ready {:?} s after the apply, every cluster Ready {:.1} s after it",
+            real.pods_ready_seconds, real.ready_seconds
+        ),
+    )?;
     for r in real.formation_requests.iter().chain(&real.create.requests) {
         check(
             r.requests.reads > 0.0 && r.requests.writes > 0.0,
