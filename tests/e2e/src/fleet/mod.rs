@@ -16,6 +16,7 @@
 //! explains every figure.
 
 pub mod api_load;
+pub mod changed;
 pub mod real;
 pub mod report;
 pub mod rest;

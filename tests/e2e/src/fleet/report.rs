@@ -194,6 +194,18 @@ fn simulated_section(out: &mut Vec<String>, s: &SimulatedFleet) {
     out.push(String::new());
     rest_rows(out, &[&s.at_rest]);
     out.push(String::new());
+    let changed = &s.changed_at_rest;
+    out.push(if changed.objects == 0 {
+        "No ValkeyNode changed at rest.".to_owned()
+    } else {
+        format!(
+            "ValkeyNodes changed at rest: {} (a write of what the server holds changes none); \
+             for instance: {}.",
+            changed.objects,
+            changed.sample.join("; ")
+        )
+    });
+    out.push(String::new());
     out.push(format!(
         "The node-controller's requests from the first create to every pod running: {:.0} reads, \
          {:.0} writes ({}).",

@@ -21,6 +21,7 @@ use serde_json::json;
 use valkey_api::v1alpha1::ValkeyNode;
 
 use super::api_load::{Counts, Requests};
+use super::changed;
 use super::rest::{self, ControllerAtRest, Settled};
 use super::simulated_node::SimulatedNode;
 use super::watched::Watched;
@@ -79,6 +80,8 @@ pub struct SimulatedFleet {
     pub settled: Settled,
     pub rest_seconds: f64,
     pub at_rest: ControllerAtRest,
+    /// The ValkeyNodes the writes at rest changed, and how (see [`changed`]).
+    pub changed_at_rest: changed::Changed,
     /// `None` when the run skipped it (`FLEET_SPEC_CHANGE=0`).
     pub spec_change: Option<SpecChange>,
     pub node: NodeActivity,
@@ -212,7 +215,9 @@ async fn measure(
 
     let processes = [&node_controller];
     let settled = rest::settle(&processes, profile.quiet, profile.settle).await?;
+    let before_rest = changed::snapshot(&valkey_nodes.state());
     let mut at_rest = rest::measure(&processes, profile.rest, profile.sample_every).await?;
+    let changed_at_rest = changed::between(&before_rest, &changed::snapshot(&valkey_nodes.state()));
     let at_rest = at_rest
         .pop()
         .ok_or_else(|| E2eError::Check("no figures of the node-controller at rest".into()))?;
@@ -232,6 +237,7 @@ async fn measure(
         settled,
         rest_seconds: profile.rest.as_secs_f64(),
         at_rest,
+        changed_at_rest,
         spec_change,
         node: activity(node),
     })
