@@ -284,17 +284,23 @@ fn namespace_id(path: impl AsRef<Path>) -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
 }
 
+/// The processes in the network namespace `namespace` (a zombie has none and is not listed).
+fn pids_in(namespace: (u64, u64)) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| namespace_id(format!("/proc/{pid}/ns/net")) == Some(namespace))
+        .collect()
+}
+
 /// SIGKILLs every process in the network namespace `namespace`; returns how many were signalled.
 fn kill_in_namespace(namespace: (u64, u64)) -> usize {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| namespace_id(format!("/proc/{pid}/ns/net")) == Some(namespace))
+    pids_in(namespace)
+        .into_iter()
         .filter(|pid| kill(Pid::from_raw(*pid), Signal::SIGKILL).is_ok())
         .count()
 }
@@ -413,38 +419,21 @@ impl Ipam {
 mod tests {
     use super::*;
 
-    /// Every live (not zombie) process in `namespace`.
-    fn live_in(namespace: (u64, u64)) -> Vec<u32> {
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| namespace_id(format!("/proc/{pid}/ns/net")) == Some(namespace))
-            .filter(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let state = stat
-                    .rfind(')')
-                    .and_then(|i| stat[i + 1..].split_whitespace().next());
-                !matches!(state, Some("Z") | None)
-            })
-            .collect()
-    }
-
     /// A process that left its group and session (as `--daemonize` does) is ended with the
     /// rest of the namespace. Needs root (a network namespace of its own).
     #[test]
     fn every_process_in_a_namespace_is_ended_even_one_that_left_its_session() {
         let ours = namespace_id("/proc/self/ns/net");
         let mut child = std::process::Command::new("unshare")
-            .args(["--net", "sh", "-c", "setsid sleep 300 & exec sleep 300"])
+            // Short sleeps: should the test fail before killing them, they end by themselves.
+            .args(["--net", "sh", "-c", "setsid sleep 30 & exec sleep 30"])
             .spawn()
             .unwrap_or_else(|e| panic!("unshare: {e}"));
         let path = format!("/proc/{}/ns/net", child.id());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let namespace = loop {
             let id = namespace_id(&path);
-            if id.is_some() && id != ours && live_in(id.unwrap_or_default()).len() == 2 {
+            if id.is_some() && id != ours && pids_in(id.unwrap_or_default()).len() == 2 {
                 break id.unwrap_or_default();
             }
             assert!(
@@ -457,11 +446,11 @@ mod tests {
         assert_eq!(kill_in_namespace(namespace), 2);
         let _ = child.wait();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !live_in(namespace).is_empty() {
+        while !pids_in(namespace).is_empty() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "still running in the namespace: {:?}",
-                live_in(namespace)
+                pids_in(namespace)
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
