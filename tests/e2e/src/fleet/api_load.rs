@@ -61,17 +61,23 @@ impl Counts {
     }
 
     pub fn reads(&self) -> f64 {
-        self.sum(|verb| READS.contains(&verb))
+        self.sum(|verb, _| READS.contains(&verb))
     }
 
     pub fn writes(&self) -> f64 {
-        self.sum(|verb| !READS.contains(&verb))
+        self.sum(|verb, _| !READS.contains(&verb))
     }
 
-    fn sum(&self, which: impl Fn(&str) -> bool) -> f64 {
+    /// The writes but the Leases': each controller's leader election and the cluster-controller's
+    /// heartbeat (one per namespace) renew theirs by design, a cost per process, not per object.
+    pub fn writes_but_leases(&self) -> f64 {
+        self.sum(|verb, resource| !READS.contains(&verb) && resource != "leases")
+    }
+
+    fn sum(&self, which: impl Fn(&str, &str) -> bool) -> f64 {
         self.0
             .iter()
-            .filter(|((verb, _), _)| which(verb))
+            .filter(|((verb, resource), _)| which(verb, resource))
             .map(|(_, v)| v)
             // A fold from 0.0: an empty f64 sum is -0.0, which prints as such.
             .fold(0.0, |a, b| a + b)
@@ -151,5 +157,19 @@ mod tests {
         assert_eq!(per_minute.reads, 31.5);
         assert_eq!(per_minute.writes, 1.0);
         assert_eq!(per_minute.by_verb_and_resource["GET secrets"], 30.0);
+    }
+
+    #[test]
+    fn lease_renewals_are_writes_that_the_quiet_test_leaves_out() {
+        let counts = Counts::parse(
+            "kube_api_requests_total{verb=\"PUT\",resource=\"leases\"} 4\n\
+             kube_api_requests_total{verb=\"GET\",resource=\"leases\"} 1\n\
+             kube_api_requests_total{verb=\"PATCH\",resource=\"valkeynodes/status\"} 2\n",
+        );
+        assert_eq!(counts.writes(), 6.0);
+        assert_eq!(counts.writes_but_leases(), 2.0);
+        let renewals_only =
+            Counts::parse("kube_api_requests_total{verb=\"PUT\",resource=\"leases\"} 4\n");
+        assert_eq!(renewals_only.writes_but_leases(), 0.0);
     }
 }

@@ -143,7 +143,7 @@ fn real_section(out: &mut Vec<String>, r: &RealFleet) {
         r.ready_seconds,
         r.settled.seconds,
         if r.settled.went_quiet {
-            "no write for the quiet span"
+            "no write but Lease renewals for the quiet span"
         } else {
             "never quiet: the controllers kept writing"
         },
@@ -185,7 +185,7 @@ fn simulated_section(out: &mut Vec<String>, s: &SimulatedFleet) {
         s.not_ready.message,
         s.settled.seconds,
         if s.settled.went_quiet {
-            "no write for the quiet span"
+            "no write but Lease renewals for the quiet span"
         } else {
             "never quiet: the node-controller kept writing"
         },

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use e2e::cluster::ClusterFixture;
 use e2e::fleet::api_load::Counts;
+use e2e::fleet::rest;
 use e2e::fleet::simulated_node::SimulatedNode;
 use e2e::operator::ControllerProcess;
 use e2e::{E2eError, Poll, Result, check, wait_until};
@@ -108,7 +109,9 @@ async fn at_rest(c: &ClusterFixture, node: &SimulatedNode) -> Result<()> {
     .await?;
 
     let processes = [&c.node_controller, &c.cluster_controller];
-    let settled = settle(&processes).await?;
+    let settled = rest::settle(&processes, QUIET, SETTLE_WITHIN)
+        .await?
+        .seconds;
     let leases = c.ns.api::<Lease>();
     let claim = format!("{}-cluster-controller", c.name);
     let claim_version = |lease: Lease| lease.metadata.resource_version;
@@ -161,37 +164,4 @@ async fn counts(processes: &[&ControllerProcess]) -> Result<Vec<Counts>> {
         all.push(Counts::of(p).await?);
     }
     Ok(all)
-}
-
-/// Writes other than Leases, all processes together.
-fn writes(counts: &[Counts]) -> f64 {
-    counts
-        .iter()
-        .flat_map(|c| c.lines())
-        .filter(|(line, _)| {
-            !line.ends_with(" leases")
-                && !["GET ", "LIST ", "WATCH "]
-                    .iter()
-                    .any(|v| line.starts_with(v))
-        })
-        .map(|(_, n)| n)
-        .sum()
-}
-
-/// Waits until no process has written (Leases aside) for [`QUIET`]; the seconds it took. A fleet
-/// that never goes quiet is measured anyway: the minute then says what it keeps writing.
-async fn settle(processes: &[&ControllerProcess]) -> Result<f64> {
-    let start = Instant::now();
-    let mut last = writes(&counts(processes).await?);
-    let mut since = Instant::now();
-    while since.elapsed() < QUIET && start.elapsed() < SETTLE_WITHIN {
-        // The counters are read once a second: a write shows within a second of being sent.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = writes(&counts(processes).await?);
-        if now != last {
-            last = now;
-            since = Instant::now();
-        }
-    }
-    Ok(start.elapsed().as_secs_f64())
 }
