@@ -103,6 +103,28 @@ impl ApiServer {
         }
     }
 
+    /// The next request, whatever it is, if one comes within `within`: for a script that answers
+    /// what a stage sends without naming each request.
+    pub async fn next(&mut self, within: std::time::Duration) -> Option<Received> {
+        let (request, respond) = tokio::time::timeout(within, self.0.next_request())
+            .await
+            .ok()??;
+        let uri = request.uri().to_string();
+        let method = request.method().clone();
+        let bytes = request
+            .into_body()
+            .collect_bytes()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Some(Received {
+            method,
+            uri,
+            body,
+            respond,
+        })
+    }
+
     /// Answers the Event the stage publishes next, and returns it.
     pub async fn event(&mut self) -> Value {
         let received = self

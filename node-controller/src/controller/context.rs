@@ -1,6 +1,7 @@
 //! What every pass of the ValkeyNode controller shares: the client, the watch caches of the
 //! children, and what this process last applied of each child (forgotten when its node goes).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +12,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use plumbing::ObjectKey;
 use plumbing::events::EventPublisher;
 use plumbing::index::LabelIndex;
+use valkey_api::v1alpha1::{ValkeyNode, ValkeyNodeStatus};
 
 /// Watch caches of everything the node-controller owns, so a pass reads no child from the API.
 #[derive(Clone)]
@@ -46,12 +48,20 @@ pub struct Applied {
     pub version: String,
 }
 
+/// A status this process wrote, and the resourceVersion of the copy it was judged against.
+struct Written {
+    read_version: Option<String>,
+    status: ValkeyNodeStatus,
+}
+
 pub struct Context {
     pub client: Client,
     pub events: EventPublisher,
     pub stores: Stores,
     /// Per node, per child (`Kind/name`): what this process last applied.
     applied: Mutex<HashMap<ObjectKey, HashMap<String, Applied>>>,
+    /// Per node: the status last written, until the cache shows a newer copy of the node.
+    written: Mutex<HashMap<ObjectKey, Written>>,
     /// Per node: the fingerprint (server run id and settings) of the live settings last set.
     live_set: Mutex<HashMap<ObjectKey, String>>,
     /// The credentials each Secret held when last read (see [`super::secrets::Known`]).
@@ -68,6 +78,7 @@ impl Context {
             stores,
             applied: Mutex::new(HashMap::new()),
             live_set: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             credentials: super::secrets::Known::default(),
             render: crate::render::Options::default(),
         }
@@ -107,6 +118,43 @@ impl Context {
             .insert(node.clone(), fingerprint);
     }
 
+    /// `node` as a pass is to judge it: as cached, or, while the cache still holds the copy a
+    /// status write of this process was judged against, with the status written. The cache lags
+    /// the API server (by seconds when thousands of nodes change at once); judged against the
+    /// older copy, a pass would write the same status again, and a condition that had changed
+    /// would seem to change once more, its lastTransitionTime moved to now.
+    pub fn as_last_written<'n>(&self, node: &'n ValkeyNode) -> Cow<'n, ValkeyNode> {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let key = ObjectKey::of(node);
+        match written.get(&key) {
+            Some(w) if w.read_version == node.metadata.resource_version => {
+                let mut judged = node.clone();
+                judged.status = Some(w.status.clone());
+                Cow::Owned(judged)
+            }
+            // The cache has moved on (this write or a later change): it speaks for the node.
+            Some(_) => {
+                written.remove(&key);
+                Cow::Borrowed(node)
+            }
+            None => Cow::Borrowed(node),
+        }
+    }
+
+    /// `status` was written over `node` as the cache held it.
+    pub fn remember_written(&self, node: &ValkeyNode, status: &ValkeyNodeStatus) {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                ObjectKey::of(node),
+                Written {
+                    read_version: node.metadata.resource_version.clone(),
+                    status: status.clone(),
+                },
+            );
+    }
+
     /// Forgets what this process kept of the node `key` (its object is gone).
     pub fn forget(&self, key: &ObjectKey) {
         self.applied
@@ -114,6 +162,10 @@ impl Context {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
         self.live_set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.written
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);

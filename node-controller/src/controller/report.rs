@@ -27,6 +27,7 @@ pub async fn write_status(
     plumbing::apply::apply_status(&api, FIELD_MANAGER, &node.name_any(), status)
         .await
         .map_err(Error::Status)?;
+    ctx.remember_written(node, status);
     announce(ctx, node, previous, status).await;
     Ok(())
 }
@@ -135,6 +136,7 @@ pub async fn bad_spec(
         plumbing::apply::apply_status(&api, FIELD_MANAGER, &node.name_any(), &status)
             .await
             .map_err(Error::Status)?;
+        ctx.remember_written(node, &status);
         ctx.events.warning(node, reason, "Render", message).await;
     }
     Ok(())
