@@ -89,7 +89,7 @@ endif
 unit: $(HELM) objectstore
 	$(CARGO_TEST) --exclude e2e --exclude localkube-suite --no-fail-fast
 	# The e2e crate's own unit tests need no cluster: benchmark charts and reports, chaos results.
-	$(CARGO_TEST) --lib -- bench:: chaos:: fleet:: formation:: resharding::
+	$(CARGO_TEST) --lib -- bench:: chaos:: fleet:: formation:: resharding:: side_by_side::
 	$(CARGO_TEST) --test chart_static
 
 # Every end-to-end test runs, whatever fails first; the exit status says whether any failed.

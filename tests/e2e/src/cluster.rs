@@ -315,18 +315,7 @@ impl ClusterFixture {
         &self,
         expected: impl Iterator<Item = (&'a String, &'a String)>,
     ) -> Result<Vec<String>> {
-        let mut conn = self.client().await?;
-        let mut missing = Vec::new();
-        for (key, value) in expected {
-            let got: Option<String> = conn.get(key).await.map_err(|source| E2eError::Valkey {
-                addr: key.clone(),
-                source,
-            })?;
-            if got.as_deref() != Some(value.as_str()) {
-                missing.push(key.clone());
-            }
-        }
-        Ok(missing)
+        missing_on(&mut self.client().await?, expected).await
     }
 
     /// `valkey-cli --cluster check` against a ready member (the cli of the 8.0 image, on the
@@ -557,6 +546,24 @@ pub async fn command_as(
 /// A cluster connection from seed URLs, with the clients' password when there is one.
 pub async fn connect(seeds: Vec<String>, password: Option<String>) -> Result<ClusterConnection> {
     open_cluster(cluster_builder(seeds, password)).await
+}
+
+/// The keys of `expected` that `conn` does not read back with their value.
+pub async fn missing_on<'a>(
+    conn: &mut ClusterConnection,
+    expected: impl Iterator<Item = (&'a String, &'a String)>,
+) -> Result<Vec<String>> {
+    let mut missing = Vec::new();
+    for (key, value) in expected {
+        let got: Option<String> = conn.get(key).await.map_err(|source| E2eError::Valkey {
+            addr: key.clone(),
+            source,
+        })?;
+        if got.as_deref() != Some(value.as_str()) {
+            missing.push(key.clone());
+        }
+    }
+    Ok(missing)
 }
 
 /// The harness's cluster client settings: retries and timeouts, and the password if any.

@@ -23,6 +23,7 @@ pub mod realnode;
 pub mod record;
 pub mod replication;
 pub mod resharding;
+pub mod side_by_side;
 pub mod valkey_py;
 
 use std::future::Future;

@@ -327,6 +327,73 @@ async fn bench_failover() -> Result<()> {
 /// and API requests at rest, the requests to create one more cluster, and the time for a spec
 /// change to reach every workload. Writes `bench/results/fleet.json` and its section of
 /// `docs/benchmarks.md` after each part, so that a failure of the second keeps the first's.
+/// The pause a failover costs clients, side by side with another operator (`e2e::side_by_side`;
+/// bench/README.md, "Side by side"): `SIDE_RUNS` (3) graceful deletes of the pod that serves slot
+/// 0 as primary, with a writer running. Without `SIDE_NAMESPACE`, on a cluster of this operator
+/// made for the run (`SIDE_SPEC`, a 3×1 by default); with it, on whatever Valkey cluster that namespace's pods form
+/// (`SIDE_SELECTOR` narrows them, `SIDE_PASSWORD` is the `default` user's), labelled
+/// `SIDE_OPERATOR`. Each operator's figures replace its earlier ones in
+/// `bench/results/failover-side-by-side.json`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: make bench"]
+async fn bench_failover_side_by_side() -> Result<()> {
+    use e2e::side_by_side::{self, Figures, Target};
+    let runs: usize = std::env::var("SIDE_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let client = e2e::client().await?;
+    let mut ours = None;
+    let (operator, target) = match std::env::var("SIDE_NAMESPACE") {
+        Ok(namespace) => (
+            std::env::var("SIDE_OPERATOR").unwrap_or_else(|_| namespace.clone()),
+            Target {
+                namespace,
+                selector: std::env::var("SIDE_SELECTOR").ok(),
+                password: std::env::var("SIDE_PASSWORD").ok(),
+            },
+        ),
+        Err(_) => {
+            let spec =
+                std::env::var("SIDE_SPEC").unwrap_or_else(|_| "{shards: 3, replicas: 1}".into());
+            let c = ClusterFixture::start("side", "side", &spec).await?;
+            c.wait_ready(Duration::from_secs(300)).await?;
+            let target = Target {
+                namespace: c.ns.name.clone(),
+                selector: None,
+                password: c.password().await?,
+            };
+            ours = Some(c);
+            let label = std::env::var("SIDE_OPERATOR").unwrap_or_else(|_| "this operator".into());
+            (label, target)
+        }
+    };
+    let mut all = Vec::new();
+    for run in 1..=runs {
+        let figures = side_by_side::run(&client, &target).await?;
+        eprintln!("{operator}, run {run}: {figures:?}");
+        all.push(figures);
+    }
+    drop(ours);
+    let figures = Figures::of(&operator, all);
+    eprintln!(
+        "{operator}: median longest gap {:.2} s, median healed {:.1} s",
+        figures.median_longest_gap_seconds, figures.median_healed_seconds
+    );
+    let path = e2e::repo_root().join("bench/results/failover-side-by-side.json");
+    let mut every: Vec<Figures> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    every.retain(|f| f.operator != operator);
+    every.push(figures);
+    let text = serde_json::to_string_pretty(&every)
+        .map_err(|e| e2e::E2eError::Check(format!("failover-side-by-side.json: {e}")))?;
+    std::fs::write(&path, text + "\n")
+        .map_err(|e| e2e::E2eError::Check(format!("{}: {e}", path.display())))?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
 async fn bench_fleet() -> Result<()> {
