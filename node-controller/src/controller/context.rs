@@ -1,5 +1,6 @@
 //! What every pass of the ValkeyNode controller shares: the client, the watch caches of the
-//! children, and what this process last applied of each child (forgotten when its node goes).
+//! children, what this process last applied of each child, and the status it last wrote of each
+//! node until the cache has seen it (forgotten when its node goes).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
