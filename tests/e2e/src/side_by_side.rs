@@ -107,7 +107,7 @@ pub async fn run(client: &kube::Client, target: &Target) -> Result<Run> {
     let doomed = before.slot_zero_pod.clone();
     let fault = Instant::now();
     pods.delete(&doomed, &DeleteParams::default()).await?;
-    let after = healthy(&pods, target, Some((&doomed, before.pods))).await?;
+    let after = healthy(&pods, target, Some(before.pods)).await?;
     let healed = fault.elapsed();
     let at_heal = writer.acked().await;
     until_acknowledged(&writer, at_heal + WRITES_AROUND).await?;
@@ -155,13 +155,9 @@ struct Healthy {
     slot_zero_pod: String,
 }
 
-/// Waits until every pod is Ready (as many as before the fault, with `doomed` replaced by a pod
-/// of its own name that is not the one deleted), and every node sees the same healthy cluster.
-async fn healthy(
-    pods: &Api<Pod>,
-    target: &Target,
-    after: Option<(&str, usize)>,
-) -> Result<Healthy> {
+/// Waits until every pod that is not terminating is Ready (`pods` of them, when given: as many as
+/// before the fault), and every node sees the same healthy cluster.
+async fn healthy(pods: &Api<Pod>, target: &Target, pods_wanted: Option<usize>) -> Result<Healthy> {
     wait_until(
         HEAL,
         "the cluster healthy: every pod Ready, every node agreeing",
@@ -172,7 +168,7 @@ async fn healthy(
                 .iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .collect();
-            if let Some((_, count)) = after
+            if let Some(count) = pods_wanted
                 && live.len() != count
             {
                 return Ok(Poll::NotYet(format!("{} pods of {count}", live.len())));

@@ -321,18 +321,12 @@ async fn bench_failover() -> Result<()> {
     }
 }
 
-/// The fleet (`e2e::fleet`): `FLEET_CLUSTERS` ValkeyClusters of three members (real servers)
-/// under one node-controller and one cluster-controller process, then `FLEET_SIMULATED`
-/// ValkeyNodes on a simulated node under the node-controller alone: time to Ready, memory, CPU
-/// and API requests at rest, the requests to create one more cluster, and the time for a spec
-/// change to reach every workload. Writes `bench/results/fleet.json` and its section of
-/// `docs/benchmarks.md` after each part, so that a failure of the second keeps the first's.
 /// The pause a failover costs clients, side by side with another operator (`e2e::side_by_side`;
 /// bench/README.md, "Side by side"): `SIDE_RUNS` (3) graceful deletes of the pod that serves slot
 /// 0 as primary, with a writer running. Without `SIDE_NAMESPACE`, on a cluster of this operator
-/// made for the run (`SIDE_SPEC`, a 3×1 by default); with it, on whatever Valkey cluster that namespace's pods form
-/// (`SIDE_SELECTOR` narrows them, `SIDE_PASSWORD` is the `default` user's), labelled
-/// `SIDE_OPERATOR`. Each operator's figures replace its earlier ones in
+/// made for the run (`SIDE_SPEC`, a 3×1 by default); with it, on whatever Valkey cluster that
+/// namespace's pods form (`SIDE_SELECTOR` narrows them, `SIDE_PASSWORD` is the `default`
+/// user's), labelled `SIDE_OPERATOR`. Each operator's figures replace its earlier ones in
 /// `bench/results/failover-side-by-side.json`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
@@ -394,6 +388,12 @@ async fn bench_failover_side_by_side() -> Result<()> {
     Ok(())
 }
 
+/// The fleet (`e2e::fleet`): `FLEET_CLUSTERS` ValkeyClusters of three members (real servers)
+/// under one node-controller and one cluster-controller process, then `FLEET_SIMULATED`
+/// ValkeyNodes on a simulated node under the node-controller alone: time to Ready, memory, CPU
+/// and API requests at rest, the requests to create one more cluster, and the time for a spec
+/// change to reach every workload. Writes `bench/results/fleet.json` and its section of
+/// `docs/benchmarks.md` after each part, so that a failure of the second keeps the first's.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
 async fn bench_fleet() -> Result<()> {
