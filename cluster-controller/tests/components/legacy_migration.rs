@@ -54,7 +54,26 @@ fn follows_the_real_migration_step_by_step() {
         from: s.clone(),
         to: t.clone(),
     };
-    assert_eq!(next_step(&o), set(&t, SetSlot::Importing(s.clone())));
+    assert_eq!(
+        next_step(&o),
+        Step::Open {
+            source: s.clone(),
+            target: t.clone()
+        }
+    );
+    assert_eq!(
+        Step::Open {
+            source: s.clone(),
+            target: t.clone()
+        }
+        .set_slots(),
+        vec![
+            vec![(t.clone(), SetSlot::Importing(s.clone()))],
+            vec![(s.clone(), SetSlot::Migrating(t.clone()))]
+        ],
+        "the target imports before the source sends clients on to it"
+    );
+    // Stopped between the two: the source is opened next.
     assert_eq!(
         next_step(&observed_at("1_importing", Intent::Complete)),
         set(&s, SetSlot::Migrating(t.clone()))
@@ -67,23 +86,49 @@ fn follows_the_real_migration_step_by_step() {
         next_step(&observed_at("3_half_moved", Intent::Complete)),
         migrate
     );
+    // The keys are across: the target claims the slot, then the source and the other learn it.
+    let o4 = observed_at("4_keys_moved", Intent::Complete);
+    let other = o4.others[0].0.clone();
+    let hand_off = next_step(&o4);
     assert_eq!(
-        next_step(&observed_at("4_keys_moved", Intent::Complete)),
-        set(&t, SetSlot::Node(t.clone()))
+        hand_off,
+        Step::HandOff {
+            target: t.clone(),
+            claim: true,
+            tell: vec![s.clone(), other.clone()]
+        }
     );
-    // After the hand-off the source may or may not have heard of it by gossip yet.
-    let o5 = observed_at("5_target_owns", Intent::Complete);
-    if o5.source_view.owner.as_ref() == Some(&s) || o5.source_view.migrating_to.is_some() {
-        assert_eq!(next_step(&o5), set(&s, SetSlot::Node(t.clone())));
-    } else {
-        assert_ne!(next_step(&o5), set(&s, SetSlot::Node(t.clone())));
-    }
-    for stage in ["6_source_released", "7_done"] {
+    assert_eq!(
+        hand_off.set_slots(),
+        vec![
+            vec![(t.clone(), SetSlot::Node(t.clone()))],
+            vec![
+                (s.clone(), SetSlot::Node(t.clone())),
+                (other.clone(), SetSlot::Node(t.clone()))
+            ]
+        ]
+    );
+    // Stopped after the claim: whoever has not heard of it by gossip yet is told.
+    for stage in ["5_target_owns", "6_source_released", "7_done"] {
         let o = observed_at(stage, Intent::Complete);
-        let expected = if o.others[0].1.as_ref() == Some(&t) {
+        let source_told =
+            o.source_view.owner.as_ref() == Some(&t) && o.source_view.migrating_to.is_none();
+        let other_told = o.others[0].1.as_ref() == Some(&t);
+        let tell: Vec<NodeId> = [
+            (!source_told).then(|| s.clone()),
+            (!other_told).then(|| other.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let expected = if tell.is_empty() {
             Step::Done
         } else {
-            set(&o.others[0].0, SetSlot::Node(t.clone()))
+            Step::HandOff {
+                target: t.clone(),
+                claim: false,
+                tell,
+            }
         };
         assert_eq!(next_step(&o), expected, "{stage}");
     }
@@ -143,6 +188,9 @@ struct Row {
 #[derive(Debug)]
 enum Expect {
     Set(char, SetSlot),
+    Open,
+    /// Whether the target claims first, and who is told then.
+    HandOff(bool, &'static [char]),
     Migrate(char, char),
     Done,
     RolledBack,
@@ -154,6 +202,15 @@ fn expect_step(e: &Expect) -> Step {
         Expect::Set(node, action) => Step::SetSlot {
             node: id(*node),
             action: action.clone(),
+        },
+        Expect::Open => Step::Open {
+            source: id('s'),
+            target: id('t'),
+        },
+        Expect::HandOff(claim, tell) => Step::HandOff {
+            target: id('t'),
+            claim: *claim,
+            tell: tell.iter().copied().map(id).collect(),
         },
         Expect::Migrate(from, to) => Step::MigrateKeys {
             from: id(*from),
@@ -174,17 +231,17 @@ fn table_of_states() {
     let node = |c: char| SetSlot::Node(id(c));
     #[rustfmt::skip]
     let rows = [
-        Row { name: "fresh", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: None, keys_s: 5, keys_t: 0, intent: Complete, expect: Set(t, SetSlot::Importing(id(s))) },
-        Row { name: "fresh, target view lags (unassigned)", s_owner: Some(s), s_migrating: None, t_owner: None, t_importing: None, keys_s: 5, keys_t: 0, intent: Complete, expect: Set(t, SetSlot::Importing(id(s))) },
-        Row { name: "fresh, empty slot", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: None, keys_s: 0, keys_t: 0, intent: Complete, expect: Set(t, SetSlot::Importing(id(s))) },
+        Row { name: "fresh", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: None, keys_s: 5, keys_t: 0, intent: Complete, expect: Open },
+        Row { name: "fresh, target view lags (unassigned)", s_owner: Some(s), s_migrating: None, t_owner: None, t_importing: None, keys_s: 5, keys_t: 0, intent: Complete, expect: Open },
+        Row { name: "fresh, empty slot", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: None, keys_s: 0, keys_t: 0, intent: Complete, expect: Open },
         Row { name: "fresh, left-over keys on target", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: None, keys_s: 5, keys_t: 2, intent: Complete, expect: Stuck(Blocked::OrphanedKeys { node: id(t), keys: 2 }) },
         Row { name: "importing", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: Some(s), keys_s: 5, keys_t: 0, intent: Complete, expect: Set(s, SetSlot::Migrating(id(t))) },
         Row { name: "importing, source lost its marker after keys moved", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: Some(s), keys_s: 3, keys_t: 2, intent: Complete, expect: Set(s, SetSlot::Migrating(id(t))) },
         Row { name: "open, keys left", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: Some(s), keys_s: 5, keys_t: 0, intent: Complete, expect: Migrate(s, t) },
         Row { name: "open, half moved", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: Some(s), keys_s: 2, keys_t: 3, intent: Complete, expect: Migrate(s, t) },
-        Row { name: "open, all moved", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: Some(s), keys_s: 0, keys_t: 5, intent: Complete, expect: Set(t, node(t)) },
+        Row { name: "open, all moved", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: Some(s), keys_s: 0, keys_t: 5, intent: Complete, expect: HandOff(true, &['s']) },
         Row { name: "migrating, target lost its marker", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: None, keys_s: 2, keys_t: 3, intent: Complete, expect: Set(t, SetSlot::Importing(id(s))) },
-        Row { name: "handed off, source not told", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(t), t_importing: None, keys_s: 0, keys_t: 5, intent: Complete, expect: Set(s, node(t)) },
+        Row { name: "handed off, source not told", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(t), t_importing: None, keys_s: 0, keys_t: 5, intent: Complete, expect: HandOff(false, &['s']) },
         Row { name: "handed off, source heard by gossip", s_owner: Some(t), s_migrating: None, t_owner: Some(t), t_importing: None, keys_s: 0, keys_t: 5, intent: Complete, expect: Done },
         Row { name: "handed off, keys reappeared on migrating source", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(t), t_importing: None, keys_s: 1, keys_t: 5, intent: Complete, expect: Migrate(s, t) },
         Row { name: "handed off, source serving without marker", s_owner: Some(s), s_migrating: None, t_owner: Some(t), t_importing: None, keys_s: 1, keys_t: 5, intent: Complete, expect: Set(s, SetSlot::Migrating(id(t))) },
@@ -202,7 +259,7 @@ fn table_of_states() {
         Row { name: "abort: source closed, a late ASK write on target", s_owner: Some(s), s_migrating: None, t_owner: Some(s), t_importing: Some(s), keys_s: 5, keys_t: 1, intent: Abort, expect: Migrate(t, s) },
         Row { name: "abort: migrating only", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: None, keys_s: 5, keys_t: 0, intent: Abort, expect: Set(s, SetSlot::Stable) },
         Row { name: "abort: keys on a target not importing", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(s), t_importing: None, keys_s: 5, keys_t: 2, intent: Abort, expect: Stuck(Blocked::OrphanedKeys { node: id(t), keys: 2 }) },
-        Row { name: "abort after hand-off finishes", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(t), t_importing: None, keys_s: 0, keys_t: 5, intent: Abort, expect: Set(s, node(t)) },
+        Row { name: "abort after hand-off finishes", s_owner: Some(s), s_migrating: Some(t), t_owner: Some(t), t_importing: None, keys_s: 0, keys_t: 5, intent: Abort, expect: HandOff(false, &['s']) },
         Row { name: "abort of a foreign migration", s_owner: Some(s), s_migrating: Some('x'), t_owner: Some(s), t_importing: None, keys_s: 5, keys_t: 0, intent: Abort, expect: Stuck(Blocked::ForeignMigration { node: id(s), peer: id('x') }) },
     ];
     for row in &rows {
@@ -230,7 +287,7 @@ fn table_of_states() {
 }
 
 #[test]
-fn lagging_primaries_are_told_last() {
+fn only_the_primaries_that_lag_are_told() {
     let o = Observed {
         slot: 1,
         source: id('s'),
@@ -250,17 +307,18 @@ fn lagging_primaries_are_told_last() {
     };
     assert_eq!(
         next_step(&o),
-        Step::SetSlot {
-            node: id('y'),
-            action: SetSlot::Node(id('t'))
+        Step::HandOff {
+            target: id('t'),
+            claim: false,
+            tell: vec![id('y')]
         }
     );
 }
 
 // ---------------------------------------------------------------------------------------------
 // The model: two nodes as Valkey behaves, clients writing, gossip arriving late, the controller
-// restarting between any two commands (each step is decided from a fresh observation), and
-// sometimes an abort. Every run must end Done or RolledBack with every written key present once.
+// restarting between any two commands (each step is decided from a fresh observation; a step of
+// several commands may stop after any of them), and sometimes an abort. Every run must end Done or RolledBack with every written key present once.
 
 #[derive(Debug, Clone)]
 struct Model {
@@ -297,62 +355,88 @@ impl Model {
         }
     }
 
-    /// Runs a step as Valkey would, refusing what Valkey refuses.
-    fn apply(&mut self, step: &Step) {
+    /// Runs a step as Valkey would, refusing what Valkey refuses: its SETSLOT commands phase by
+    /// phase, `between` called before every phase but the first (clients and gossip acting
+    /// meanwhile; `false` stops the step there, as a controller killed half-way would).
+    fn apply(&mut self, step: &Step, mut between: impl FnMut(&mut Model) -> bool) {
+        if let Step::MigrateKeys { from, to } = step {
+            self.migrate(from, to);
+            return;
+        }
+        let phases = step.set_slots();
+        assert!(!phases.is_empty(), "not a command: {step:?}");
+        for (i, phase) in phases.iter().enumerate() {
+            if i > 0 && !between(self) {
+                return;
+            }
+            let mut answered_ok = true;
+            for (node, action) in phase {
+                answered_ok &= self.set_slot(node, action);
+            }
+            if !answered_ok {
+                return;
+            }
+        }
+    }
+
+    /// One SETSLOT; false when Valkey refuses it.
+    fn set_slot(&mut self, node: &NodeId, action: &SetSlot) -> bool {
         let (s, t, o) = (id('s'), id('t'), id('o'));
-        match step {
-            Step::SetSlot { node, action } => match action {
-                SetSlot::Importing(from) => {
-                    assert!(*node == t && *from == s && self.t_owner != 't', "{step:?}");
-                    self.t_importing = true;
-                }
-                SetSlot::Migrating(to) => {
-                    assert!(*node == s && *to == t && self.s_owner == 's', "{step:?}");
-                    self.s_migrating = true;
-                }
-                SetSlot::Node(owner) => {
-                    assert_eq!(*owner, t);
-                    if *node == t {
-                        self.t_owner = 't';
-                        self.t_importing = false;
-                    } else if *node == s {
-                        // Valkey refuses to give away a slot it still holds keys of.
-                        if self.s_owner == 's' && !self.keys_s.is_empty() {
-                            return;
-                        }
-                        self.s_owner = 't';
-                        self.s_migrating = false;
-                    } else {
-                        assert_eq!(*node, o);
-                        self.other_owner = 't';
+        let step = (node, action);
+        match action {
+            SetSlot::Importing(from) => {
+                assert!(*node == t && *from == s && self.t_owner != 't', "{step:?}");
+                self.t_importing = true;
+            }
+            SetSlot::Migrating(to) => {
+                assert!(*node == s && *to == t && self.s_owner == 's', "{step:?}");
+                self.s_migrating = true;
+            }
+            SetSlot::Node(owner) => {
+                assert_eq!(*owner, t);
+                if *node == t {
+                    self.t_owner = 't';
+                    self.t_importing = false;
+                } else if *node == s {
+                    // Valkey refuses to give away a slot it still holds keys of.
+                    if self.s_owner == 's' && !self.keys_s.is_empty() {
+                        return false;
                     }
-                }
-                SetSlot::Stable => {
-                    if *node == s {
-                        self.s_migrating = false;
-                    } else {
-                        assert_eq!(*node, t);
-                        self.t_importing = false;
-                    }
-                }
-            },
-            Step::MigrateKeys { from, to } => {
-                // MIGRATE runs where the slot is served or open.
-                let (src, dst) = if *from == s {
-                    assert!(self.s_owner == 's' || self.s_migrating, "{step:?} {self:?}");
-                    (&mut self.keys_s, &mut self.keys_t)
+                    self.s_owner = 't';
+                    self.s_migrating = false;
                 } else {
-                    assert!(self.t_owner == 't' || self.t_importing, "{step:?} {self:?}");
-                    assert_eq!(*to, s);
-                    (&mut self.keys_t, &mut self.keys_s)
-                };
-                let batch: Vec<u32> = src.iter().take(2).copied().collect();
-                for key in batch {
-                    src.remove(&key);
-                    dst.insert(key);
+                    assert_eq!(*node, o);
+                    self.other_owner = 't';
                 }
             }
-            other => panic!("not a command: {other:?}"),
+            SetSlot::Stable => {
+                if *node == s {
+                    self.s_migrating = false;
+                } else {
+                    assert_eq!(*node, t);
+                    self.t_importing = false;
+                }
+            }
+        }
+        true
+    }
+
+    /// One MIGRATE batch (two keys).
+    fn migrate(&mut self, from: &NodeId, to: &NodeId) {
+        let s = id('s');
+        // MIGRATE runs where the slot is served or open.
+        let (src, dst) = if *from == s {
+            assert!(self.s_owner == 's' || self.s_migrating, "{self:?}");
+            (&mut self.keys_s, &mut self.keys_t)
+        } else {
+            assert!(self.t_owner == 't' || self.t_importing, "{self:?}");
+            assert_eq!(*to, s);
+            (&mut self.keys_t, &mut self.keys_s)
+        };
+        let batch: Vec<u32> = src.iter().take(2).copied().collect();
+        for key in batch {
+            src.remove(&key);
+            dst.insert(key);
         }
     }
 
@@ -394,6 +478,37 @@ impl Model {
         let held: BTreeSet<u32> = self.keys_s.union(&self.keys_t).copied().collect();
         assert_eq!(held, self.written, "a key was lost: {self:?}");
     }
+}
+
+/// Each look (a read of both ends, and of the other primaries once the keys are across) costs
+/// a round trip for every slot under way, so a slot that needs fewer looks moves sooner: the
+/// ends are opened together (target first), and once the keys are across the target claims the
+/// slot and the source and every other primary are told in the same step.
+#[test]
+fn an_undisturbed_slot_moves_in_four_looks() {
+    let fresh = || Model {
+        s_owner: 's',
+        s_migrating: false,
+        t_owner: 's',
+        t_importing: false,
+        other_owner: 's',
+        keys_s: (0..2).collect(),
+        keys_t: BTreeSet::new(),
+        written: (0..2).collect(),
+    };
+    let mut m = fresh();
+    let mut looks = 0;
+    loop {
+        looks += 1;
+        assert!(looks <= 20, "no end: {m:?}");
+        match next_step(&m.observe(Intent::Complete)) {
+            Step::Done => break,
+            step => m.apply(&step, |_| true),
+        }
+    }
+    assert_eq!(looks, 4, "open, move the keys, hand off and tell, done");
+    assert_eq!((m.s_owner, m.t_owner, m.other_owner), ('t', 't', 't'));
+    m.check_keys();
 }
 
 #[test]
@@ -438,7 +553,18 @@ fn model_never_loses_a_key_and_always_finishes() {
                     break;
                 }
                 Step::Blocked(b) => panic!("run {run}: blocked {b:?} in {m:?}"),
-                step => m.apply(&step),
+                step => m.apply(&step, |m| {
+                    // Between two commands of one step, as between two steps.
+                    if next_key < 110 && rng.random_bool(0.3) {
+                        m.client_write(next_key);
+                        next_key += 1;
+                    }
+                    if rng.random_bool(0.3) {
+                        m.gossip();
+                    }
+                    m.check_keys();
+                    rng.random_bool(0.8)
+                }),
             }
             m.check_keys();
         }

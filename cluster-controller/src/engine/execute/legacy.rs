@@ -121,7 +121,7 @@ async fn run_pair(
     })
 }
 
-/// One read of the source and target (and, when some slot is otherwise done, of the other
+/// One read of the source and target (and, once some slot's keys are all across, of the other
 /// primaries), and each active slot's next step.
 async fn round(
     client: &impl ValkeyClient,
@@ -164,8 +164,10 @@ async fn round(
         });
     }
     let mut steps: Vec<(Slot, Step)> = observed.iter().map(|o| (o.slot, next_step(o))).collect();
-    // The other primaries matter only once a slot is otherwise done.
-    if steps.iter().any(|(_, step)| *step == Step::Done) && !m.others.is_empty() {
+    // The other primaries matter only once a slot's keys are all across: they are told with
+    // the hand-off, and the slot is done once they all see its new owner.
+    let tells_others = |step: &Step| matches!(step, Step::Done | Step::HandOff { .. });
+    if steps.iter().any(|(_, step)| tells_others(step)) && !m.others.is_empty() {
         let views = join_all(m.others.iter().map(|o| view(client, o, config))).await;
         let others: Vec<(NodeId, ClusterNodes)> = m
             .others
@@ -175,7 +177,7 @@ async fn round(
             .collect::<Result<_, _>>()?;
         let owners: BTreeMap<Slot, Vec<(NodeId, Option<NodeId>)>> = steps
             .iter()
-            .filter(|(_, step)| *step == Step::Done)
+            .filter(|(_, step)| tells_others(step))
             .map(|(slot, _)| {
                 let seen = others
                     .iter()
@@ -203,16 +205,26 @@ async fn take(
     config: &ExecuteConfig,
 ) -> Result<(), EngineError> {
     match step {
-        Step::SetSlot { node, action } => {
-            let on = participant(m, &node, slot)?;
-            let reply = client
-                .command(
-                    on.address,
-                    &commands::cluster_setslot(slot, &action),
-                    config.command_timeout,
-                )
-                .await?;
-            expect_ok(&reply, "CLUSTER SETSLOT")
+        Step::SetSlot { .. } | Step::Open { .. } | Step::HandOff { .. } => {
+            // A phase only once the one before it was answered OK; stopped half-way, the next
+            // look sees how far the step got.
+            for phase in step.set_slots() {
+                let sent = phase.iter().map(|(node, action)| async move {
+                    let on = participant(m, node, slot)?;
+                    let reply = client
+                        .command(
+                            on.address,
+                            &commands::cluster_setslot(slot, action),
+                            config.command_timeout,
+                        )
+                        .await?;
+                    expect_ok(&reply, "CLUSTER SETSLOT")
+                });
+                for answered in join_all(sent).await {
+                    answered?;
+                }
+            }
+            Ok(())
         }
         Step::MigrateKeys { from, to } => {
             let direction = if from == m.source.id {

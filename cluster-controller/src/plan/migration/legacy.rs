@@ -3,7 +3,14 @@
 //!
 //! Forward: `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the source, MIGRATE the
 //! keys in batches, `SETSLOT NODE <target>` on the target (the hand-off: the target claims the
-//! slot with a new epoch), on the source, then on the other primaries.
+//! slot with a new epoch), then on the source and the other primaries.
+//!
+//! A step may carry commands that follow one another without a look between them, where the
+//! look could not change what comes next: opening both ends ([`Step::Open`]: the target, then
+//! the source), and the hand-off with the telling of everyone else ([`Step::HandOff`]). Each
+//! look costs a round trip for every slot under way, so these halve the looks a slot needs.
+//! The machine is still stateless: stopped between two commands of a step, the next look sees
+//! the half-taken step and decides from there.
 //!
 //! Why this order keeps every key: while the source is MIGRATING it still serves the keys it
 //! has and sends clients to the target (ASK) for keys it lacks, so a key lives in exactly one
@@ -53,6 +60,17 @@ pub struct Observed {
 pub enum Step {
     /// Send `CLUSTER SETSLOT <slot> ...` to `node`.
     SetSlot { node: NodeId, action: SetSlot },
+    /// Open both ends: `SETSLOT IMPORTING <source>` on the target, then (once it answered OK)
+    /// `SETSLOT MIGRATING <target>` on the source. Target first: a source that sends clients on
+    /// (ASK) to a target not yet importing would have them refused.
+    Open { source: NodeId, target: NodeId },
+    /// `SETSLOT NODE <target>`: first on the target when `claim` (it takes the slot with a new
+    /// epoch), then, once that answered OK, on every node of `tell` at once.
+    HandOff {
+        target: NodeId,
+        claim: bool,
+        tell: Vec<NodeId>,
+    },
     /// Move one batch of keys: `CLUSTER GETKEYSINSLOT <slot> <n>` on `from`, then MIGRATE them
     /// to `to` ([`crate::valkey::commands::migrate`]).
     MigrateKeys { from: NodeId, to: NodeId },
@@ -75,6 +93,34 @@ pub enum Blocked {
     /// `node` holds keys of the slot that this migration did not put there and cannot move
     /// without risking stale data coming back to life.
     OrphanedKeys { node: NodeId, keys: u64 },
+}
+
+impl Step {
+    /// The SETSLOT commands of the step, in the order they go out: the commands of a phase at
+    /// once, a phase only once every command of the one before answered OK. Empty for a step
+    /// that sends no SETSLOT.
+    pub fn set_slots(&self) -> Vec<Vec<(NodeId, SetSlot)>> {
+        match self {
+            Step::SetSlot { node, action } => vec![vec![(node.clone(), action.clone())]],
+            Step::Open { source, target } => vec![
+                vec![(target.clone(), SetSlot::Importing(source.clone()))],
+                vec![(source.clone(), SetSlot::Migrating(target.clone()))],
+            ],
+            Step::HandOff {
+                target,
+                claim,
+                tell,
+            } => {
+                let node = |n: &NodeId| (n.clone(), SetSlot::Node(target.clone()));
+                let claiming = claim.then(|| vec![node(target)]);
+                let telling = (!tell.is_empty()).then(|| tell.iter().map(node).collect());
+                claiming.into_iter().chain(telling).collect()
+            }
+            Step::MigrateKeys { .. } | Step::Done | Step::RolledBack | Step::Blocked(_) => {
+                Vec::new()
+            }
+        }
+    }
 }
 
 /// Decides the next step for one slot. Pure: the same observation gives the same step.
@@ -130,7 +176,10 @@ fn forward(o: &Observed) -> Step {
         });
     }
     if t.importing_from.is_none() {
-        if s.migrating_to.is_none() && o.keys_in_target > 0 {
+        if s.migrating_to.is_some() {
+            return set_slot(&o.target, SetSlot::Importing(o.source.clone()));
+        }
+        if o.keys_in_target > 0 {
             // Nothing is open yet, so no key of the slot can have reached the target through
             // this migration: these are left-overs that would come back to life.
             return Step::Blocked(Blocked::OrphanedKeys {
@@ -138,7 +187,10 @@ fn forward(o: &Observed) -> Step {
                 keys: o.keys_in_target,
             });
         }
-        return set_slot(&o.target, SetSlot::Importing(o.source.clone()));
+        return Step::Open {
+            source: o.source.clone(),
+            target: o.target.clone(),
+        };
     }
     if s.migrating_to.is_none() {
         return set_slot(&o.source, SetSlot::Migrating(o.target.clone()));
@@ -149,7 +201,27 @@ fn forward(o: &Observed) -> Step {
             to: o.target.clone(),
         };
     }
-    set_slot(&o.target, SetSlot::Node(o.target.clone()))
+    // Every key is across and the source, MIGRATING, sends any new one on to the target: the
+    // target may claim the slot, and the source (which refuses to give up a slot it still
+    // holds keys of) and the others may learn it at once.
+    Step::HandOff {
+        target: o.target.clone(),
+        claim: true,
+        tell: not_told(o),
+    }
+}
+
+/// The source and the other primaries that do not see the target as the slot's owner yet.
+fn not_told(o: &Observed) -> Vec<NodeId> {
+    let s = &o.source_view;
+    let source =
+        (s.owner.as_ref() != Some(&o.target) || s.migrating_to.is_some()).then(|| o.source.clone());
+    let others = o
+        .others
+        .iter()
+        .filter(|(_, owner)| owner.as_ref() != Some(&o.target))
+        .map(|(node, _)| node.clone());
+    source.into_iter().chain(others).collect()
 }
 
 /// The target claims the slot: finish on the source, then on everyone else.
@@ -175,15 +247,15 @@ fn after_hand_off(o: &Observed) -> Step {
             keys: o.keys_in_source,
         });
     }
-    if s.owner.as_ref() != Some(&o.target) || s.migrating_to.is_some() {
-        return set_slot(&o.source, SetSlot::Node(o.target.clone()));
+    let tell = not_told(o);
+    if tell.is_empty() {
+        return Step::Done;
     }
-    for (node, owner) in &o.others {
-        if owner.as_ref() != Some(&o.target) {
-            return set_slot(node, SetSlot::Node(o.target.clone()));
-        }
+    Step::HandOff {
+        target: o.target.clone(),
+        claim: false,
+        tell,
     }
-    Step::Done
 }
 
 /// Before the hand-off, undoing it.
