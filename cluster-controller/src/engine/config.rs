@@ -24,6 +24,10 @@ pub struct EngineConfig {
     /// How long one pass may watch slot migration jobs that Valkey runs by itself (Valkey 9)
     /// when it has not acted.
     pub job_watch_budget: Duration,
+    /// How often a pass looks again while it watches such jobs, at the least: a job of a
+    /// second ends unseen for up to this long, and the step after it (the next job, a leaving
+    /// shard's removal) waits as long. Never sooner than the look before took.
+    pub job_poll: Duration,
 }
 
 impl EngineConfig {
@@ -40,6 +44,7 @@ impl EngineConfig {
             settle_budget: Duration::from_secs(1),
             settle_poll: Duration::from_millis(200),
             job_watch_budget: Duration::from_secs(5),
+            job_poll: Duration::from_millis(50),
         }
     }
 }

@@ -163,15 +163,21 @@ impl<C: ValkeyClient, M: Mode> Engine<C, M> {
                 // Recorded first by the Kubernetes side, which then calls `act`.
                 Decision::Act { .. } => None,
                 Decision::Wait { reason, .. }
-                    if (time_left && M::settles_soon(*reason))
-                        || (M::watches_job(*reason)
-                            && earlier.is_empty()
-                            && started.elapsed() < self.config.job_watch_budget
-                            && !slots_landed(first_slots_to_move, slots_left)) =>
+                    if M::watches_job(*reason)
+                        && earlier.is_empty()
+                        && started.elapsed() < self.config.job_watch_budget
+                        && !slots_landed(first_slots_to_move, slots_left) =>
                 {
-                    // A running job is watched longer than a short wait: it ends once its keys
-                    // have moved, and what follows (the next job, a leaving shard's removal) is
-                    // then taken at once rather than at the next pass, up to a second later.
+                    // A running job is watched longer than a short wait, and more closely: it
+                    // ends once its keys have moved, and what follows (the next job, a leaving
+                    // shard's removal) is then taken at once rather than at the next pass.
+                    tracing::debug!(reason = %reason, "{}", decision.message());
+                    let poll = watch_poll(self.config.job_poll, observed - look);
+                    tokio::time::sleep(poll).await;
+                    timing.settle += poll;
+                    continue;
+                }
+                Decision::Wait { reason, .. } if time_left && M::settles_soon(*reason) => {
                     tracing::debug!(reason = %reason, "{}", decision.message());
                     tokio::time::sleep(self.config.settle_poll).await;
                     timing.settle += self.config.settle_poll;
@@ -231,6 +237,13 @@ impl<C: ValkeyClient, M: Mode> Engine<C, M> {
     }
 }
 
+/// How long to wait before the next look at a running job: `poll`, or as long as the last look
+/// took when that was longer (a look over hundreds of members is not repeated back to back, so
+/// watching takes at most half of the pass's time).
+fn watch_poll(poll: Duration, last_look: Duration) -> Duration {
+    poll.max(last_look)
+}
+
 /// Whether some of the slots left at a pass's first look have landed since: several jobs run
 /// at once, and the status reports each one's end (`status.progress`) instead of waiting for
 /// the last.
@@ -249,6 +262,13 @@ fn bind(members: &mut [Member], bindings: &BTreeMap<String, NodeId>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_job_is_looked_at_no_sooner_than_the_last_look_took() {
+        let ms = super::Duration::from_millis;
+        assert_eq!(super::watch_poll(ms(50), ms(3)), ms(50));
+        assert_eq!(super::watch_poll(ms(50), ms(180)), ms(180));
+    }
+
     use super::*;
     use crate::client::{Credentials, RedisClient};
 

@@ -18,6 +18,7 @@ fn engine(servers: Servers, budget: Duration) -> Engine<Servers> {
     let mut config = EngineConfig::for_credentials(&Credentials::none());
     config.fence_user = Some(REPLICATION_USER.to_owned());
     config.settle_poll = POLL;
+    config.job_poll = POLL;
     config.job_watch_budget = budget;
     Engine::new(servers, config)
 }

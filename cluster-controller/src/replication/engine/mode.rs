@@ -42,6 +42,7 @@ pub fn one_look(timeout: Duration) -> EngineConfig {
         settle_budget: Duration::ZERO,
         settle_poll: Duration::ZERO,
         job_watch_budget: Duration::ZERO,
+        job_poll: Duration::ZERO,
     }
 }
 
