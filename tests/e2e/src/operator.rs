@@ -34,6 +34,16 @@ pub fn binary(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// `OPERATOR_BIN_DIR=<dir> ` when the controllers come from there, for a benchmark's command
+/// line (which binaries it measured is part of how to run it again); empty otherwise.
+pub fn binaries_in_command() -> String {
+    std::env::var("OPERATOR_BIN_DIR")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .map(|d| format!("OPERATOR_BIN_DIR={d} "))
+        .unwrap_or_default()
+}
+
 static CRDS: OnceCell<()> = OnceCell::const_new();
 
 /// Applies the generated CRDs once per test process and waits until they are Established.

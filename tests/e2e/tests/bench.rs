@@ -113,7 +113,8 @@ async fn bench_resharding() -> Result<()> {
     use e2e::resharding::{Profile, report, run};
     let profile = Profile::from_env();
     let command = format!(
-        "BENCH_KEYS={} BENCH_VALUE_BYTES={} BENCH_SEED={} BENCH_VERSIONS={} cargo test --workspace --test bench -- --ignored --nocapture bench_resharding",
+        "{}BENCH_KEYS={} BENCH_VALUE_BYTES={} BENCH_SEED={} BENCH_VERSIONS={} cargo test --workspace --test bench -- --ignored --nocapture bench_resharding",
+        e2e::operator::binaries_in_command(),
         profile.keys,
         profile.value_bytes,
         profile.seed,

@@ -120,11 +120,7 @@ impl Profile {
     /// The command that runs this profile again (with the controller binaries of this run:
     /// `OPERATOR_BIN_DIR` when it was set).
     pub fn command(&self) -> String {
-        let binaries = std::env::var("OPERATOR_BIN_DIR")
-            .ok()
-            .filter(|d| !d.is_empty())
-            .map(|d| format!("OPERATOR_BIN_DIR={d} "))
-            .unwrap_or_default();
+        let binaries = crate::operator::binaries_in_command();
         let no_roll = if self.spec_change {
             ""
         } else {
