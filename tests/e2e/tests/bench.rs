@@ -105,7 +105,8 @@ async fn bench_scale_out_valkey_8_key_migration() -> Result<()> {
 
 /// Resharding, side by side (`e2e::resharding`): the operator, valkey-cli and the limit, from 3
 /// shards to 4 and back, on each version of `BENCH_VERSIONS`; sizes from `BENCH_KEYS`,
-/// `BENCH_VALUE_BYTES`, `BENCH_SEED`. Writes `bench/results/resharding.json` and its section of
+/// `BENCH_VALUE_BYTES`, `BENCH_SEED`; the operator and the limit `BENCH_ROUNDS` times each
+/// (default 3), reported by the median run. Writes `bench/results/resharding.json` and its section of
 /// `docs/benchmarks.md`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: make bench"]
@@ -113,11 +114,12 @@ async fn bench_resharding() -> Result<()> {
     use e2e::resharding::{Profile, report, run};
     let profile = Profile::from_env();
     let command = format!(
-        "{}BENCH_KEYS={} BENCH_VALUE_BYTES={} BENCH_SEED={} BENCH_VERSIONS={} cargo test --workspace --test bench -- --ignored --nocapture bench_resharding",
+        "{}BENCH_KEYS={} BENCH_VALUE_BYTES={} BENCH_SEED={} BENCH_ROUNDS={} BENCH_VERSIONS={} cargo test --workspace --test bench -- --ignored --nocapture bench_resharding",
         e2e::operator::binaries_in_command(),
         profile.keys,
         profile.value_bytes,
         profile.seed,
+        profile.rounds,
         profile
             .images
             .iter()

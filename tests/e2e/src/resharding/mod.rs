@@ -49,6 +49,11 @@ pub struct Profile {
     /// On Valkey 9, `valkey-cli rebalance --cluster-use-atomic-slot-migration` (after the
     /// default when both run).
     pub cli_atomic: bool,
+    /// How many times the operator and the direct reference each run every direction; each
+    /// figure is the median run's. A move of a second or two varies by a third from one run to
+    /// the next on a shared 2-core machine, more than the goals' margins. valkey-cli runs once
+    /// (its goal is a ratio of several times).
+    pub rounds: usize,
 }
 
 impl Profile {
@@ -69,6 +74,7 @@ impl Profile {
             both_directions: true,
             cli_legacy: true,
             cli_atomic: true,
+            rounds: env_or("BENCH_ROUNDS", 3usize).max(1),
         }
     }
 
@@ -85,6 +91,7 @@ impl Profile {
             both_directions: true,
             cli_legacy: false,
             cli_atomic: true,
+            rounds: 1,
         }
     }
 
@@ -121,6 +128,24 @@ pub struct WayResult {
     pub shards_serving: usize,
     /// Anything worth knowing about the run (retried jobs, for example).
     pub notes: Vec<String>,
+    /// `seconds` of every run of this way, in the order they ran, when it ran more than once
+    /// (the figures above are the median run's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs_seconds: Vec<f64>,
+}
+
+impl WayResult {
+    /// The run with the median `seconds` (the lower middle of an even count), with every run's
+    /// seconds; `None` for no run.
+    pub fn median(mut runs: Vec<WayResult>) -> Option<WayResult> {
+        let all: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
+        runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        let mut median = runs.into_iter().nth(all.len().saturating_sub(1) / 2)?;
+        if all.len() > 1 {
+            median.runs_seconds = all;
+        }
+        Some(median)
+    }
 }
 
 /// One direction (3 → 4 or 4 → 3) on one version, every way.
@@ -458,6 +483,7 @@ async fn checked(
         keys_lost: readback.lost,
         shards_serving: serving,
         notes: measured.notes,
+        runs_seconds: Vec::new(),
     };
     println!(
         "  {way}: {seconds:.1} s ({moving:.1} s moving), {} slots, {moved_keys} keys, {:.1} MB/s; keys {keys_before} -> {keys_after}, {} intact",
@@ -587,74 +613,52 @@ pub async fn run(profile: &Profile, image: &str) -> Result<VersionResult> {
         load_start.elapsed().as_secs_f64()
     );
 
-    let mut steps = Vec::new();
     let mut directions = vec![(3, 4)];
     if profile.both_directions {
         directions.push((4, 3));
     }
-    for (from, to) in directions.iter().copied() {
-        println!("{image}: {from} -> {to} shards");
-        let mut ways = Vec::new();
-
-        // (a) the operator.
-        let before = bare::layout(&a_ips).await?;
-        let keys_before = key_count(&a_ips).await?;
-        let measured = operator_way(&a, from, to).await?;
-        a_ips = operator_ips(&a, to).await?;
-        let after = bare::layout(&a_ips).await?;
-        let moves = view::moves(&before, &after)?;
-        let moved = moved_slots(&before, &after)?;
-        ways.push(
-            checked(
-                "operator",
-                format!("spec.shards: {from} -> {to}"),
-                &a_ips,
-                &keys,
-                &moved,
-                keys_before,
-                measured,
-            )
-            .await?,
-        );
-        a.cluster_check().await?;
-
-        // (b) valkey-cli, as a person would run it.
-        let cli_atomic = atomic && !profile.cli_legacy;
-        ways.push(cli_way(&mut b, &cli, from, to, cli_atomic, &keys).await?);
-
-        // (c) the operator's moves, straight.
-        let before_c = bare::layout(&c.ips()).await?;
-        let keys_before = key_count(&c.ips()).await?;
-        let measured = direct_way(&mut c, from, to, &moves, &after, atomic).await?;
-        check(
-            bare::layout(&c.ips()).await? == after,
-            "the direct driver left the slots where the operator put them",
-        )?;
-        let moved_c = moved_slots(&before_c, &after)?;
-        let how = if atomic {
-            "CLUSTER MIGRATESLOTS per source, all at once"
-        } else {
-            "pipelined SETSLOT / GETKEYSINSLOT / MIGRATE per (source, target), all at once"
-        };
-        ways.push(
-            checked(
-                "direct",
-                how.into(),
-                &c.ips(),
-                &keys,
-                &moved_c,
-                keys_before,
-                measured,
-            )
-            .await?,
-        );
-        cli::run(
-            &cli,
-            &["--cluster", "check", &format!("{}:6379", c.entry()?.ip)],
-            Duration::from_secs(60),
-        )
-        .await?;
-        steps.push(StepResult { from, to, ways });
+    // Again and again only when the clusters come back to where they started.
+    let rounds = if profile.both_directions {
+        profile.rounds
+    } else {
+        1
+    };
+    let mut steps: Vec<StepResult> = directions
+        .iter()
+        .map(|&(from, to)| StepResult {
+            from,
+            to,
+            ways: Vec::new(),
+        })
+        .collect();
+    let mut operator_runs: Vec<Vec<WayResult>> = vec![Vec::new(); directions.len()];
+    let mut direct_runs: Vec<Vec<WayResult>> = vec![Vec::new(); directions.len()];
+    for round in 1..=rounds {
+        for (i, (from, to)) in directions.iter().copied().enumerate() {
+            let run = if rounds > 1 {
+                format!(" (run {round} of {rounds})")
+            } else {
+                String::new()
+            };
+            println!("{image}: {from} -> {to} shards{run}");
+            let (operator, moves, after) = operator_step(&a, &mut a_ips, from, to, &keys).await?;
+            operator_runs[i].push(operator);
+            if round == 1 {
+                // valkey-cli, as a person would run it.
+                let cli_atomic = atomic && !profile.cli_legacy;
+                steps[i]
+                    .ways
+                    .push(cli_way(&mut b, &cli, from, to, cli_atomic, &keys).await?);
+            }
+            let direct = direct_step(&mut c, &cli, (from, to), &moves, &after, atomic, &keys);
+            direct_runs[i].push(direct.await?);
+        }
+    }
+    for ((step, operator), direct) in steps.iter_mut().zip(operator_runs).zip(direct_runs) {
+        if let Some(operator) = WayResult::median(operator) {
+            step.ways.insert(0, operator);
+        }
+        step.ways.extend(WayResult::median(direct));
     }
 
     // On Valkey 9, valkey-cli can move slots atomically too: the same cluster (b) once more.
@@ -671,6 +675,82 @@ pub async fn run(profile: &Profile, image: &str) -> Result<VersionResult> {
         valkey_version: version,
         steps,
     })
+}
+
+/// (a) the operator, measured and checked; with the moves it made (shard pairs to slots) and
+/// the layout it left, for the direct reference to replay.
+async fn operator_step(
+    a: &ClusterFixture,
+    a_ips: &mut Vec<String>,
+    from: usize,
+    to: usize,
+    keys: &Keys<'_>,
+) -> Result<(
+    WayResult,
+    BTreeMap<(usize, usize), Vec<u16>>,
+    Vec<Option<usize>>,
+)> {
+    let before = bare::layout(a_ips).await?;
+    let keys_before = key_count(a_ips).await?;
+    let measured = operator_way(a, from, to).await?;
+    *a_ips = operator_ips(a, to).await?;
+    let after = bare::layout(a_ips).await?;
+    let moves = view::moves(&before, &after)?;
+    let moved = moved_slots(&before, &after)?;
+    let result = checked(
+        "operator",
+        format!("spec.shards: {from} -> {to}"),
+        a_ips,
+        keys,
+        &moved,
+        keys_before,
+        measured,
+    )
+    .await?;
+    a.cluster_check().await?;
+    Ok((result, moves, after))
+}
+
+/// (c) the operator's moves, straight: measured, checked, and left where the operator put them.
+async fn direct_step(
+    c: &mut BareCluster,
+    cli: &std::path::PathBuf,
+    (from, to): (usize, usize),
+    moves: &BTreeMap<(usize, usize), Vec<u16>>,
+    after: &[Option<usize>],
+    atomic: bool,
+    keys: &Keys<'_>,
+) -> Result<WayResult> {
+    let before = bare::layout(&c.ips()).await?;
+    let keys_before = key_count(&c.ips()).await?;
+    let measured = direct_way(c, from, to, moves, after, atomic).await?;
+    check(
+        bare::layout(&c.ips()).await? == after,
+        "the direct driver left the slots where the operator put them",
+    )?;
+    let moved = moved_slots(&before, after)?;
+    let how = if atomic {
+        "CLUSTER MIGRATESLOTS per source, all at once"
+    } else {
+        "pipelined SETSLOT / GETKEYSINSLOT / MIGRATE per (source, target), all at once"
+    };
+    let result = checked(
+        "direct",
+        how.into(),
+        &c.ips(),
+        keys,
+        &moved,
+        keys_before,
+        measured,
+    )
+    .await?;
+    cli::run(
+        cli,
+        &["--cluster", "check", &format!("{}:6379", c.entry()?.ip)],
+        Duration::from_secs(60),
+    )
+    .await?;
+    Ok(result)
 }
 
 /// (b), out or in, measured and checked.
@@ -709,4 +789,42 @@ async fn cli_way(
     )
     .await?;
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WayResult;
+
+    fn run(seconds: f64) -> WayResult {
+        WayResult {
+            way: "operator".into(),
+            how: String::new(),
+            seconds,
+            new_node_ready_seconds: None,
+            moving_seconds: seconds,
+            moved_slots: 1,
+            moved_keys: 1,
+            moved_bytes: 1,
+            mb_per_s: 1.0,
+            keys_before: 1,
+            keys_after: 1,
+            keys_intact: 1,
+            keys_lost: 0,
+            shards_serving: 3,
+            notes: Vec::new(),
+            runs_seconds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_median_run_carries_every_runs_seconds_in_order() {
+        let median = WayResult::median(vec![run(3.0), run(1.0), run(2.0)]).unwrap();
+        assert_eq!(median.seconds, 2.0);
+        assert_eq!(median.runs_seconds, vec![3.0, 1.0, 2.0]);
+        let lower_middle = WayResult::median(vec![run(4.0), run(1.0)]).unwrap();
+        assert_eq!(lower_middle.seconds, 1.0);
+        let single = WayResult::median(vec![run(5.0)]).unwrap();
+        assert!(single.runs_seconds.is_empty(), "one run lists no runs");
+        assert!(WayResult::median(Vec::new()).is_none());
+    }
 }

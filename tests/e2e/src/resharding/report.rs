@@ -15,7 +15,7 @@ fn goals(major: u32) -> (f64, Option<f64>) {
     if major >= 9 {
         (0.2, Some(1.2))
     } else {
-        (1.0, None)
+        (1.0, Some(1.2))
     }
 }
 
@@ -239,6 +239,17 @@ pub fn markdown(report: &Report) -> String {
                     r.over, r.seconds, r.moving_seconds
                 ));
             }
+            let runs = step.step.ways.iter().filter(|w| !w.runs_seconds.is_empty());
+            out.extend(runs.map(|w| {
+                let seconds: Vec<String> =
+                    w.runs_seconds.iter().map(|s| format!("{s:.1}")).collect();
+                format!(
+                    "- {}: the median of {} runs (seconds, in the order they ran: {})",
+                    w.way,
+                    w.runs_seconds.len(),
+                    seconds.join(", ")
+                )
+            }));
             let notes: Vec<String> = step
                 .step
                 .ways
