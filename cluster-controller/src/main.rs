@@ -56,8 +56,7 @@ struct Cli {
     apply_crds: bool,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let names = Names {
         controller: cluster::CONTROLLER,
@@ -75,7 +74,7 @@ async fn main() -> std::process::ExitCode {
     };
     let kinds = cli.kinds.clone();
     let apply_crds = cli.apply_crds;
-    plumbing::runtime::main(&cli.common, names, move |handles| async move {
+    let controllers = plumbing::runtime::main(&cli.common, names, move |handles| async move {
         if apply_crds && let Err(failed) = crds::apply(&handles.client).await {
             // The CRDs in place still serve; the controllers go on, and say why they are old.
             for (crd, e) in failed {
@@ -133,6 +132,6 @@ async fn main() -> std::process::ExitCode {
                 }
             }
         );
-    })
-    .await
+    });
+    plumbing::runtime::process(controllers)
 }

@@ -27,8 +27,7 @@ struct Cli {
     restore_image: String,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let names = Names {
         controller: controller::CONTROLLER,
@@ -37,8 +36,7 @@ async fn main() -> std::process::ExitCode {
     let render = render::Options {
         restore_image: cli.restore_image,
     };
-    plumbing::runtime::main(&cli.common, names, |handles| {
+    plumbing::runtime::process(plumbing::runtime::main(&cli.common, names, |handles| {
         controller::run(handles, render)
-    })
-    .await
+    }))
 }

@@ -304,6 +304,37 @@ impl Handles {
     }
 }
 
+/// Most runtime threads a controller runs, whatever the machine's cores: a controller waits on
+/// the network almost all the time, its CPU-bound work (a pass over a cluster of 990 members
+/// takes under a second) spreads over clusters four at a time at most on any machine it runs
+/// on, and every thread costs its stack and, with glibc, may hold an arena of its own. Without
+/// a CPU limit a pod sees every core of its node.
+pub const MAX_WORKER_THREADS: usize = 4;
+
+/// Runtime threads for a machine of `cores`: one a core, at most [`MAX_WORKER_THREADS`].
+pub fn worker_threads(cores: usize) -> usize {
+    cores.clamp(1, MAX_WORKER_THREADS)
+}
+
+/// Runs a controller binary's `main` future to its end, on a runtime sized for a controller
+/// ([`worker_threads`]) after capping the allocator's arenas ([`crate::memory::few_arenas`]):
+/// the process's first call, in place of `#[tokio::main]`.
+pub fn process(main: impl Future<Output = std::process::ExitCode>) -> std::process::ExitCode {
+    crate::memory::few_arenas();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads(cores))
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(main),
+        Err(error) => {
+            eprintln!("cannot start the async runtime: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The whole life of a controller binary: start the runtime, wait to lead, run `controllers`
 /// until they stop, release the Lease, and say how the process should exit (non-zero after lost
 /// leadership, so the pod restarts as a standby).
@@ -389,6 +420,22 @@ mod tests {
     use std::time::Duration;
 
     fn assert_send_sync_static<T: Send + Sync + 'static>(_: &T) {}
+
+    #[test]
+    fn a_controller_runs_one_thread_a_core_and_no_more_than_four() {
+        assert_eq!(worker_threads(0), 1);
+        assert_eq!(worker_threads(2), 2);
+        assert_eq!(worker_threads(64), MAX_WORKER_THREADS);
+    }
+
+    #[test]
+    fn a_process_runs_its_main_to_the_end_and_returns_its_exit_code() {
+        let code = process(async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            std::process::ExitCode::from(3)
+        });
+        assert_eq!(code, std::process::ExitCode::from(3));
+    }
 
     #[tokio::test]
     async fn stop_signal_fires_on_shutdown_and_is_sync() -> Result<(), tokio::time::error::Elapsed>
