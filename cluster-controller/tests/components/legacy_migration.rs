@@ -511,6 +511,19 @@ fn an_undisturbed_slot_moves_in_four_looks() {
     m.check_keys();
 }
 
+/// Clients and gossip acting between two commands, a bounded number of times: a client writes a
+/// new key (keys 100 to 109), and the target's claim reaches the others.
+fn meanwhile(m: &mut Model, rng: &mut StdRng, next_key: &mut u32) {
+    if *next_key < 110 && rng.random_bool(0.3) {
+        m.client_write(*next_key);
+        *next_key += 1;
+    }
+    if rng.random_bool(0.3) {
+        m.gossip();
+    }
+    m.check_keys();
+}
+
 #[test]
 fn model_never_loses_a_key_and_always_finishes() {
     let mut rng = StdRng::seed_from_u64(7);
@@ -534,15 +547,7 @@ fn model_never_loses_a_key_and_always_finishes() {
                 Some(at) if round >= at => Intent::Abort,
                 _ => Intent::Complete,
             };
-            // Clients and gossip act between any two commands, a bounded number of times.
-            if next_key < 110 && rng.random_bool(0.3) {
-                m.client_write(next_key);
-                next_key += 1;
-            }
-            if rng.random_bool(0.3) {
-                m.gossip();
-            }
-            m.check_keys();
+            meanwhile(&mut m, &mut rng, &mut next_key);
             match next_step(&m.observe(intent)) {
                 Step::Done => {
                     outcome = Some(Step::Done);
@@ -554,15 +559,9 @@ fn model_never_loses_a_key_and_always_finishes() {
                 }
                 Step::Blocked(b) => panic!("run {run}: blocked {b:?} in {m:?}"),
                 step => m.apply(&step, |m| {
-                    // Between two commands of one step, as between two steps.
-                    if next_key < 110 && rng.random_bool(0.3) {
-                        m.client_write(next_key);
-                        next_key += 1;
-                    }
-                    if rng.random_bool(0.3) {
-                        m.gossip();
-                    }
-                    m.check_keys();
+                    // Between two commands of one step, as between two steps; and sometimes
+                    // the controller stops there.
+                    meanwhile(m, &mut rng, &mut next_key);
                     rng.random_bool(0.8)
                 }),
             }
