@@ -21,8 +21,9 @@ pub const GIVE_BACK_EVERY: Duration = Duration::from_secs(60);
 /// How many arenas glibc's allocator may keep. By default it takes one per thread that
 /// allocates, up to eight per core of the machine (not of the pod's CPU limit): on a node of many
 /// cores every runtime thread gets its own, and each keeps its own free pages and fragments. Two
-/// serve a controller's few threads without contention worth measuring (at 100 clusters the
-/// anonymous resident set fell by about 3 MiB on 2 cores: bench/README.md, "Memory at rest").
+/// serve a controller's few threads without contention worth measuring (at 100 clusters on 2
+/// cores, 1 to 3 MiB less anonymous memory a controller: docs/benchmarks.md, "Arenas and runtime
+/// threads").
 pub const ARENAS: i32 = 2;
 
 /// Caps the allocator's arenas at [`ARENAS`]; true when the allocator took it. Call it first

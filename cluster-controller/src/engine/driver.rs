@@ -262,15 +262,15 @@ fn bind(members: &mut [Member], bindings: &BTreeMap<String, NodeId>) {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_job_is_looked_at_no_sooner_than_the_last_look_took() {
-        let ms = super::Duration::from_millis;
-        assert_eq!(super::watch_poll(ms(50), ms(3)), ms(50));
-        assert_eq!(super::watch_poll(ms(50), ms(180)), ms(180));
-    }
-
     use super::*;
     use crate::client::{Credentials, RedisClient};
+
+    #[test]
+    fn a_job_is_looked_at_no_sooner_than_the_last_look_took() {
+        let ms = Duration::from_millis;
+        assert_eq!(watch_poll(ms(50), ms(3)), ms(50));
+        assert_eq!(watch_poll(ms(50), ms(180)), ms(180));
+    }
 
     fn assert_send<T: Send>(_: &T) {}
 
