@@ -66,7 +66,7 @@ CACHED_UNNAMED = re.compile(r"apply_watcher_event<?>? \(store\.rs\)|\(reflect\.r
 
 def group_of(stack):
     found = CACHED.search(stack)
-    if found and type_name(found.group(1)):
+    if found:
         return f"watch caches: {type_name(found.group(1))}"
     if CACHED_UNNAMED.search(stack):
         return "watch caches: kind not named in the trace (inlined)"
