@@ -56,6 +56,11 @@ impl RedisClient {
         self.cache().clear();
     }
 
+    /// How many connections are kept for the next command.
+    pub fn open_connections(&self) -> usize {
+        self.cache().len()
+    }
+
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, MultiplexedConnection>> {
         // The map holds no invariant a panicking holder could break.
         self.connections
@@ -156,6 +161,10 @@ impl ValkeyClient for RedisClient {
                 })
             }
         }
+    }
+
+    fn let_go(&self) {
+        self.disconnect_all();
     }
 }
 

@@ -18,6 +18,10 @@ pub trait ValkeyClient: Send + Sync {
         cmd: &Cmd,
         timeout: Duration,
     ) -> impl Future<Output = Result<Value, ClientError>> + Send;
+
+    /// Closes the connections kept for later commands (the next command connects again). A
+    /// client that keeps none has nothing to do.
+    fn let_go(&self) {}
 }
 
 /// A short, password-free name for a command in errors and logs: its first word, and the

@@ -193,6 +193,13 @@ impl<C: ValkeyClient, M: Mode> Engine<C, M> {
                 took = ?started.elapsed(),
                 "pass over"
             );
+            // At rest the next look is many seconds away (15 s for a cluster): the connections
+            // are closed rather than kept idle until then. A multiplexed connection holds about
+            // 24 KiB (its read and write buffers), a third of the cluster-controller's heap over
+            // a fleet at rest; opening them again costs a handshake per member and look.
+            if matches!(decision, Decision::Steady(_)) {
+                self.client.let_go();
+            }
             return Pass {
                 earlier,
                 health,

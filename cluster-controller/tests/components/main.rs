@@ -10,6 +10,7 @@ mod common;
 mod access_rights;
 mod atomic_migration;
 mod backup_plan;
+mod engine_at_rest;
 mod engine_decide;
 mod engine_decide_safety;
 mod engine_faults;
