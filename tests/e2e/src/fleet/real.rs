@@ -203,7 +203,8 @@ async fn measure(profile: &Profile, ns: &TestNamespace) -> Result<RealFleet> {
         );
 
         let settled = rest::settle(&processes, profile.quiet, profile.settle).await?;
-        let at_rest = rest::measure(&processes, profile.rest, profile.sample_every).await?;
+        let goal = rest::rss_goal_mib(valkey_nodes);
+        let at_rest = rest::measure(&processes, profile.rest, profile.sample_every, goal).await?;
 
         let created = vec!["fleet-created".to_owned()];
         let before = counts(&processes).await?;

@@ -216,7 +216,8 @@ async fn measure(
     let processes = [&node_controller];
     let settled = rest::settle(&processes, profile.quiet, profile.settle).await?;
     let before_rest = changed::snapshot(&valkey_nodes.state());
-    let mut at_rest = rest::measure(&processes, profile.rest, profile.sample_every).await?;
+    let goal = rest::rss_goal_mib(wanted);
+    let mut at_rest = rest::measure(&processes, profile.rest, profile.sample_every, goal).await?;
     let changed_at_rest = changed::between(&before_rest, &changed::snapshot(&valkey_nodes.state()));
     let at_rest = at_rest
         .pop()
