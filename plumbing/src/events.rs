@@ -308,13 +308,15 @@ mod tests {
         // Published just after the publisher's first look at whether it is idle: the worst
         // moment for a publisher that looks once a window.
         tokio::time::sleep(window + Duration::from_millis(50)).await;
+        // Read before the publish marks the publisher used: the let-go must come a whole window
+        // after that mark, and so after this instant too.
+        let publishing = tokio::time::Instant::now();
         let sent = tokio::spawn(publish(publisher.clone(), object.clone()));
         api.expect(Method::POST, EVENTS).await.echo();
         sent.await.unwrap_or_else(|e| panic!("{e}"));
-        let published = tokio::time::Instant::now();
         let renewed_before = publisher.renewals();
         // A quarter window late at most, and half a window's leeway for a loaded machine.
-        let deadline = published + window * 7 / 4;
+        let deadline = publishing + window * 7 / 4;
         while publisher.renewals() == renewed_before {
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -324,7 +326,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(
-            published.elapsed() >= window,
+            publishing.elapsed() >= window,
             "let go of before a whole window idle"
         );
         let sent = tokio::spawn(publish(publisher.clone(), object.clone()));
